@@ -1,0 +1,36 @@
+# batchd — see README.md.
+GO      ?= go
+BIN     := bin/batchd
+DATA    ?= ./data
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: build run test test-short bench fuzz vet clean
+
+build:
+	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/batchd
+
+# The main job: starts the daemon on $(DATA), drops examples/ into the inbox
+# and shows where the results appear. See scripts/run.sh.
+run: build
+	DATA=$(DATA) bash scripts/run.sh
+
+# Every test, with the race detector.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./pipeline/...
+	$(BIN) bench pipeline
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime 60s ./pipeline/validate/
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

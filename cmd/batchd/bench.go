@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/pipeline"
+)
+
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "pipeline" {
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	lines := fs.Int("lines", 200000, "requests in the generated batch file")
+	engName := fs.String("engine", "instant", "instant: an in-process engine that answers at once (measures batchd alone); remote: the OpenAI engine against a loopback stand-in server")
+	workers := fs.Int("workers", 0, "dispatch workers (default: 64 instant, 128 remote)")
+	dir := fs.String("dir", "", "work directory (default: a temporary one, removed after)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	work := *dir
+	if work == "" {
+		var err error
+		if work, err = os.MkdirTemp("", "batchd-bench-"); err != nil {
+			return errorf(stderr, exitFailure, "%v", err)
+		}
+		defer os.RemoveAll(work)
+	}
+	res, err := benchPipeline(ctx, work, *lines, *engName, *workers)
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench: %v", err)
+	}
+	fmt.Fprintf(stdout, "pipeline bench: %d requests, engine %s, durable group commits\n", *lines, *engName)
+	fmt.Fprintf(stdout, "  input:   %.1f MB\n", float64(res.inputBytes)/1e6)
+	fmt.Fprintf(stdout, "  elapsed: %s\n", res.elapsed.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "  rate:    %.0f requests/s\n", float64(*lines)/res.elapsed.Seconds())
+	fmt.Fprintf(stdout, "  peak RSS: %.0f MB\n", float64(res.peakRSS)/(1<<20))
+	return exitOK
+}
+
+type benchResult struct {
+	elapsed    time.Duration
+	inputBytes int64
+	peakRSS    int64
+}
+
+func benchPipeline(ctx context.Context, work string, lines int, engName string, workers int) (*benchResult, error) {
+	inbox, outbox, done := filepath.Join(work, "inbox"), filepath.Join(work, "outbox"), filepath.Join(work, "done")
+	for _, d := range []string{inbox, outbox, done} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	input := filepath.Join(inbox, "bench.jsonl")
+	size, err := writeBenchInput(input, lines)
+	if err != nil {
+		return nil, err
+	}
+	var eng engine.Engine
+	switch engName {
+	case "instant":
+		eng = instantEngine{}
+		if workers == 0 {
+			workers = 64
+		}
+	case "remote":
+		srv := openaitest.NewServer(openaitest.Options{})
+		if err := srv.Start(); err != nil {
+			return nil, err
+		}
+		defer srv.Close()
+		oc := openai.DefaultConfig()
+		oc.URLs = []string{srv.URL()}
+		oc.MaxInFlight = 128
+		e, err := openai.New(oc)
+		if err != nil {
+			return nil, err
+		}
+		eng = e
+		if workers == 0 {
+			workers = 128
+		}
+	default:
+		return nil, fmt.Errorf("unknown bench engine %q", engName)
+	}
+	if err := eng.Open(ctx); err != nil {
+		return nil, err
+	}
+	defer eng.Close(ctx)
+	cfg := pipeline.DefaultConfig(filepath.Join(work, "state"))
+	cfg.Workers = workers
+	cfg.QueuePerBatch = 4 * workers
+	p := pipeline.New(cfg, eng)
+	if err := p.Open(ctx); err != nil {
+		return nil, err
+	}
+	defer p.Close(ctx)
+	start := time.Now()
+	b, err := p.Run(ctx, pipeline.Job{Name: "bench", Path: input, Format: "jsonl",
+		OptionsPath: filepath.Join(inbox, "bench.options.json"), Outbox: outbox, DoneDir: done})
+	if err != nil {
+		return nil, err
+	}
+	el := time.Since(start)
+	if b.Completed != lines {
+		return nil, fmt.Errorf("only %d of %d requests completed", b.Completed, lines)
+	}
+	return &benchResult{elapsed: el, inputBytes: size, peakRSS: peakRSS()}, nil
+}
+
+func writeBenchInput(path string, lines int) (int64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	var n int64
+	for i := range lines {
+		k, _ := fmt.Fprintf(w, `{"custom_id":"request-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"bench","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Write one sentence about the number %d."}],"max_tokens":64,"temperature":0.7}}`+"\n", i, i)
+		n += int64(k)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return 0, err
+	}
+	return n, f.Close()
+}
+
+// instantEngine is a benchmark double: it answers every request at once with
+// a fixed chat.completion, so a benchmark measures batchd's own overhead.
+// It is never used to serve real batches.
+type instantEngine struct{}
+
+var instantBody = json.RawMessage(`{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"A fixed answer of a realistic length for a benchmark."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":12,"total_tokens":36}}`)
+
+func (instantEngine) Open(context.Context) error  { return nil }
+func (instantEngine) Close(context.Context) error { return nil }
+func (instantEngine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return &engine.Response{StatusCode: 200, RequestID: "req_bench", Body: instantBody}, nil
+}
+
+// peakRSS reads the process's peak resident set size (Linux).
+func peakRSS() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+func cmdEchoServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("echo-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to listen on")
+	addrFile := fs.String("addr-file", "", "write the address listened on to this file (for --listen 127.0.0.1:0)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	srv := openaitest.NewServer(openaitest.Options{Addr: *listen, Now: time.Now})
+	if err := srv.Start(); err != nil {
+		return errorf(stderr, exitFailure, "%v", err)
+	}
+	defer srv.Close()
+	url := srv.URL()
+	if *addrFile != "" {
+		host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/v1")
+		if err := os.WriteFile(*addrFile, []byte(host), 0o644); err != nil {
+			return errorf(stderr, exitFailure, "%v", err)
+		}
+	}
+	fmt.Fprintf(stderr, "batchd echo-server: a stand-in OpenAI-compatible server at %s — its answers echo the prompt; they are not model output\n", url)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return exitOK
+}

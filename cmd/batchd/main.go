@@ -1,0 +1,84 @@
+// Command batchd is a self-hosted batch LLM inference daemon: drop an OpenAI
+// batch file in DATA/inbox/, get its results in DATA/outbox/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and found a problem (invalid lines, a broken invariant)
+	exitUsage   = 2 // bad usage or an unreadable input
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"run", "run the daemon", cmdRun},
+		{"validate", "check a batch file offline, one line per problem", cmdValidate},
+		{"submit", "place a batch file in the inbox (and --wait for it)", cmdSubmit},
+		{"status", "show every batch, or one", cmdStatus},
+		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},
+		{"bench", "measure the pipeline (bench pipeline)", cmdBench},
+		{"echo-server", "serve a stand-in OpenAI-compatible server that echoes (for trying batchd without a model)", cmdEchoServer},
+		{"version", "print the version", func(context.Context, []string, io.Writer, io.Writer) int {
+			fmt.Println("batchd", version)
+			return exitOK
+		}},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: batchd COMMAND [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'batchd COMMAND -h' for a command's flags.")
+}
+
+func main() {
+	os.Exit(mainArgs(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainArgs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "batchd: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+// errorf prints an error for the user and returns code.
+func errorf(w io.Writer, code int, format string, args ...any) int {
+	fmt.Fprintf(w, "batchd: "+format+"\n", args...)
+	return code
+}
+
+var errUsage = errors.New("usage")

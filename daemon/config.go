@@ -1,0 +1,231 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/batchd/batchd/pipeline"
+)
+
+// Config is batchd's one configuration struct. A YAML file fills it (unknown
+// keys rejected, ${ENV} expanded), BATCHD_* environment variables override
+// the file, and command-line flags override both.
+type Config struct {
+	// Data is the data directory: inbox/, outbox/, done/, state/.
+	Data string `yaml:"data"`
+	// Listen is the HTTP address for health endpoints ("" disables HTTP).
+	Listen string `yaml:"listen"`
+	// Engine names the engine: "openai" (a remote OpenAI-compatible server).
+	Engine   string         `yaml:"engine"`
+	OpenAI   OpenAIConfig   `yaml:"openai"`
+	Pipeline PipelineConfig `yaml:"pipeline"`
+	// Batch holds batch-level defaults; NAME.options.json overrides them per batch.
+	Batch   pipeline.Options `yaml:"batch"`
+	Watcher WatcherConfig    `yaml:"watcher"`
+	Log     LogConfig        `yaml:"log"`
+}
+
+// OpenAIConfig configures the remote engine.
+type OpenAIConfig struct {
+	URLs           []string      `yaml:"urls"`
+	APIKey         string        `yaml:"api_key"`
+	Model          string        `yaml:"model"`
+	MaxInFlight    int           `yaml:"max_inflight"`
+	MaxRetries     int           `yaml:"max_retries"`
+	RetryWaitMin   time.Duration `yaml:"retry_wait_min"`
+	RetryWaitMax   time.Duration `yaml:"retry_wait_max"`
+	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
+	ProbeInterval  time.Duration `yaml:"probe_interval"`
+}
+
+// PipelineConfig tunes how batches run.
+type PipelineConfig struct {
+	MaxConcurrentBatches int           `yaml:"max_concurrent_batches"`
+	MaxLineBytes         int           `yaml:"max_line_bytes"`
+	CommitInterval       time.Duration `yaml:"commit_interval"`
+	CommitEvery          int           `yaml:"commit_every"`
+	Workers              int           `yaml:"workers"`
+	QueuePerBatch        int           `yaml:"queue_per_batch"`
+	ProgressInterval     time.Duration `yaml:"progress_interval"`
+}
+
+// WatcherConfig tunes the inbox watcher.
+type WatcherConfig struct {
+	Rescan       time.Duration `yaml:"rescan"`
+	Settle       time.Duration `yaml:"settle"`
+	Poll         bool          `yaml:"poll"`
+	PollInterval time.Duration `yaml:"poll_interval"`
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	pc := pipeline.DefaultConfig("")
+	return Config{
+		Data:   "./data",
+		Listen: "127.0.0.1:8080",
+		Engine: "openai",
+		OpenAI: OpenAIConfig{
+			URLs:           []string{"http://127.0.0.1:8000/v1"},
+			MaxInFlight:    64,
+			MaxRetries:     5,
+			RetryWaitMin:   500 * time.Millisecond,
+			RetryWaitMax:   30 * time.Second,
+			AttemptTimeout: 10 * time.Minute,
+			ProbeInterval:  2 * time.Second,
+		},
+		Pipeline: PipelineConfig{
+			MaxConcurrentBatches: 4,
+			MaxLineBytes:         pc.MaxLineBytes,
+			CommitInterval:       pc.CommitInterval,
+			CommitEvery:          pc.CommitEvery,
+			Workers:              pc.Workers,
+			QueuePerBatch:        pc.QueuePerBatch,
+			ProgressInterval:     pc.ProgressInterval,
+		},
+		Batch:   pipeline.Options{OnInvalid: pipeline.OnInvalidContinue},
+		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, PollInterval: 2 * time.Second},
+		Log:     LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// ExpandEnv replaces each ${NAME} with the value of environment variable NAME
+// (empty when unset). A bare $ is left alone.
+func ExpandEnv(s string) string {
+	return envRef.ReplaceAllStringFunc(s, func(m string) string {
+		return os.Getenv(m[2 : len(m)-1])
+	})
+}
+
+// LoadFile reads a YAML config file over the defaults.
+func LoadFile(path string) (Config, error) {
+	cfg := DefaultConfig()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader([]byte(ExpandEnv(string(raw)))))
+	dec.KnownFields(true)
+	// An empty file (io.EOF) means all defaults.
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ApplyEnv overrides cfg with BATCHD_* environment variables.
+func ApplyEnv(cfg *Config, getenv func(string) string) error {
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	num := func(name string, dst *int) error {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not an integer", name, v)
+			}
+			*dst = n
+		}
+		return nil
+	}
+	str("BATCHD_DATA", &cfg.Data)
+	str("BATCHD_LISTEN", &cfg.Listen)
+	str("BATCHD_ENGINE", &cfg.Engine)
+	if v := getenv("BATCHD_OPENAI_URL"); v != "" {
+		cfg.OpenAI.URLs = splitList(v)
+	}
+	str("BATCHD_OPENAI_API_KEY", &cfg.OpenAI.APIKey)
+	str("BATCHD_OPENAI_MODEL", &cfg.OpenAI.Model)
+	str("BATCHD_LOG_LEVEL", &cfg.Log.Level)
+	str("BATCHD_LOG_FORMAT", &cfg.Log.Format)
+	if err := num("BATCHD_MAX_CONCURRENT_BATCHES", &cfg.Pipeline.MaxConcurrentBatches); err != nil {
+		return err
+	}
+	if err := num("BATCHD_OPENAI_MAX_INFLIGHT", &cfg.OpenAI.MaxInFlight); err != nil {
+		return err
+	}
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Validate checks the config, naming the bad field.
+func (c Config) Validate() error {
+	if c.Data == "" {
+		return errors.New("data: required")
+	}
+	switch c.Engine {
+	case "openai":
+		if len(c.OpenAI.URLs) == 0 {
+			return errors.New("openai.urls: at least one base URL is required for engine openai")
+		}
+		if c.OpenAI.MaxInFlight < 1 {
+			return fmt.Errorf("openai.max_inflight: must be at least 1, got %d", c.OpenAI.MaxInFlight)
+		}
+	default:
+		return fmt.Errorf("engine: unknown engine %q (known: openai)", c.Engine)
+	}
+	if c.Pipeline.MaxConcurrentBatches < 1 {
+		return fmt.Errorf("pipeline.max_concurrent_batches: must be at least 1, got %d", c.Pipeline.MaxConcurrentBatches)
+	}
+	if _, err := parseLevel(c.Log.Level); err != nil {
+		return err
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log.format: must be text or json, got %q", c.Log.Format)
+	}
+	if c.Watcher.Settle <= 0 || c.Watcher.Rescan <= 0 {
+		return errors.New("watcher.settle and watcher.rescan: must be positive durations")
+	}
+	if err := c.pipelineConfig().Validate(); err != nil {
+		return fmt.Errorf("pipeline.%w", err)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("log.level: must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+// NewLogger builds the logger the config asks for.
+func (c Config) NewLogger(w *os.File) *slog.Logger {
+	lvl, _ := parseLevel(c.Log.Level)
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

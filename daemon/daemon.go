@@ -1,0 +1,350 @@
+// Package daemon wires batchd together: config, the data directory and its
+// lock, the engine, the pipeline, the watcher and HTTP. It is the only
+// package that knows all the others.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/watcher/dir"
+)
+
+// Dirs are the folders of a data directory.
+type Dirs struct{ Root, Inbox, Outbox, Done, State string }
+
+// DataDirs returns the folders of data directory root.
+func DataDirs(root string) Dirs {
+	return Dirs{
+		Root:   root,
+		Inbox:  filepath.Join(root, "inbox"),
+		Outbox: filepath.Join(root, "outbox"),
+		Done:   filepath.Join(root, "done"),
+		State:  filepath.Join(root, "state"),
+	}
+}
+
+// ErrInUse is returned by Open when another batchd holds the data directory.
+var ErrInUse = errors.New("data directory in use")
+
+// Daemon is a running batchd. New → Open → (runs) → Close.
+type Daemon struct {
+	cfg  Config
+	log  *slog.Logger
+	dirs Dirs
+
+	lock     *os.File
+	eng      engine.Engine
+	pipe     *pipeline.Pipeline
+	watch    *dir.Watcher
+	http     *http.Server
+	httpAddr net.Addr
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []watcher.Event
+	active  map[string]bool // names queued or running
+	closing bool
+}
+
+// New returns a daemon for cfg; it does no I/O.
+func New(cfg Config, log *slog.Logger) *Daemon {
+	if log == nil {
+		log = slog.Default()
+	}
+	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool)}
+	d.cond = sync.NewCond(&d.mu)
+	return d
+}
+
+// Engine builds the engine the config names.
+func (c Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
+	switch c.Engine {
+	case "openai":
+		oc := openai.DefaultConfig()
+		oc.URLs = c.OpenAI.URLs
+		oc.APIKey = c.OpenAI.APIKey
+		oc.Model = c.OpenAI.Model
+		oc.MaxInFlight = c.OpenAI.MaxInFlight
+		oc.MaxRetries = c.OpenAI.MaxRetries
+		oc.RetryWaitMin = c.OpenAI.RetryWaitMin
+		oc.RetryWaitMax = c.OpenAI.RetryWaitMax
+		oc.AttemptTimeout = c.OpenAI.AttemptTimeout
+		if c.OpenAI.ProbeInterval > 0 {
+			oc.ProbeInterval = c.OpenAI.ProbeInterval
+		}
+		oc.Logger = log
+		if err := oc.Validate(); err != nil {
+			return nil, err
+		}
+		return openai.New(oc)
+	}
+	return nil, fmt.Errorf("engine: unknown engine %q", c.Engine)
+}
+
+func (c Config) pipelineConfig() pipeline.Config {
+	pc := pipeline.DefaultConfig(filepath.Join(c.Data, "state"))
+	pc.MaxLineBytes = c.Pipeline.MaxLineBytes
+	pc.CommitInterval = c.Pipeline.CommitInterval
+	pc.CommitEvery = c.Pipeline.CommitEvery
+	pc.Workers = c.Pipeline.Workers
+	pc.QueuePerBatch = c.Pipeline.QueuePerBatch
+	pc.ProgressInterval = c.Pipeline.ProgressInterval
+	pc.Defaults = pipeline.Options{OnInvalid: pipeline.OnInvalidContinue}.Merge(c.Batch)
+	return pc
+}
+
+// Open takes the data directory, starts the engine, the pipeline, the
+// watcher, the batch runners and HTTP.
+func (d *Daemon) Open(ctx context.Context) (err error) {
+	if err := d.cfg.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	for _, p := range []string{d.dirs.Inbox, d.dirs.Outbox, d.dirs.Done, d.dirs.State} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("create data dir: %w", err)
+		}
+	}
+	if err := d.takeLock(); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			d.Close(context.Background())
+		}
+	}()
+	if err := pipeline.CleanOutbox(d.dirs.Outbox); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+
+	if d.eng, err = d.cfg.NewEngine(d.log.With("component", "engine")); err != nil {
+		return err
+	}
+	if err := d.eng.Open(runCtx); err != nil {
+		return fmt.Errorf("open engine: %w", err)
+	}
+	pc := d.cfg.pipelineConfig()
+	pc.Logger = d.log
+	d.pipe = pipeline.New(pc, d.eng)
+	if err := d.pipe.Open(runCtx); err != nil {
+		return err
+	}
+	wc := dir.DefaultConfig(d.dirs.Inbox)
+	wc.Rescan, wc.Settle, wc.Poll = d.cfg.Watcher.Rescan, d.cfg.Watcher.Settle, d.cfg.Watcher.Poll
+	if d.cfg.Watcher.PollInterval > 0 {
+		wc.PollInterval = d.cfg.Watcher.PollInterval
+	}
+	wc.Logger = d.log.With("component", "watcher")
+	d.watch = dir.New(wc)
+	if err := d.watch.Open(runCtx); err != nil {
+		return fmt.Errorf("open watcher: %w", err)
+	}
+	if d.cfg.Listen != "" {
+		if err := d.serveHTTP(); err != nil {
+			return err
+		}
+	}
+	d.wg.Add(1)
+	go d.receive(runCtx)
+	for range d.cfg.Pipeline.MaxConcurrentBatches {
+		d.wg.Add(1)
+		go d.runBatches(runCtx)
+	}
+	d.log.Info("batchd running", "data", d.dirs.Root, "inbox", d.dirs.Inbox, "outbox", d.dirs.Outbox,
+		"engine", d.cfg.Engine, "listen", d.HTTPAddr())
+	return nil
+}
+
+// HTTPAddr is the address HTTP listens on ("" when disabled).
+func (d *Daemon) HTTPAddr() string {
+	if d.httpAddr == nil {
+		return ""
+	}
+	return d.httpAddr.String()
+}
+
+// takeLock makes this process the data directory's only daemon. The lock is
+// an flock, so a killed daemon never leaves it held.
+func (d *Daemon) takeLock() error {
+	path := filepath.Join(d.dirs.State, "batchd.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		raw, _ := os.ReadFile(path)
+		f.Close()
+		pid := strings.TrimSpace(string(raw))
+		if pid == "" {
+			pid = "unknown"
+		}
+		return fmt.Errorf("%w: %s is in use by another batchd (pid %s)", ErrInUse, d.dirs.Root, pid)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	d.lock = f
+	return nil
+}
+
+// receive turns watcher events into queued jobs and cancels.
+func (d *Daemon) receive(ctx context.Context) {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-d.watch.Events():
+			if !ok {
+				return
+			}
+			switch ev.Kind {
+			case watcher.Cancel:
+				if d.pipe.Cancel(ev.Name) {
+					d.log.Info("cancel requested", "name", ev.Name)
+				}
+			case watcher.Input:
+				d.enqueue(ev)
+			}
+		}
+	}
+}
+
+func (d *Daemon) enqueue(ev watcher.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.active[ev.Name] {
+		// Running or queued already; the watcher delivers it again after Forget.
+		return
+	}
+	d.active[ev.Name] = true
+	d.queue = append(d.queue, ev)
+	d.cond.Signal()
+}
+
+func (d *Daemon) next() (watcher.Event, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.queue) == 0 && !d.closing {
+		d.cond.Wait()
+	}
+	if d.closing {
+		return watcher.Event{}, false
+	}
+	ev := d.queue[0]
+	d.queue = d.queue[1:]
+	return ev, true
+}
+
+// runBatches runs queued inputs, first come first served.
+func (d *Daemon) runBatches(ctx context.Context) {
+	defer d.wg.Done()
+	for {
+		ev, ok := d.next()
+		if !ok {
+			return
+		}
+		job := pipeline.Job{
+			Name:        ev.Name,
+			Path:        ev.Path,
+			Format:      ev.Format,
+			OptionsPath: filepath.Join(filepath.Dir(ev.Path), ev.Name+".options.json"),
+			Outbox:      d.dirs.Outbox,
+			DoneDir:     d.dirs.Done,
+		}
+		_, err := d.pipe.Run(ctx, job)
+		switch {
+		case err == nil:
+		case errors.Is(err, pipeline.ErrShutdown) || ctx.Err() != nil:
+			d.log.Info("batch paused for shutdown; it resumes on restart", "name", ev.Name)
+		case errors.Is(err, os.ErrNotExist):
+			d.log.Info("input vanished before it ran", "name", ev.Name)
+		default:
+			d.log.Error("batch run failed; it is retried on the next rescan", "name", ev.Name, "error", err)
+		}
+		d.mu.Lock()
+		delete(d.active, ev.Name)
+		d.mu.Unlock()
+		d.watch.Forget(ev.Path)
+	}
+}
+
+func (d *Daemon) serveHTTP() error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if sr, ok := d.eng.(engine.StatsReporter); ok && sr.Stats().Paused {
+			http.Error(w, "engine unreachable: batches paused", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	ln, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)
+	}
+	d.httpAddr = ln.Addr()
+	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("http server", "error", err)
+		}
+	}()
+	return nil
+}
+
+// Close stops everything in reverse order of opening and releases the data
+// directory. Batches in progress stop at a commit point and resume on the
+// next Open.
+func (d *Daemon) Close(ctx context.Context) error {
+	var errs []error
+	if d.http != nil {
+		errs = append(errs, d.http.Shutdown(ctx))
+	}
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.mu.Lock()
+	d.closing = true
+	d.cond.Broadcast()
+	d.mu.Unlock()
+	if d.watch != nil {
+		errs = append(errs, d.watch.Close(ctx))
+	}
+	d.wg.Wait()
+	if d.pipe != nil {
+		errs = append(errs, d.pipe.Close(ctx))
+	}
+	if d.eng != nil {
+		errs = append(errs, d.eng.Close(ctx))
+	}
+	if d.lock != nil {
+		errs = append(errs, d.lock.Close())
+		d.lock = nil
+	}
+	return errors.Join(errs...)
+}

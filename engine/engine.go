@@ -1,0 +1,80 @@
+// Package engine defines the boundary between the pipeline and whatever runs
+// requests: the in-process native runner (engine/native, a later issue) or a
+// remote OpenAI-compatible server (engine/openai).
+//
+// The pipeline never knows which implementation it talks to. Implementations
+// live in their own packages and assert `var _ engine.Engine = (*T)(nil)`.
+// This package must not import any other batchd package.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Endpoints an engine may be asked to serve.
+const (
+	EndpointChat        = "/v1/chat/completions"
+	EndpointCompletions = "/v1/completions"
+	EndpointEmbeddings  = "/v1/embeddings"
+)
+
+// Request is one validated request of a batch.
+type Request struct {
+	// CustomID is the caller's id, for logs and request ids.
+	CustomID string
+	// Endpoint is one of the Endpoint constants.
+	Endpoint string
+	// Body is the request body as JSON, already validated, with the batch-level
+	// defaults merged in (per-request values win). Engines must not modify it.
+	Body json.RawMessage
+}
+
+// Response is the model side's answer to one request: a success (2xx) or a
+// refusal of that request (4xx other than 408/429), which the pipeline writes
+// as that request's result or error line.
+type Response struct {
+	// StatusCode is the HTTP-like status: 200 for success, 4xx for a refusal.
+	StatusCode int
+	// RequestID identifies the attempt that answered (a server's x-request-id
+	// when it gives one).
+	RequestID string
+	// Body is the endpoint's response body (chat.completion, text_completion,
+	// embeddings list), or an OpenAI error object {"error":{...}} for a 4xx.
+	Body json.RawMessage
+}
+
+// ErrUnavailable is wrapped by the error Do returns when a request could not
+// be answered after every retry. The pipeline turns it into an
+// `engine_unavailable` error line for that request.
+var ErrUnavailable = errors.New("engine unavailable")
+
+// Engine runs requests.
+//
+// Contract:
+//   - Do is safe for concurrent use and may block: an implementation bounds its
+//     own in-flight work and, when it is wholly down, holds callers (pausing the
+//     batches) while it probes, rather than failing every request.
+//   - Do returns exactly one of: a *Response (2xx or a 4xx refusal) and nil; an
+//     error wrapping ErrUnavailable; or ctx.Err() once ctx is done.
+//   - Do never changes req.
+type Engine interface {
+	// Open starts the engine's background work (probes, model loading).
+	Open(ctx context.Context) error
+	// Do runs one request.
+	Do(ctx context.Context, req *Request) (*Response, error)
+	// Close stops background work and waits for it.
+	Close(ctx context.Context) error
+}
+
+// Stats is an optional view an engine may offer for status and metrics.
+type Stats struct {
+	InFlight int  // requests being run now
+	Paused   bool // true while the engine is wholly down and callers are held
+}
+
+// StatsReporter is implemented by engines that can report Stats.
+type StatsReporter interface {
+	Stats() Stats
+}

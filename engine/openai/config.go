@@ -1,0 +1,113 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config configures an Engine. Start from DefaultConfig and set URLs.
+type Config struct {
+	// URLs are the base URLs of the replicas, as given to the OpenAI SDK
+	// (http://host:8000/v1). Requests go to the replica with the fewest
+	// attempts in flight.
+	URLs []string
+	// APIKey, when set, is sent as "Authorization: Bearer KEY". It is never logged.
+	APIKey string
+	// Model, when set, replaces the "model" field of every request body.
+	Model string
+	// MaxInFlight bounds the requests sent at once, across all replicas.
+	MaxInFlight int
+	// MaxRetries is the number of retries after the first attempt of a request.
+	MaxRetries int
+	// RetryWaitMin and RetryWaitMax bound the backoff between attempts; a
+	// server's Retry-After is honoured up to RetryWaitMax.
+	RetryWaitMin, RetryWaitMax time.Duration
+	// AttemptTimeout bounds one attempt, reading the response included.
+	AttemptTimeout time.Duration
+	// ProbeInterval is how often a down engine (or replica) is probed.
+	ProbeInterval time.Duration
+	// DownAfter is the number of consecutive failed attempts (transport
+	// errors, timeouts, 5xx) with no answer in between after which the
+	// engine counts as down and holds its callers.
+	DownAfter int
+	// Logger receives the engine's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults; URLs must still be set.
+func DefaultConfig() Config {
+	return Config{
+		MaxInFlight:    64,
+		MaxRetries:     5,
+		RetryWaitMin:   500 * time.Millisecond,
+		RetryWaitMax:   30 * time.Second,
+		AttemptTimeout: 10 * time.Minute,
+		ProbeInterval:  2 * time.Second,
+		DownAfter:      8,
+	}
+}
+
+// Validate reports the first invalid field, named as in the config file.
+func (c Config) Validate() error {
+	if len(c.URLs) == 0 {
+		return errors.New("openai.urls: at least one base URL is required")
+	}
+	for i, raw := range c.URLs {
+		if _, err := parseBaseURL(raw); err != nil {
+			return fmt.Errorf("openai.urls[%d]: %w", i, err)
+		}
+	}
+	switch {
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("openai.max_in_flight: must be at least 1, got %d", c.MaxInFlight)
+	case c.MaxRetries < 0:
+		return fmt.Errorf("openai.max_retries: must not be negative, got %d", c.MaxRetries)
+	case c.RetryWaitMin < 0:
+		return fmt.Errorf("openai.retry_wait_min: must not be negative, got %s", c.RetryWaitMin)
+	case c.RetryWaitMax <= 0:
+		return fmt.Errorf("openai.retry_wait_max: must be positive, got %s", c.RetryWaitMax)
+	case c.RetryWaitMax < c.RetryWaitMin:
+		return fmt.Errorf("openai.retry_wait_max: %s is below retry_wait_min %s", c.RetryWaitMax, c.RetryWaitMin)
+	case c.AttemptTimeout <= 0:
+		return fmt.Errorf("openai.attempt_timeout: must be positive, got %s", c.AttemptTimeout)
+	case c.ProbeInterval <= 0:
+		return fmt.Errorf("openai.probe_interval: must be positive, got %s", c.ProbeInterval)
+	case c.DownAfter < 1:
+		return fmt.Errorf("openai.down_after: must be at least 1, got %d", c.DownAfter)
+	}
+	return nil
+}
+
+// parseBaseURL checks one base URL and returns it without a trailing slash.
+func parseBaseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil, fmt.Errorf("parse base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("base URL %q: scheme %q is not http or https", u.Redacted(), u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("base URL %q: no host", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("base URL %q: must not have a query or fragment", u.Redacted())
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// endpointURL joins a base URL and an endpoint the way the OpenAI SDK does:
+// a base ending in /v1 already names the API version, so the endpoint's
+// /v1 prefix is dropped; any other base gets the full endpoint.
+func endpointURL(base, endpoint string) string {
+	if strings.HasSuffix(base, "/v1") {
+		return base + strings.TrimPrefix(endpoint, "/v1")
+	}
+	return base + endpoint
+}

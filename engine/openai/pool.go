@@ -1,0 +1,251 @@
+package openai
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// replica is one base URL. Its fields other than base and logURL are
+// guarded by pool.mu.
+type replica struct {
+	base   string // no trailing slash, may hold user info
+	logURL string // base with any password redacted
+
+	inflight int  // attempts being sent to it now
+	fails    int  // consecutive failed attempts
+	down     bool // skipped by pick while another replica is up
+}
+
+// pool chooses replicas and tracks whether the remote engine as a whole is
+// up. A single mutex guards all of it: the critical sections are a few
+// comparisons per attempt.
+type pool struct {
+	replicas  []*replica
+	downAfter int
+	logger    *slog.Logger
+
+	mu    sync.Mutex
+	next  int           // round-robin cursor for ties
+	fails int           // consecutive failed attempts across all replicas
+	down  bool          // the engine is wholly down: callers are held
+	up    chan struct{} // closed while up; a fresh open one while down
+}
+
+func newPool(bases []string, logURLs []string, downAfter int, logger *slog.Logger) *pool {
+	p := &pool{downAfter: downAfter, logger: logger, up: make(chan struct{})}
+	close(p.up)
+	for i, b := range bases {
+		p.replicas = append(p.replicas, &replica{base: b, logURL: logURLs[i]})
+	}
+	return p
+}
+
+// pick returns the replica with the fewest attempts in flight among those
+// not marked down (all of them if every one is), ties broken round robin,
+// and counts an attempt in flight on it. The caller must call release.
+func (p *pool) pick() *replica {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	anyUp := false
+	for _, r := range p.replicas {
+		if !r.down {
+			anyUp = true
+			break
+		}
+	}
+	n := len(p.replicas)
+	best := -1
+	for i := range n {
+		idx := (p.next + i) % n
+		r := p.replicas[idx]
+		if anyUp && r.down {
+			continue
+		}
+		if best < 0 || r.inflight < p.replicas[best].inflight {
+			best = idx
+		}
+	}
+	p.next = (best + 1) % n
+	r := p.replicas[best]
+	r.inflight++
+	return r
+}
+
+func (p *pool) release(r *replica) {
+	p.mu.Lock()
+	r.inflight--
+	p.mu.Unlock()
+}
+
+// answered records that r answered an attempt (any status but a retryable
+// 5xx): the server is alive, so a down engine or replica is up again.
+func (p *pool) answered(r *replica) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.markUpLocked(r, "request")
+}
+
+// failed records a failed attempt on r (transport error, timeout, 5xx) and
+// marks r, then the engine, down after downAfter consecutive failures.
+func (p *pool) failed(r *replica, cause string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r.fails++
+	p.fails++
+	if !r.down && r.fails >= p.downAfter && len(p.replicas) > 1 {
+		r.down = true
+		p.logger.Warn("replica unreachable; sending to the others, probing",
+			keyURL, r.logURL, "failed_attempts", r.fails, "last_error", cause)
+	}
+	if !p.down && p.fails >= p.downAfter {
+		p.goDownLocked(cause)
+	}
+}
+
+func (p *pool) goDownLocked(cause string) {
+	p.down = true
+	p.up = make(chan struct{})
+	p.logger.Warn("remote engine unreachable; batches paused, probing",
+		"failed_attempts", p.fails, "last_error", cause)
+}
+
+// markUpLocked clears the failure counts of r and, if the engine was down,
+// releases everyone waiting for it. how says what showed it is up.
+func (p *pool) markUpLocked(r *replica, how string) {
+	r.fails = 0
+	p.fails = 0
+	if r.down {
+		r.down = false
+		p.logger.Info("replica back", keyURL, r.logURL, "seen_by", how)
+	}
+	if p.down {
+		p.down = false
+		close(p.up)
+		p.logger.Info("remote engine back; resuming", keyURL, r.logURL, "seen_by", how)
+	}
+}
+
+// holdExhausted reports whether a request whose round of k attempts just ran
+// out should wait for the engine to come back rather than fail: the engine
+// is down, or every one of the k attempts failed and no attempt anywhere has
+// been answered since (the last k attempts engine-wide all failed). The
+// second case takes the engine down now: a lone request in an outage would
+// otherwise fail before DownAfter attempts were counted.
+func (p *pool) holdExhausted(allFailed bool, k int, cause string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return true
+	}
+	if !allFailed || k == 0 || p.fails < k {
+		return false
+	}
+	p.goDownLocked(cause)
+	return true
+}
+
+// isDown reports whether the engine is wholly down.
+func (p *pool) isDown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down
+}
+
+// waitUp returns nil at once while the engine is up, and otherwise waits
+// for it to come back, ctx to be done (ctx.Err()) or stop to close (errStop).
+func (p *pool) waitUp(ctx context.Context, stop <-chan struct{}, errStop error) error {
+	p.mu.Lock()
+	down, up := p.down, p.up
+	p.mu.Unlock()
+	if !down {
+		return nil
+	}
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return errStop
+	}
+}
+
+// probeTargets returns the replicas to probe now: all of them while the
+// engine is down, otherwise those marked down.
+func (p *pool) probeTargets() []*replica {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*replica
+	for _, r := range p.replicas {
+		if p.down || r.down {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// prober checks replicas with GET {base}/models.
+type prober struct {
+	pool     *pool
+	client   *http.Client
+	apiKey   string
+	interval time.Duration
+	timeout  time.Duration
+	logger   *slog.Logger
+}
+
+// run probes every interval until ctx is done.
+func (pr *prober) run(ctx context.Context) {
+	t := time.NewTicker(pr.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		targets := pr.pool.probeTargets()
+		var wg sync.WaitGroup
+		for _, r := range targets {
+			wg.Go(func() {
+				if err := pr.probe(ctx, r); err != nil {
+					pr.logger.Debug("probe failed", keyURL, r.logURL, "error", err)
+					return
+				}
+				pr.pool.mu.Lock()
+				pr.pool.markUpLocked(r, "probe")
+				pr.pool.mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// probe returns nil when r answers GET {base}/models with a status below 500.
+func (pr *prober) probe(ctx context.Context, r *replica) error {
+	ctx, cancel := context.WithTimeout(ctx, pr.timeout)
+	defer cancel()
+	u := endpointURL(r.base, "/v1/models")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("new probe request: %w", err)
+	}
+	if pr.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+pr.apiKey)
+	}
+	resp, err := pr.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s/models: %w", r.logURL, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	_ = resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		return fmt.Errorf("get %s/models: status %d", r.logURL, resp.StatusCode)
+	}
+	return nil
+}

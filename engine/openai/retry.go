@@ -1,0 +1,166 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// backoff returns how long to wait before retry number attempt+1 (attempt
+// is 0 for the wait after the first try).
+//
+// Without a usable Retry-After it is exponential from min, capped at max,
+// with equal jitter: half the step is fixed and half is random, so a crowd
+// of callers retrying together spreads out but none retries at once. A
+// Retry-After header (delay-seconds or an HTTP date) is honoured as given
+// but clamped to max: go-retryablehttp's own backoff would sleep an hour on
+// "Retry-After: 3600". rnd(n) must return a value in [0, n).
+func backoff(min, max time.Duration, attempt int, resp *http.Response, now time.Time, rnd func(n int64) int64) time.Duration {
+	if resp != nil {
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), now); ok {
+			return clamp(d, 0, max)
+		}
+	}
+	step := min
+	for i := 0; i < attempt && step < max; i++ {
+		step *= 2
+	}
+	step = clamp(step, min, max)
+	half := step / 2
+	if half <= 0 {
+		return step
+	}
+	return step - half + time.Duration(rnd(int64(half)+1))
+}
+
+// retryAfter parses a Retry-After value: delay-seconds or an HTTP date.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		// Beyond this the Duration would overflow; max clamps it anyway.
+		if secs > int64(time.Duration(1<<62)/time.Second) {
+			return time.Duration(1 << 62), true
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration {
+	return min(max(d, lo), hi)
+}
+
+// retryable reports whether an attempt that got resp (err == nil) or err
+// should be retried: transport errors and timeouts, 408, 429 and 5xx but 501.
+func retryable(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	return retryableStatus(resp.StatusCode)
+}
+
+func retryableStatus(code int) bool {
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
+		return true
+	case code >= 500 && code != http.StatusNotImplemented:
+		return true
+	}
+	return false
+}
+
+// serverFailed reports whether an attempt counts against the health of the
+// remote engine: it did not answer (transport error, timeout) or answered
+// with a server error. 408, 429 and 4xx show a live server.
+func serverFailed(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	return resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented
+}
+
+// errAttemptTimeout marks an attempt cut off by Config.AttemptTimeout.
+var errAttemptTimeout = errors.New("attempt timed out")
+
+// ctxKey carries an attempt's *call through the HTTP request context, so the
+// transport can record which replica it used.
+type ctxKey struct{}
+
+// attemptTransport sends each attempt of a call to a replica chosen per
+// attempt, bounds the attempt with its own timeout and reads the whole
+// response body before returning, so a body cut short is a transport error
+// (and retried) and the timeout covers reading it.
+//
+// It deliberately has no CloseIdleConnections method: go-retryablehttp
+// calls that on the client after every failed request, which would drop the
+// pool shared by all requests.
+type attemptTransport struct {
+	base    http.RoundTripper
+	pool    *pool
+	timeout time.Duration
+	maxBody int64
+}
+
+func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, _ := req.Context().Value(ctxKey{}).(*call)
+	if c == nil {
+		return nil, errors.New("openai: request without call state")
+	}
+	r := t.pool.pick()
+	defer t.pool.release(r)
+	c.replica = r
+	c.url = endpointURL(r.logURL, c.endpoint)
+	c.respBody = nil
+
+	parent := req.Context()
+	ctx, cancel := context.WithTimeout(parent, t.timeout)
+	defer cancel()
+	out := req.Clone(ctx)
+	u, err := url.Parse(endpointURL(r.base, c.endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("build url for %s: %w", r.logURL, err)
+	}
+	out.URL = u
+	out.Host = ""
+	if u.User != nil && out.Header.Get("Authorization") == "" {
+		pw, _ := u.User.Password()
+		out.SetBasicAuth(u.User.Username(), pw)
+	}
+
+	resp, err := t.base.RoundTrip(out)
+	if err == nil {
+		var body []byte
+		body, err = io.ReadAll(io.LimitReader(resp.Body, t.maxBody+1))
+		_ = resp.Body.Close()
+		if err == nil && int64(len(body)) > t.maxBody {
+			err = fmt.Errorf("response body over %d bytes", t.maxBody)
+		}
+		if err == nil {
+			c.respBody = body
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			return resp, nil
+		}
+		err = fmt.Errorf("read response: %w", err)
+	}
+	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("%w after %s: %w", errAttemptTimeout, t.timeout, err)
+	}
+	return nil, err
+}

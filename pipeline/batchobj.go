@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/batchd/batchd/pipeline/ledger"
+)
+
+// Batch statuses, as OpenAI names them.
+const (
+	StatusValidating = "validating"
+	StatusFailed     = "failed"
+	StatusInProgress = "in_progress"
+	StatusFinalizing = "finalizing"
+	StatusCompleted  = "completed"
+	StatusExpired    = "expired"
+	StatusCancelling = "cancelling"
+	StatusCancelled  = "cancelled"
+)
+
+// Terminal reports whether a batch in this status will not change again
+// (unless its content is dropped again).
+func Terminal(status string) bool {
+	switch status {
+	case StatusFailed, StatusCompleted, StatusExpired, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// BatchObject is NAME.batch.json: OpenAI's batch object, plus a "batchd"
+// member with what OpenAI's shape has no place for.
+type BatchObject struct {
+	ID               string            `json:"id"`
+	Object           string            `json:"object"`
+	Endpoint         string            `json:"endpoint"`
+	Errors           *BatchErrors      `json:"errors"`
+	InputFileID      string            `json:"input_file_id"`
+	CompletionWindow string            `json:"completion_window"`
+	Status           string            `json:"status"`
+	OutputFileID     *string           `json:"output_file_id"`
+	ErrorFileID      *string           `json:"error_file_id"`
+	CreatedAt        int64             `json:"created_at"`
+	InProgressAt     *int64            `json:"in_progress_at"`
+	ExpiresAt        *int64            `json:"expires_at"`
+	FinalizingAt     *int64            `json:"finalizing_at"`
+	CompletedAt      *int64            `json:"completed_at"`
+	FailedAt         *int64            `json:"failed_at"`
+	ExpiredAt        *int64            `json:"expired_at"`
+	CancellingAt     *int64            `json:"cancelling_at"`
+	CancelledAt      *int64            `json:"cancelled_at"`
+	RequestCounts    RequestCounts     `json:"request_counts"`
+	Usage            Usage             `json:"usage"`
+	Metadata         map[string]string `json:"metadata"`
+	Batchd           BatchdInfo        `json:"batchd"`
+}
+
+// BatchErrors is the errors member of a failed batch.
+type BatchErrors struct {
+	Object string              `json:"object"`
+	Data   []ledger.BatchError `json:"data"`
+}
+
+// RequestCounts counts a batch's requests; Total = Completed + Failed once it ends.
+type RequestCounts struct {
+	Total     int `json:"total"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+}
+
+// Usage sums the token usage of a batch's results.
+type Usage struct {
+	InputTokens         int64        `json:"input_tokens"`
+	InputTokensDetails  TokenDetails `json:"input_tokens_details"`
+	OutputTokens        int64        `json:"output_tokens"`
+	OutputTokensDetails TokenDetails `json:"output_tokens_details"`
+	TotalTokens         int64        `json:"total_tokens"`
+}
+
+// TokenDetails is OpenAI's token detail breakdown (zero where unknown).
+type TokenDetails struct {
+	CachedTokens    int64 `json:"cached_tokens,omitempty"`
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
+}
+
+// BatchdInfo is what batchd adds to the batch object.
+type BatchdInfo struct {
+	Name       string  `json:"name"`
+	InputFile  string  `json:"input_file"`
+	OutputFile string  `json:"output_file"`
+	ErrorFile  string  `json:"error_file"`
+	UpdatedAt  int64   `json:"updated_at"`
+	Rate       float64 `json:"rate"` // requests per second over the current run
+	Paused     bool    `json:"paused,omitempty"`
+}
+
+func ts(v int64) *int64 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+// NewBatchObject renders a ledger record in OpenAI's shape.
+func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
+	o := &BatchObject{
+		ID:               b.ID,
+		Object:           "batch",
+		Endpoint:         b.Endpoint,
+		InputFileID:      info.InputFile,
+		CompletionWindow: b.CompletionWindow,
+		Status:           b.Status,
+		CreatedAt:        b.CreatedAt,
+		InProgressAt:     ts(b.InProgressAt),
+		ExpiresAt:        ts(b.ExpiresAt),
+		FinalizingAt:     ts(b.FinalizingAt),
+		CompletedAt:      ts(b.CompletedAt),
+		FailedAt:         ts(b.FailedAt),
+		ExpiredAt:        ts(b.ExpiredAt),
+		CancellingAt:     ts(b.CancellingAt),
+		CancelledAt:      ts(b.CancelledAt),
+		RequestCounts:    RequestCounts{Total: b.Total, Completed: b.Completed, Failed: b.Failed},
+		Usage: Usage{
+			InputTokens:  b.InputTokens,
+			OutputTokens: b.OutputTokens,
+			TotalTokens:  b.InputTokens + b.OutputTokens,
+		},
+		Metadata: b.Metadata,
+		Batchd:   info,
+	}
+	if o.CompletionWindow == "" {
+		o.CompletionWindow = "24h"
+	}
+	if len(b.Errors) > 0 {
+		o.Errors = &BatchErrors{Object: "list", Data: b.Errors}
+	}
+	if Terminal(b.Status) && len(b.Errors) == 0 {
+		o.OutputFileID = strPtr(info.OutputFile)
+		o.ErrorFileID = strPtr(info.ErrorFile)
+	}
+	return o
+}
+
+// ReadBatchObject reads a NAME.batch.json file.
+func ReadBatchObject(path string) (*BatchObject, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read batch object: %w", err)
+	}
+	o := new(BatchObject)
+	if err := json.Unmarshal(raw, o); err != nil {
+		return nil, fmt.Errorf("parse batch object %s: %w", path, err)
+	}
+	return o, nil
+}

@@ -1,0 +1,224 @@
+// Package ledger is batchd's source of truth: a bbolt file recording every
+// batch, which of its input lines have a committed result line, and how long
+// each committed result file is. The pipeline's writer commits here in groups
+// (one transaction per many results), after it has fsynced the result files,
+// so a crash at any moment leaves the ledger describing a durable prefix of
+// each file.
+//
+// It imports no other batchd package.
+package ledger
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrNotFound is returned for a batch the ledger does not know.
+var ErrNotFound = errors.New("batch not found")
+
+var (
+	bucketBatches = []byte("batches")
+	bucketDone    = []byte("done")
+)
+
+// linesPerChunk is how many input lines one bitmap chunk covers; a chunk is
+// stored as one value so a commit rewrites only the chunks it touched.
+const linesPerChunk = 8192
+
+// Batch is what the ledger records about one batch. Its identity is the hash
+// of its input content and options.
+type Batch struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Format    string `json:"format"`
+	Endpoint  string `json:"endpoint,omitempty"`
+	Status    string `json:"status"`
+	Total     int    `json:"total"`
+	Completed int    `json:"completed"`
+	Failed    int    `json:"failed"`
+
+	// Gen numbers the result files in use; a reopen writes a new generation.
+	Gen int `json:"gen"`
+	// OutLen and ErrLen are the committed lengths of the result files.
+	OutLen int64 `json:"out_len"`
+	ErrLen int64 `json:"err_len"`
+
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+
+	CompletionWindow string            `json:"completion_window,omitempty"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	Errors           []BatchError      `json:"errors,omitempty"`
+
+	CreatedAt    int64 `json:"created_at"`
+	InProgressAt int64 `json:"in_progress_at,omitempty"`
+	ExpiresAt    int64 `json:"expires_at,omitempty"`
+	FinalizingAt int64 `json:"finalizing_at,omitempty"`
+	CompletedAt  int64 `json:"completed_at,omitempty"`
+	FailedAt     int64 `json:"failed_at,omitempty"`
+	ExpiredAt    int64 `json:"expired_at,omitempty"`
+	CancellingAt int64 `json:"cancelling_at,omitempty"`
+	CancelledAt  int64 `json:"cancelled_at,omitempty"`
+}
+
+// BatchError is one entry of a failed batch's errors.data.
+type BatchError struct {
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Line    *int    `json:"line"`
+	Param   *string `json:"param"`
+}
+
+// Ledger is an open ledger file. It is safe for concurrent use.
+type Ledger struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the ledger at path. A ledger held by
+// another process fails after a short wait instead of blocking forever.
+func Open(path string) (*Ledger, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketBatches, bucketDone} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init ledger %s: %w", path, err)
+	}
+	return &Ledger{db: db}, nil
+}
+
+// Close closes the file.
+func (l *Ledger) Close() error { return l.db.Close() }
+
+// Get returns the batch with the given id, or ErrNotFound.
+func (l *Ledger) Get(id string) (*Batch, error) {
+	var b *Batch
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketBatches).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		b = new(Batch)
+		return json.Unmarshal(v, b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get batch %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// List returns every batch, in id order.
+func (l *Ledger) List() ([]*Batch, error) {
+	var out []*Batch
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBatches).ForEach(func(k, v []byte) error {
+			b := new(Batch)
+			if err := json.Unmarshal(v, b); err != nil {
+				return fmt.Errorf("batch %s: %w", k, err)
+			}
+			out = append(out, b)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list batches: %w", err)
+	}
+	return out, nil
+}
+
+// Put records b (creating or replacing its record), leaving its done set alone.
+func (l *Ledger) Put(b *Batch) error {
+	return l.Commit(b, nil, false)
+}
+
+// Commit records b and marks the given input lines done, in one transaction.
+// With reset, the batch's done set is cleared first and replaced by done.
+func (l *Ledger) Commit(b *Batch, done *Bitmap, reset bool) error {
+	v, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("encode batch %s: %w", b.ID, err)
+	}
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketBatches).Put([]byte(b.ID), v); err != nil {
+			return err
+		}
+		parent := tx.Bucket(bucketDone)
+		if reset && parent.Bucket([]byte(b.ID)) != nil {
+			if err := parent.DeleteBucket([]byte(b.ID)); err != nil {
+				return err
+			}
+		}
+		if done == nil {
+			return nil
+		}
+		bk, err := parent.CreateBucketIfNotExists([]byte(b.ID))
+		if err != nil {
+			return err
+		}
+		var key [4]byte
+		for _, c := range done.takeDirty(reset) {
+			binary.BigEndian.PutUint32(key[:], uint32(c))
+			if err := bk.Put(key[:], done.chunk(c)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("commit batch %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Done loads the done set of batch id.
+func (l *Ledger) Done(id string) (*Bitmap, error) {
+	bm := NewBitmap()
+	err := l.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketDone).Bucket([]byte(id))
+		if bk == nil {
+			return nil
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			if len(k) != 4 {
+				return fmt.Errorf("bad chunk key %x", k)
+			}
+			bm.load(int(binary.BigEndian.Uint32(k)), v)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load done set of %s: %w", id, err)
+	}
+	return bm, nil
+}
+
+// Delete forgets batch id and its done set.
+func (l *Ledger) Delete(id string) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketBatches).Delete([]byte(id)); err != nil {
+			return err
+		}
+		if tx.Bucket(bucketDone).Bucket([]byte(id)) != nil {
+			return tx.Bucket(bucketDone).DeleteBucket([]byte(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete batch %s: %w", id, err)
+	}
+	return nil
+}

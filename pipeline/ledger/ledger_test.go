@@ -1,0 +1,140 @@
+package ledger
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+)
+
+func TestBitmapSetClearHas(t *testing.T) {
+	b := NewBitmap()
+	for _, n := range []int{1, 8, 9, linesPerChunk, linesPerChunk + 1, 1_000_000} {
+		if b.Has(n) {
+			t.Fatalf("empty bitmap has %d", n)
+		}
+		b.Set(n)
+		b.Set(n) // idempotent
+		if !b.Has(n) {
+			t.Fatalf("bitmap lacks %d after Set", n)
+		}
+	}
+	if b.Len() != 6 {
+		t.Fatalf("Len = %d, want 6", b.Len())
+	}
+	b.Clear(9)
+	b.Clear(9)
+	if b.Has(9) || b.Len() != 5 {
+		t.Fatalf("after Clear(9): Has=%v Len=%d", b.Has(9), b.Len())
+	}
+	if b.Has(0) || b.Has(-3) {
+		t.Fatal("non-positive lines are never in the set")
+	}
+}
+
+func TestCommitAndReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Batch{ID: "batch_x", Name: "x", Status: "in_progress", Total: 3, Gen: 1}
+	done := NewBitmap()
+	done.Set(2)
+	done.Set(linesPerChunk + 5)
+	b.Completed, b.OutLen = 2, 123
+	if err := l.Commit(b, done, false); err != nil {
+		t.Fatal(err)
+	}
+	// A second commit writes only what changed since the first.
+	done.Set(3)
+	if err := l.Commit(b, done, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got, err := l.Get("batch_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.OutLen != 123 || got.Completed != 2 || got.Name != "x" {
+		t.Fatalf("reloaded batch = %+v", got)
+	}
+	bm, err := l.Done("batch_x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{2, 3, linesPerChunk + 5} {
+		if !bm.Has(n) {
+			t.Errorf("reloaded done set lacks line %d", n)
+		}
+	}
+	if bm.Has(1) || bm.Len() != 3 {
+		t.Errorf("reloaded done set: Has(1)=%v Len=%d", bm.Has(1), bm.Len())
+	}
+
+	// reset replaces the done set wholesale.
+	bm.Clear(3)
+	if err := l.Commit(got, bm, true); err != nil {
+		t.Fatal(err)
+	}
+	bm2, _ := l.Done("batch_x")
+	if bm2.Has(3) || !bm2.Has(2) {
+		t.Fatalf("after reset commit: Has(3)=%v Has(2)=%v", bm2.Has(3), bm2.Has(2))
+	}
+
+	if _, err := l.Get("nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(unknown) = %v, want ErrNotFound", err)
+	}
+	list, err := l.List()
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List = %v, %v", list, err)
+	}
+	if err := l.Delete("batch_x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Get("batch_x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after Delete: %v", err)
+	}
+}
+
+func TestSecondOpenFailsFast(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l2, err := Open(path); err == nil {
+		l2.Close()
+		t.Fatal("a second Open of a held ledger succeeded")
+	}
+}
+
+func BenchmarkCommit1000(b *testing.B) {
+	l, err := Open(filepath.Join(b.TempDir(), "ledger.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	batch := &Batch{ID: "batch_bench", Status: "in_progress", Gen: 1}
+	done := NewBitmap()
+	line := 0
+	b.ResetTimer()
+	for range b.N {
+		for range 1000 {
+			line++
+			done.Set(line)
+		}
+		if err := l.Commit(batch, done, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "lines/s")
+}

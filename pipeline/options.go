@@ -1,0 +1,183 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// On-invalid policies.
+const (
+	OnInvalidContinue = "continue"
+	OnInvalidReject   = "reject"
+)
+
+// Options are batch-level options: the daemon's config gives defaults, and a
+// NAME.options.json file beside an input overrides them field by field.
+// Sampling fields serve as defaults under each request's body; per-request
+// values win.
+type Options struct {
+	OnInvalid        string            `json:"on_invalid,omitempty" yaml:"on_invalid"`
+	CompletionWindow string            `json:"completion_window,omitempty" yaml:"completion_window"`
+	Metadata         map[string]string `json:"metadata,omitempty" yaml:"metadata"`
+
+	MaxTokens         int      `json:"max_tokens,omitempty" yaml:"max_tokens"`
+	Model             string   `json:"model,omitempty" yaml:"model"`
+	Temperature       *float64 `json:"temperature,omitempty" yaml:"temperature"`
+	TopP              *float64 `json:"top_p,omitempty" yaml:"top_p"`
+	TopK              *int     `json:"top_k,omitempty" yaml:"top_k"`
+	MinP              *float64 `json:"min_p,omitempty" yaml:"min_p"`
+	PresencePenalty   *float64 `json:"presence_penalty,omitempty" yaml:"presence_penalty"`
+	FrequencyPenalty  *float64 `json:"frequency_penalty,omitempty" yaml:"frequency_penalty"`
+	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty" yaml:"repetition_penalty"`
+	Seed              *int64   `json:"seed,omitempty" yaml:"seed"`
+	Stop              []string `json:"stop,omitempty" yaml:"stop"`
+}
+
+// Merge returns o with every field set in over replacing o's.
+func (o Options) Merge(over Options) Options {
+	if over.OnInvalid != "" {
+		o.OnInvalid = over.OnInvalid
+	}
+	if over.CompletionWindow != "" {
+		o.CompletionWindow = over.CompletionWindow
+	}
+	if over.Metadata != nil {
+		o.Metadata = over.Metadata
+	}
+	if over.MaxTokens != 0 {
+		o.MaxTokens = over.MaxTokens
+	}
+	if over.Model != "" {
+		o.Model = over.Model
+	}
+	setIf(&o.Temperature, over.Temperature)
+	setIf(&o.TopP, over.TopP)
+	setIf(&o.TopK, over.TopK)
+	setIf(&o.MinP, over.MinP)
+	setIf(&o.PresencePenalty, over.PresencePenalty)
+	setIf(&o.FrequencyPenalty, over.FrequencyPenalty)
+	setIf(&o.RepetitionPenalty, over.RepetitionPenalty)
+	setIf(&o.Seed, over.Seed)
+	if over.Stop != nil {
+		o.Stop = over.Stop
+	}
+	return o
+}
+
+func setIf[T any](dst **T, v *T) {
+	if v != nil {
+		*dst = v
+	}
+}
+
+// HasSampling reports whether any batch-level sampling default is set.
+func (o Options) HasSampling() bool {
+	return o.Temperature != nil || o.TopP != nil || o.TopK != nil || o.MinP != nil ||
+		o.PresencePenalty != nil || o.FrequencyPenalty != nil || o.RepetitionPenalty != nil ||
+		o.Seed != nil || o.Stop != nil
+}
+
+// Window parses CompletionWindow; zero means none.
+func (o Options) Window() (time.Duration, error) {
+	if o.CompletionWindow == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(o.CompletionWindow)
+	if err != nil {
+		return 0, fmt.Errorf("completion_window: %q is not a duration like 24h or 90m", o.CompletionWindow)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("completion_window: must be positive, got %s", o.CompletionWindow)
+	}
+	return d, nil
+}
+
+// Defaults returns the body defaults the validator merges into each request.
+func (o Options) Defaults() map[string]json.RawMessage {
+	m := make(map[string]json.RawMessage)
+	put := func(k string, v any) {
+		b, _ := json.Marshal(v)
+		m[k] = b
+	}
+	if o.MaxTokens != 0 {
+		put("max_tokens", o.MaxTokens)
+	}
+	if o.Model != "" {
+		put("model", o.Model)
+	}
+	if o.Temperature != nil {
+		put("temperature", *o.Temperature)
+	}
+	if o.TopP != nil {
+		put("top_p", *o.TopP)
+	}
+	if o.TopK != nil {
+		put("top_k", *o.TopK)
+	}
+	if o.MinP != nil {
+		put("min_p", *o.MinP)
+	}
+	if o.PresencePenalty != nil {
+		put("presence_penalty", *o.PresencePenalty)
+	}
+	if o.FrequencyPenalty != nil {
+		put("frequency_penalty", *o.FrequencyPenalty)
+	}
+	if o.RepetitionPenalty != nil {
+		put("repetition_penalty", *o.RepetitionPenalty)
+	}
+	if o.Seed != nil {
+		put("seed", *o.Seed)
+	}
+	if o.Stop != nil {
+		put("stop", o.Stop)
+	}
+	return m
+}
+
+// Validate checks the fields that are not body defaults (the validator checks
+// those with the body rules).
+func (o Options) Validate() error {
+	switch o.OnInvalid {
+	case "", OnInvalidContinue, OnInvalidReject:
+	default:
+		return fmt.Errorf("on_invalid: must be %q or %q, got %q", OnInvalidContinue, OnInvalidReject, o.OnInvalid)
+	}
+	if o.MaxTokens < 0 {
+		return fmt.Errorf("max_tokens: must be a positive integer, got %d", o.MaxTokens)
+	}
+	if _, err := o.Window(); err != nil {
+		return err
+	}
+	if len(o.Metadata) > 16 {
+		return fmt.Errorf("metadata: at most 16 keys, got %d", len(o.Metadata))
+	}
+	return nil
+}
+
+// ReadOptionsFile reads a NAME.options.json file. A missing file gives zero
+// Options and no error; unknown keys are an error naming them.
+func ReadOptionsFile(path string) (Options, []byte, error) {
+	var o Options
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return o, nil, nil
+	}
+	if err != nil {
+		return o, nil, fmt.Errorf("read options %s: %w", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return o, raw, fmt.Errorf("options file %s: %w", path, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return o, raw, fmt.Errorf("options file %s: trailing data after the object", path)
+	}
+	return o, raw, nil
+}

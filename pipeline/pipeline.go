@@ -1,0 +1,237 @@
+// Package pipeline turns one batch input file into its result files, exactly
+// once: it reads the input as a stream, validates each line, skips what the
+// ledger records as done, dispatches the rest to the engine with bounded
+// in-flight work, and hands every result to a single writer per batch that
+// group-commits result lines and ledger records (ARCHITECTURE.md §3).
+//
+// It knows the engine only through engine.Engine, and no source (watcher) at
+// all: the daemon gives it Jobs.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/pipeline/ledger"
+)
+
+// Log keys.
+const (
+	keyBatch    = "batch"
+	keyName     = "name"
+	keyLine     = "line"
+	keyCustomID = "custom_id"
+)
+
+// ErrShutdown is the cause of a run stopped because the pipeline is closing;
+// the batch resumes where it stopped on the next run.
+var ErrShutdown = errors.New("pipeline shutting down")
+
+var (
+	errCancelled = errors.New("batch cancelled")
+	errExpired   = errors.New("batch expired")
+)
+
+// Config configures a Pipeline.
+type Config struct {
+	// StateDir holds the ledger and the result files of batches in progress.
+	StateDir string
+	// MaxLineBytes bounds one input line (default 32 MiB).
+	MaxLineBytes int
+	// CommitInterval and CommitEvery bound how long and how many results wait
+	// for a group commit.
+	CommitInterval time.Duration
+	CommitEvery    int
+	// Workers is how many requests run at once across all batches.
+	Workers int
+	// QueuePerBatch is how many validated requests of one batch may wait for
+	// a worker.
+	QueuePerBatch int
+	// ProgressInterval is how often a running batch's NAME.batch.json is rewritten.
+	ProgressInterval time.Duration
+	// Defaults are the batch-level options every batch starts from.
+	Defaults Options
+	Logger   *slog.Logger
+	// Now is the clock (tests set it).
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults for a state directory.
+func DefaultConfig(stateDir string) Config {
+	return Config{
+		StateDir:         stateDir,
+		MaxLineBytes:     32 << 20,
+		CommitInterval:   200 * time.Millisecond,
+		CommitEvery:      4096,
+		Workers:          64,
+		QueuePerBatch:    256,
+		ProgressInterval: time.Second,
+		Defaults:         Options{OnInvalid: OnInvalidContinue},
+		Now:              time.Now,
+	}
+}
+
+// Validate checks the config, naming the bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.StateDir == "":
+		return errors.New("state dir: required")
+	case c.MaxLineBytes < 1024:
+		return fmt.Errorf("max_line_bytes: must be at least 1024, got %d", c.MaxLineBytes)
+	case c.CommitInterval <= 0:
+		return fmt.Errorf("commit_interval: must be positive, got %s", c.CommitInterval)
+	case c.CommitEvery < 1:
+		return fmt.Errorf("commit_every: must be at least 1, got %d", c.CommitEvery)
+	case c.Workers < 1:
+		return fmt.Errorf("workers: must be at least 1, got %d", c.Workers)
+	case c.QueuePerBatch < 1:
+		return fmt.Errorf("queue_per_batch: must be at least 1, got %d", c.QueuePerBatch)
+	}
+	if err := c.Defaults.Validate(); err != nil {
+		return fmt.Errorf("defaults: %w", err)
+	}
+	return nil
+}
+
+// Job is one input file to run.
+type Job struct {
+	// Name is the batch name (the input's file name without its extension).
+	Name string
+	// Path is the input file.
+	Path string
+	// Format is "jsonl" or "json".
+	Format string
+	// OptionsPath is NAME.options.json beside the input; it may not exist.
+	OptionsPath string
+	// Outbox is where NAME.output.jsonl, NAME.errors.jsonl and NAME.batch.json go.
+	Outbox string
+	// DoneDir is where the input goes once its outputs are final.
+	DoneDir string
+}
+
+func (j Job) outputPath() string { return filepath.Join(j.Outbox, j.Name+".output.jsonl") }
+func (j Job) errorsPath() string { return filepath.Join(j.Outbox, j.Name+".errors.jsonl") }
+func (j Job) batchPath() string  { return filepath.Join(j.Outbox, j.Name+".batch.json") }
+
+// Pipeline runs jobs. Long-lived: New → Open → Run (many, concurrently) → Close.
+type Pipeline struct {
+	cfg    Config
+	eng    engine.Engine
+	log    *slog.Logger
+	ledger *ledger.Ledger
+	disp   *dispatcher
+
+	mu      sync.Mutex
+	locks   map[string]*sync.Mutex // per batch id: one run at a time
+	running map[string]*run        // by name
+	cancels map[string]bool        // names asked to cancel before they ran
+}
+
+// New returns a pipeline; it does no I/O.
+func New(cfg Config, eng engine.Engine) *Pipeline {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Pipeline{
+		cfg:     cfg,
+		eng:     eng,
+		log:     cfg.Logger.With("component", "pipeline"),
+		locks:   make(map[string]*sync.Mutex),
+		running: make(map[string]*run),
+		cancels: make(map[string]bool),
+	}
+}
+
+// Open opens the ledger and starts the workers.
+func (p *Pipeline) Open(ctx context.Context) error {
+	if err := p.cfg.Validate(); err != nil {
+		return fmt.Errorf("pipeline config: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(p.cfg.StateDir, "batches"), 0o755); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	l, err := ledger.Open(filepath.Join(p.cfg.StateDir, "ledger.db"))
+	if err != nil {
+		return err
+	}
+	p.ledger = l
+	p.disp = newDispatcher(p.eng, p.cfg.Workers, p.cfg.QueuePerBatch)
+	p.disp.start()
+	return nil
+}
+
+// Close stops the workers and closes the ledger. Runs must have returned.
+func (p *Pipeline) Close(ctx context.Context) error {
+	if p.disp != nil {
+		p.disp.stop()
+	}
+	if p.ledger != nil {
+		return p.ledger.Close()
+	}
+	return nil
+}
+
+// Ledger gives read access to the ledger (status, HTTP API).
+func (p *Pipeline) Ledger() *ledger.Ledger { return p.ledger }
+
+// Cancel asks batch name to cancel: its unfinished requests become
+// batch_cancelled lines and it ends cancelled. A name not running yet is
+// cancelled as soon as it starts. It reports whether name was running.
+func (p *Pipeline) Cancel(name string) bool {
+	p.mu.Lock()
+	r := p.running[name]
+	if r == nil {
+		p.cancels[name] = true
+	}
+	p.mu.Unlock()
+	if r != nil {
+		r.cancel(errCancelled)
+	}
+	return r != nil
+}
+
+func (p *Pipeline) batchLock(id string) *sync.Mutex {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.locks[id]
+	if m == nil {
+		m = new(sync.Mutex)
+		p.locks[id] = m
+	}
+	return m
+}
+
+func (p *Pipeline) batchDir(id string) string {
+	return filepath.Join(p.cfg.StateDir, "batches", id)
+}
+
+// CleanOutbox removes temporary files a crash may have left in an outbox.
+func CleanOutbox(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read outbox: %w", err)
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove leftover %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}

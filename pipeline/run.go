@@ -1,0 +1,867 @@
+package pipeline
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/pipeline/validate"
+)
+
+// samplingNotice is logged once per batch run whose options set sampling defaults.
+const samplingNotice = "Batch-level sampling params serve as defaults; per-request values in JSONL body take priority."
+
+// maxBatchErrors bounds errors.data of a batch rejected for invalid lines.
+const maxBatchErrors = 1000
+
+// run is one execution of one batch.
+type run struct {
+	p    *Pipeline
+	job  Job
+	log  *slog.Logger
+	b    *ledger.Batch // owned by the writer once it starts
+	vcfg validate.Config
+
+	prior *ledger.Bitmap // lines done before this run: the reader's view
+	done  *ledger.Bitmap // the writer's view
+
+	outF, errF       *os.File
+	outW, errW       *bufio.Writer
+	outDirty, errDir bool
+
+	runCtx    context.Context
+	stopRun   context.CancelCauseFunc
+	reqCtx    context.Context
+	cancelReq context.CancelCauseFunc
+
+	results chan result
+	tasks   sync.WaitGroup
+
+	started     time.Time
+	startedDone int
+}
+
+func (r *run) cancel(cause error) { r.cancelReq(cause) }
+
+// Run runs job to its end and returns its batch record. It returns an error
+// (and leaves the batch to resume later) when the input cannot be read, a
+// result file cannot be made durable, or ctx is done.
+func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
+	log := p.log.With(keyName, job.Name)
+	opts, _, optErr := ReadOptionsFile(job.OptionsPath)
+	eff := p.cfg.Defaults.Merge(opts)
+	if optErr == nil {
+		optErr = eff.Validate()
+	}
+	vcfg := validate.Config{Defaults: eff.Defaults()}
+	if optErr == nil {
+		if err := vcfg.Validate(); err != nil {
+			optErr = fmt.Errorf("options: %w", err)
+		}
+	}
+	id, total, fileErr, err := p.identify(job, eff)
+	if err != nil {
+		return nil, err
+	}
+	log = log.With(keyBatch, id)
+
+	lock := p.batchLock(id)
+	lock.Lock()
+	defer lock.Unlock()
+
+	now := p.cfg.Now().Unix()
+	b, err := p.ledger.Get(id)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		b = &ledger.Batch{
+			ID: id, Name: job.Name, Format: job.Format, Total: total, Gen: 1,
+			Status: StatusInProgress, CreatedAt: now, InProgressAt: now,
+			CompletionWindow: eff.CompletionWindow, Metadata: eff.Metadata,
+		}
+		if eff.OnInvalid == OnInvalidReject {
+			b.Status, b.InProgressAt = StatusValidating, 0
+		}
+		if w, _ := eff.Window(); w > 0 {
+			b.ExpiresAt = p.cfg.Now().Add(w).Unix()
+		}
+		switch {
+		case optErr != nil:
+			return p.fail(job, b, "invalid_options", optErr.Error())
+		case fileErr != nil:
+			return p.fail(job, b, "invalid_file", fileErr.Error())
+		}
+		if err := p.ledger.Put(b); err != nil {
+			return nil, err
+		}
+		log.Info("batch started", "total", total)
+	case err != nil:
+		return nil, err
+	default:
+		b.Name = job.Name
+		if b.Status == StatusFailed {
+			return b, p.publishFailed(job, b)
+		}
+		if Terminal(b.Status) {
+			again, err := p.reopen(b, eff)
+			if err != nil {
+				return nil, err
+			}
+			if !again {
+				log.Info("same content ran before; reusing its results", "status", b.Status)
+				return b, p.finishPublished(job, b)
+			}
+			log.Info("same content ran before; rerunning its unfinished requests", "done", b.Completed+b.Failed, "total", b.Total)
+		} else {
+			log.Info("resuming batch", "status", b.Status, "done", b.Completed+b.Failed, "total", b.Total)
+		}
+	}
+	return p.execute(ctx, job, b, eff, vcfg, log)
+}
+
+// identify hashes the input and its effective options into the batch id, and
+// counts its requests. fileErr is a structural problem of a requests document.
+func (p *Pipeline) identify(job Job, eff Options) (id string, total int, fileErr, err error) {
+	f, err := os.Open(job.Path)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("open input: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	optJSON, _ := json.Marshal(eff)
+	fmt.Fprintf(h, "batchd-v1\n%s\n%s\n", job.Format, optJSON)
+	rec := &readErrRecorder{r: f}
+	src := newSource(io.TeeReader(rec, h), job.Format, p.cfg.MaxLineBytes)
+	for {
+		_, _, _, err := src.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if rec.err == nil {
+				// Hash the rest so the id still names this content.
+				if _, err := io.Copy(h, f); err != nil {
+					return "", 0, nil, fmt.Errorf("read input: %w", err)
+				}
+				fileErr = err
+				break
+			}
+			return "", 0, nil, fmt.Errorf("read input: %w", err)
+		}
+		total++
+	}
+	sum := h.Sum(nil)
+	return "batch_" + hex.EncodeToString(sum[:16]), total, fileErr, nil
+}
+
+// readErrRecorder remembers the first read error of its reader, to tell an
+// I/O failure from a structural problem in what was read.
+type readErrRecorder struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrRecorder) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+func newSource(r io.Reader, format string, maxLine int) validate.Source {
+	if format == "json" {
+		return validate.NewDocReader(r, maxLine)
+	}
+	return validate.NewLineReader(r, maxLine)
+}
+
+// fail ends a new batch as failed before any request ran.
+func (p *Pipeline) fail(job Job, b *ledger.Batch, code, msg string) (*ledger.Batch, error) {
+	p.log.Warn("batch failed", keyName, job.Name, keyBatch, b.ID, "code", code, "error", msg)
+	b.Status = StatusFailed
+	b.FailedAt = p.cfg.Now().Unix()
+	b.InProgressAt = 0
+	b.Total, b.Completed, b.Failed = 0, 0, 0
+	b.Errors = []ledger.BatchError{{Code: code, Message: msg}}
+	if err := p.ledger.Put(b); err != nil {
+		return nil, err
+	}
+	return b, p.publishFailed(job, b)
+}
+
+// publishFailed writes a failed batch's object, removes outputs an earlier
+// batch of the same name left, and moves the input to done.
+func (p *Pipeline) publishFailed(job Job, b *ledger.Batch) error {
+	for _, path := range []string{job.outputPath(), job.errorsPath()} {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove stale output: %w", err)
+		}
+	}
+	if err := p.writeBatchObject(job, b, 0, true); err != nil {
+		return err
+	}
+	return p.retire(job)
+}
+
+// finishPublished (re)publishes a finished batch's results under job's name.
+func (p *Pipeline) finishPublished(job Job, b *ledger.Batch) error {
+	if err := p.publishResults(job, b); err != nil {
+		return err
+	}
+	if err := p.writeBatchObject(job, b, 0, true); err != nil {
+		return err
+	}
+	return p.retire(job)
+}
+
+func (p *Pipeline) resultPaths(b *ledger.Batch, gen int) (out, errs string) {
+	dir := p.batchDir(b.ID)
+	return filepath.Join(dir, "output."+strconv.Itoa(gen)+".jsonl"), filepath.Join(dir, "errors."+strconv.Itoa(gen)+".jsonl")
+}
+
+func (p *Pipeline) publishResults(job Job, b *ledger.Batch) error {
+	if err := os.MkdirAll(job.Outbox, 0o755); err != nil {
+		return fmt.Errorf("create outbox: %w", err)
+	}
+	out, errs := p.resultPaths(b, b.Gen)
+	if err := publish(out, job.outputPath()); err != nil {
+		return err
+	}
+	if err := publish(errs, job.errorsPath()); err != nil {
+		return err
+	}
+	return syncDir(job.Outbox)
+}
+
+// retire moves the input and its options file to done and removes a cancel
+// request for it.
+func (p *Pipeline) retire(job Job) error {
+	if err := os.MkdirAll(job.DoneDir, 0o755); err != nil {
+		return fmt.Errorf("create done dir: %w", err)
+	}
+	if err := moveFile(job.Path, filepath.Join(job.DoneDir, filepath.Base(job.Path))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if _, err := os.Stat(job.OptionsPath); err == nil {
+		if err := moveFile(job.OptionsPath, filepath.Join(job.DoneDir, filepath.Base(job.OptionsPath))); err != nil {
+			return err
+		}
+	}
+	cancelFile := filepath.Join(filepath.Dir(job.Path), job.Name+".cancel")
+	if err := os.Remove(cancelFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cancel request: %w", err)
+	}
+	p.mu.Lock()
+	delete(p.cancels, job.Name)
+	p.mu.Unlock()
+	return nil
+}
+
+// reopen prepares a finished batch whose content was dropped again: results
+// are reused, and lines that ended for reasons outside the request
+// (cancelled, expired, engine unavailable) run again. It reports whether
+// anything is left to run.
+func (p *Pipeline) reopen(b *ledger.Batch, eff Options) (bool, error) {
+	oldOut, oldErrs := p.resultPaths(b, b.Gen)
+	newOut, newErrs := p.resultPaths(b, b.Gen+1)
+	done, err := p.ledger.Done(b.ID)
+	if err != nil {
+		return false, err
+	}
+	in, err := os.Open(oldErrs)
+	if err != nil {
+		return false, fmt.Errorf("open results of %s: %w", b.ID, err)
+	}
+	defer in.Close()
+	var kept bytes.Buffer
+	removed := 0
+	br := bufio.NewReaderSize(io.LimitReader(in, b.ErrLen), 1<<16)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			var l struct {
+				Line  int        `json:"line"`
+				Error *LineError `json:"error"`
+			}
+			if json.Unmarshal(line, &l) == nil && l.Error != nil && rerunnable(l.Error.Code) {
+				done.Clear(l.Line)
+				removed++
+			} else {
+				kept.Write(line)
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("read results of %s: %w", b.ID, err)
+		}
+	}
+	if removed == 0 {
+		return false, nil
+	}
+	if err := copyPrefix(oldOut, newOut, b.OutLen); err != nil {
+		return false, err
+	}
+	if err := writeFileAtomic(newErrs, kept.Bytes(), true); err != nil {
+		return false, err
+	}
+	now := p.cfg.Now()
+	b.Gen++
+	b.ErrLen = int64(kept.Len())
+	b.Failed -= removed
+	b.Status = StatusInProgress
+	b.InProgressAt = now.Unix()
+	b.FinalizingAt, b.CompletedAt, b.ExpiredAt, b.CancellingAt, b.CancelledAt, b.ExpiresAt = 0, 0, 0, 0, 0, 0
+	if w, _ := eff.Window(); w > 0 {
+		b.ExpiresAt = now.Add(w).Unix()
+	}
+	if err := p.ledger.Commit(b, done, true); err != nil {
+		return false, err
+	}
+	os.Remove(oldOut)
+	os.Remove(oldErrs)
+	return true, nil
+}
+
+func copyPrefix(src, dst string, n int64) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", dst, err)
+	}
+	if _, err := io.CopyN(out, in, n); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return fmt.Errorf("sync %s: %w", dst, err)
+	}
+	return out.Close()
+}
+
+// openResults opens the current generation's result files, cut back to their
+// committed lengths, and removes files of other generations.
+func (r *run) openResults() error {
+	dir := r.p.batchDir(r.b.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create batch dir: %w", err)
+	}
+	outPath, errPath := r.p.resultPaths(r.b, r.b.Gen)
+	var err error
+	if r.outF, err = openAt(outPath, r.b.OutLen); err != nil {
+		return err
+	}
+	if r.errF, err = openAt(errPath, r.b.ErrLen); err != nil {
+		return err
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if p := filepath.Join(dir, e.Name()); p != outPath && p != errPath {
+			os.Remove(p)
+		}
+	}
+	r.outW = bufio.NewWriterSize(r.outF, 1<<16)
+	r.errW = bufio.NewWriterSize(r.errF, 1<<16)
+	return nil
+}
+
+// openAt opens path for appending after its first n bytes, discarding
+// anything written after the last commit.
+func openAt(path string, n int64) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open results: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat results: %w", err)
+	}
+	if st.Size() < n {
+		f.Close()
+		return nil, fmt.Errorf("results file %s is shorter (%d bytes) than its committed length %d", path, st.Size(), n)
+	}
+	if st.Size() > n {
+		if err := f.Truncate(n); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("truncate results: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("sync results: %w", err)
+		}
+	}
+	if _, err := f.Seek(n, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seek results: %w", err)
+	}
+	return f, nil
+}
+
+func (r *run) closeFiles() {
+	if r.outF != nil {
+		r.outF.Close()
+	}
+	if r.errF != nil {
+		r.errF.Close()
+	}
+}
+
+// execute runs a batch that has work left (or is validating) to its end.
+func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Options, vcfg validate.Config, log *slog.Logger) (*ledger.Batch, error) {
+	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, results: make(chan result, 1024)}
+	r.runCtx, r.stopRun = context.WithCancelCause(ctx)
+	defer r.stopRun(nil)
+	r.reqCtx, r.cancelReq = context.WithCancelCause(r.runCtx)
+	defer r.cancelReq(nil)
+
+	if b.Status == StatusValidating {
+		ok, err := r.validateAll()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return b, p.publishFailed(job, b)
+		}
+	}
+	if err := r.openResults(); err != nil {
+		return nil, err
+	}
+	defer r.closeFiles()
+	var err error
+	if r.prior, err = p.ledger.Done(b.ID); err != nil {
+		return nil, err
+	}
+	if r.done, err = p.ledger.Done(b.ID); err != nil {
+		return nil, err
+	}
+
+	p.mu.Lock()
+	if p.running[job.Name] != nil {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("batch %s is already running", job.Name)
+	}
+	p.running[job.Name] = r
+	cancelAsked := p.cancels[job.Name]
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.running, job.Name)
+		p.mu.Unlock()
+	}()
+	if cancelAsked || b.Status == StatusCancelling {
+		r.cancel(errCancelled)
+	}
+	if b.ExpiresAt != 0 {
+		wait := time.Until(time.Unix(b.ExpiresAt, 0))
+		t := time.AfterFunc(max(wait, 0), func() { r.cancel(errExpired) })
+		defer t.Stop()
+	}
+	if eff.HasSampling() {
+		log.Info(samplingNotice)
+	}
+
+	r.started = time.Now()
+	r.startedDone = b.Completed + b.Failed
+	writerErr := make(chan error, 1)
+	go func() { writerErr <- r.write() }()
+
+	readErr := r.read()
+	r.tasks.Wait()
+	close(r.results)
+	werr := <-writerErr
+	switch {
+	case werr != nil:
+		return nil, werr
+	case readErr != nil:
+		return nil, readErr
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("run %s: %w", job.Name, ErrShutdown)
+	}
+	return b, r.finalize()
+}
+
+// validateAll checks every line before any runs (on_invalid: reject). It
+// reports false, with the batch marked failed, when some line is invalid.
+func (r *run) validateAll() (bool, error) {
+	f, err := os.Open(r.job.Path)
+	if err != nil {
+		return false, fmt.Errorf("open input: %w", err)
+	}
+	defer f.Close()
+	src := newSource(f, r.job.Format, r.p.cfg.MaxLineBytes)
+	chk := validate.NewChecker(r.vcfg)
+	var errs []ledger.BatchError
+	for {
+		n, raw, tooLong, err := src.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("read input: %w", err)
+		}
+		res := check(chk, n, raw, tooLong, r.p.cfg.MaxLineBytes)
+		if res.Problem != nil && len(errs) < maxBatchErrors {
+			line := n
+			be := ledger.BatchError{Code: res.Problem.Code, Message: res.Problem.Message, Line: &line}
+			if res.Problem.Param != "" {
+				be.Param = strPtr(res.Problem.Param)
+			}
+			errs = append(errs, be)
+		}
+	}
+	now := r.p.cfg.Now().Unix()
+	if len(errs) > 0 {
+		r.log.Warn("batch rejected: invalid lines", "invalid", len(errs))
+		r.b.Status, r.b.FailedAt, r.b.Errors = StatusFailed, now, errs
+		r.b.Total = 0
+		return false, r.p.ledger.Put(r.b)
+	}
+	r.b.Status, r.b.InProgressAt = StatusInProgress, now
+	return true, r.p.ledger.Put(r.b)
+}
+
+func check(chk *validate.Checker, n int, raw []byte, tooLong bool, maxLine int) validate.Result {
+	if tooLong {
+		return chk.TooLong(n, maxLine)
+	}
+	return chk.Check(n, raw)
+}
+
+// read streams the input, sending every line not yet done either to the
+// writer (invalid lines, and every request once the batch is cancelled or
+// expired) or to the engine.
+func (r *run) read() error {
+	f, err := os.Open(r.job.Path)
+	if err != nil {
+		return fmt.Errorf("open input: %w", err)
+	}
+	defer f.Close()
+	src := newSource(f, r.job.Format, r.p.cfg.MaxLineBytes)
+	chk := validate.NewChecker(r.vcfg)
+	q := r.p.disp.addQueue()
+	defer r.p.disp.removeQueue(q)
+	defer r.tasks.Wait() // the queue must be empty before it is removed
+	for {
+		n, raw, tooLong, err := src.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read input: %w", err)
+		}
+		if r.runCtx.Err() != nil {
+			return nil
+		}
+		// Every line is checked, done or not, so duplicate detection sees the
+		// same file on every run.
+		res := check(chk, n, raw, tooLong, r.p.cfg.MaxLineBytes)
+		if r.prior.Has(n) {
+			continue
+		}
+		if res.Problem != nil {
+			r.results <- problemResult(r.b.ID, res)
+			continue
+		}
+		req := res.Request
+		if cause := context.Cause(r.reqCtx); cause != nil {
+			r.results <- causeResult(r.b.ID, req.Line, req.CustomID, cause)
+			continue
+		}
+		line, cid := req.Line, req.CustomID
+		t := task{
+			ctx: r.reqCtx,
+			req: &engine.Request{CustomID: cid, Endpoint: req.URL, Body: req.Body},
+			done: func(resp *engine.Response, err error) {
+				defer r.tasks.Done()
+				if res, ok := r.engineResult(line, cid, resp, err); ok {
+					r.results <- res
+				}
+			},
+		}
+		r.tasks.Add(1)
+		if err := r.p.disp.submit(r.runCtx, q, t); err != nil {
+			r.tasks.Done()
+			return nil
+		}
+	}
+}
+
+func problemResult(batchID string, res validate.Result) result {
+	l := &OutputLine{ID: requestID(batchID, res.Line), Line: res.Line}
+	if res.HasCustomID {
+		l.CustomID = strPtr(res.CustomID)
+	}
+	p := res.Problem
+	if p.Kind == validate.KindBadRequest {
+		l.Response = &LineResponse{StatusCode: 400, RequestID: l.ID, Body: badRequestBody(p.Message, p.Param, p.Code)}
+	} else {
+		l.Error = &LineError{Code: p.Code, Message: p.Message}
+	}
+	return result{line: res.Line, kind: toErrors, data: encodeLine(l)}
+}
+
+func causeResult(batchID string, line int, cid string, cause error) result {
+	code, msg := CodeBatchCancelled, "The batch was cancelled before this request completed."
+	if errors.Is(cause, errExpired) {
+		code, msg = CodeBatchExpired, "The batch's completion window passed before this request completed."
+	}
+	l := &OutputLine{ID: requestID(batchID, line), CustomID: strPtr(cid), Error: &LineError{Code: code, Message: msg}, Line: line}
+	return result{line: line, kind: toErrors, data: encodeLine(l)}
+}
+
+// engineResult turns the engine's answer into a result line. It reports
+// false when the run is shutting down: the line is left for the next run.
+func (r *run) engineResult(line int, cid string, resp *engine.Response, err error) (result, bool) {
+	id := requestID(r.b.ID, line)
+	l := &OutputLine{ID: id, CustomID: strPtr(cid)}
+	switch {
+	case err == nil && !json.Valid(resp.Body):
+		l.Error = &LineError{Code: CodeInvalidResponse, Message: fmt.Sprintf("the engine answered status %d with a body that is not JSON", resp.StatusCode)}
+		l.Line = line
+	case err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300:
+		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: resp.Body}
+		in, out := usageOf(resp.Body)
+		return result{line: line, kind: toOutput, data: encodeLine(l), usageI: in, usageO: out}, true
+	case err == nil:
+		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: resp.Body}
+		l.Line = line
+	case r.runCtx.Err() != nil:
+		return result{}, false
+	case r.reqCtx.Err() != nil:
+		return causeResult(r.b.ID, line, cid, context.Cause(r.reqCtx)), true
+	default:
+		if !errors.Is(err, engine.ErrUnavailable) {
+			r.log.Warn("engine error", keyLine, line, keyCustomID, cid, "error", err)
+		}
+		l.Error = &LineError{Code: CodeEngineUnavailable, Message: err.Error()}
+		l.Line = line
+	}
+	return result{line: line, kind: toErrors, data: encodeLine(l)}, true
+}
+
+func usageOf(body []byte) (in, out int64) {
+	var u struct {
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &u) != nil {
+		return 0, 0
+	}
+	return u.Usage.PromptTokens, u.Usage.CompletionTokens
+}
+
+// write is the batch's single writer: it appends result lines and
+// group-commits them, every CommitEvery results or CommitInterval.
+func (r *run) write() error {
+	cfg := r.p.cfg
+	tick := time.NewTicker(cfg.CommitInterval)
+	defer tick.Stop()
+	pending := 0
+	var werr error
+	reqDone := r.reqCtx.Done()
+	lastProgress := time.Time{}
+	commit := func() {
+		if werr == nil {
+			if werr = r.commit(); werr != nil {
+				r.stopRun(werr)
+			}
+		}
+		pending = 0
+	}
+	for {
+		select {
+		case res, ok := <-r.results:
+			if !ok {
+				if pending > 0 || r.statusChange() {
+					commit()
+				}
+				return werr
+			}
+			if werr != nil {
+				continue
+			}
+			if err := r.append(res); err != nil {
+				werr = err
+				r.stopRun(err)
+				continue
+			}
+			pending++
+			if pending >= cfg.CommitEvery {
+				commit()
+			}
+		case <-tick.C:
+			if pending > 0 || r.statusChange() {
+				commit()
+			}
+			if werr == nil && time.Since(lastProgress) >= cfg.ProgressInterval {
+				lastProgress = time.Now()
+				if err := r.p.writeBatchObject(r.job, r.b, r.rate(), false); err != nil {
+					r.log.Warn("write progress", "error", err)
+				}
+			}
+		case <-reqDone:
+			reqDone = nil
+			if r.runCtx.Err() == nil {
+				commit()
+			}
+		}
+	}
+}
+
+// statusChange records a cancel in the batch record; it reports whether the
+// record changed.
+func (r *run) statusChange() bool {
+	if r.b.Status == StatusInProgress && errors.Is(context.Cause(r.reqCtx), errCancelled) && r.runCtx.Err() == nil {
+		r.b.Status = StatusCancelling
+		r.b.CancellingAt = r.p.cfg.Now().Unix()
+		r.log.Info("batch cancelling")
+		return true
+	}
+	return false
+}
+
+func (r *run) append(res result) error {
+	w := r.outW
+	if res.kind == toErrors {
+		w = r.errW
+		r.errDir = true
+		r.b.Failed++
+		r.b.ErrLen += int64(len(res.data) + 1)
+	} else {
+		r.outDirty = true
+		r.b.Completed++
+		r.b.OutLen += int64(len(res.data) + 1)
+		r.b.InputTokens += res.usageI
+		r.b.OutputTokens += res.usageO
+	}
+	w.Write(res.data)
+	if err := w.WriteByte('\n'); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	r.done.Set(res.line)
+	return nil
+}
+
+// commit makes the appended lines durable, then records them in the ledger.
+func (r *run) commit() error {
+	r.statusChange()
+	if err := r.outW.Flush(); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := r.errW.Flush(); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if r.outDirty {
+		if err := r.outF.Sync(); err != nil {
+			return fmt.Errorf("sync results: %w", err)
+		}
+		r.outDirty = false
+	}
+	if r.errDir {
+		if err := r.errF.Sync(); err != nil {
+			return fmt.Errorf("sync results: %w", err)
+		}
+		r.errDir = false
+	}
+	return r.p.ledger.Commit(r.b, r.done, false)
+}
+
+func (r *run) rate() float64 {
+	el := time.Since(r.started).Seconds()
+	if el <= 0 {
+		return 0
+	}
+	return float64(r.b.Completed+r.b.Failed-r.startedDone) / el
+}
+
+// finalize publishes the result files and ends the batch.
+func (r *run) finalize() error {
+	p, b := r.p, r.b
+	final := StatusCompleted
+	switch cause := context.Cause(r.reqCtx); {
+	case errors.Is(cause, errCancelled):
+		final = StatusCancelled
+	case errors.Is(cause, errExpired):
+		final = StatusExpired
+	}
+	now := p.cfg.Now().Unix()
+	b.Status, b.FinalizingAt = StatusFinalizing, now
+	if err := p.ledger.Put(b); err != nil {
+		return err
+	}
+	if err := r.outF.Sync(); err != nil {
+		return fmt.Errorf("sync results: %w", err)
+	}
+	if err := r.errF.Sync(); err != nil {
+		return fmt.Errorf("sync results: %w", err)
+	}
+	if err := p.publishResults(r.job, b); err != nil {
+		return err
+	}
+	b.Status = final
+	switch final {
+	case StatusCompleted:
+		b.CompletedAt = now
+	case StatusCancelled:
+		b.CancelledAt = now
+	case StatusExpired:
+		b.ExpiredAt = now
+	}
+	if err := p.writeBatchObject(r.job, b, r.rate(), true); err != nil {
+		return err
+	}
+	if err := p.ledger.Put(b); err != nil {
+		return err
+	}
+	r.log.Info("batch ended", "status", final, "completed", b.Completed, "failed", b.Failed,
+		"output", r.job.outputPath(), "errors", r.job.errorsPath())
+	return p.retire(r.job)
+}
+
+func (p *Pipeline) writeBatchObject(job Job, b *ledger.Batch, rate float64, durable bool) error {
+	info := BatchdInfo{
+		Name:       job.Name,
+		InputFile:  filepath.Base(job.Path),
+		OutputFile: filepath.Base(job.outputPath()),
+		ErrorFile:  filepath.Base(job.errorsPath()),
+		UpdatedAt:  p.cfg.Now().Unix(),
+		Rate:       rate,
+	}
+	if sr, ok := p.eng.(engine.StatsReporter); ok {
+		info.Paused = sr.Stats().Paused
+	}
+	data, err := json.MarshalIndent(NewBatchObject(b, info), "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode batch object: %w", err)
+	}
+	if err := os.MkdirAll(job.Outbox, 0o755); err != nil {
+		return fmt.Errorf("create outbox: %w", err)
+	}
+	return writeFileAtomic(job.batchPath(), append(data, '\n'), durable)
+}

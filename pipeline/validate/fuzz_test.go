@@ -1,0 +1,193 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/batchd/batchd/engine"
+)
+
+var lineCodes = map[string]bool{
+	CodeInvalidJSONLine: true, CodeInvalidCustomID: true, CodeDuplicateCustomID: true,
+	CodeInvalidMethod: true, CodeInvalidURL: true, CodeInvalidBody: true,
+}
+
+var badRequestCodes = map[string]bool{
+	CodeMissingRequiredParameter: true, CodeInvalidType: true, CodeInvalidValue: true,
+	CodeUnsupportedValue: true, CodeMissingMaxTokens: true,
+}
+
+func FuzzCheck(f *testing.F) {
+	C, P, E := engine.EndpointChat, engine.EndpointCompletions, engine.EndpointEmbeddings
+	seeds := []string{
+		benchLine,
+		batchLine("a", C, chatOK),
+		batchLine("a", C, chat(`"temperature":3,"logit_bias":{"1":2},"stop":["a"],"top_logprobs":2,"logprobs":true`)),
+		batchLine("a", C, `{"messages":[{"role":"assistant","content":null,"tool_calls":[]},{"role":"tool","tool_call_id":"x","content":[{"type":"text","text":"t"}]}]}`),
+		batchLine("b", P, `{"prompt":[[1,2],[3]],"max_tokens":null,"n":2.0,"seed":-1}`),
+		batchLine("c", E, `{"input":["a",""],"dimensions":3,"encoding_format":"base64"}`),
+		batchLine("d", C, `{ "max_tokens" : null , "temperature":null }`),
+		`{"custom_id":"\u0061\ud800","method":"POST","url":"/v1/embeddings","body":{"inp\u0075t":"x"}}`,
+		`{"custom_id":1}`, `[]`, `{`, `"x"`, `{"a":{"b":[1,{"c":"}\""}]}}`, "\xff", ``, ` `,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	defaults := Config{Defaults: map[string]json.RawMessage{
+		"max_tokens": json.RawMessage(`32`), "temperature": json.RawMessage(`0.5`),
+		"model": json.RawMessage(`"m"`), "ignore_eos": json.RawMessage(`false`),
+	}}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		orig := bytes.Clone(raw)
+		for _, c := range []*Checker{NewChecker(Config{}), NewChecker(defaults)} {
+			res := c.Check(7, raw)
+			if !bytes.Equal(raw, orig) {
+				t.Fatal("Check modified its input")
+			}
+			if res.Line != 7 || (res.Request == nil) == (res.Problem == nil) {
+				t.Fatalf("want exactly one of Request and Problem on line 7, got %+v", res)
+			}
+			if p := res.Problem; p != nil {
+				switch p.Kind {
+				case KindLine:
+					if !lineCodes[p.Code] || p.Param != "" {
+						t.Fatalf("bad line problem %+v", p)
+					}
+				case KindBadRequest:
+					if !badRequestCodes[p.Code] || p.Param == "" {
+						t.Fatalf("bad 400 problem %+v", p)
+					}
+				default:
+					t.Fatalf("bad kind %+v", p)
+				}
+				if p.Message == "" || res.String() == "" {
+					t.Fatalf("empty message %+v", p)
+				}
+				continue
+			}
+			r := res.Request
+			var body map[string]json.RawMessage
+			if err := json.Unmarshal(r.Body, &body); err != nil || body == nil {
+				t.Fatalf("valid result's body is not a JSON object: %v: %s", err, r.Body)
+			}
+			if !res.HasCustomID || r.CustomID != res.CustomID || r.Method != "POST" || r.Line != 7 {
+				t.Fatalf("bad request %+v", r)
+			}
+			if (r.URL == C || r.URL == P) != (r.MaxTokens > 0) {
+				t.Fatalf("MaxTokens = %d for %s", r.MaxTokens, r.URL)
+			}
+			if c.Seen() != 1 {
+				t.Fatalf("Seen() = %d after one valid line", c.Seen())
+			}
+			// A second check of the same line is a duplicate.
+			if again := c.Check(8, raw); code(again) != CodeDuplicateCustomID {
+				t.Fatalf("second check: %s", again)
+			}
+		}
+		checkScannerAgainstStdlib(t, raw)
+	})
+}
+
+// checkScannerAgainstStdlib compares the in-place scanner with encoding/json
+// on a valid object: the same keys (last occurrence wins) with the same raw
+// values.
+func checkScannerAgainstStdlib(t *testing.T, raw []byte) {
+	if !json.Valid(raw) || !isObject(raw[skipSpace(raw, 0):]) {
+		return
+	}
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]json.RawMessage{}
+	for it := newMembers(raw); ; {
+		k, vs, ve, ok := it.next()
+		if !ok {
+			break
+		}
+		key, ok := unquote(k)
+		if !ok {
+			t.Fatalf("cannot unquote key %s", k)
+		}
+		got[string(key)] = raw[vs:ve]
+	}
+	if len(got) != len(want) {
+		t.Fatalf("scanner found %d keys, encoding/json %d in %s", len(got), len(want), raw)
+	}
+	for k, v := range want {
+		// encoding/json decodes invalid UTF-8 in keys to U+FFFD; compare
+		// values only where the key decodes the same.
+		if g, ok := got[k]; ok && !bytes.Equal(g, v) {
+			t.Fatalf("key %q: scanner %s, encoding/json %s", k, g, v)
+		}
+	}
+}
+
+func FuzzLineReader(f *testing.F) {
+	f.Add([]byte("a\nb\r\n\n  \nc"), uint16(0))
+	f.Add([]byte("\xEF\xBB\xBF{}\n{\"x\":1}\r\n"), uint16(3))
+	f.Add([]byte("12345\n123456\n\r\n1234567"), uint16(5))
+	f.Add([]byte(strings.Repeat("x", 70)+"\nshort\n"+strings.Repeat(" ", 70)+"\n"), uint16(40))
+	f.Add([]byte("\r\r\n\n\r"), uint16(1))
+	f.Fuzz(func(t *testing.T, input []byte, max16 uint16) {
+		max := int(max16)
+		want := referenceLines(input, max)
+		// A 16-byte read buffer makes short inputs cross buffer boundaries,
+		// as 64 KiB lines do with the real one.
+		lr := newLineReaderSize(iotest.HalfReader(bytes.NewReader(input)), max, 16)
+		last := 0
+		var got []item
+		for {
+			n, raw, tooLong, err := lr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n <= last {
+				t.Fatalf("line numbers not increasing: %d after %d", n, last)
+			}
+			last = n
+			if tooLong != (raw == nil) {
+				t.Fatalf("line %d: tooLong %v with raw %q", n, tooLong, raw)
+			}
+			if bytes.IndexByte(raw, '\n') >= 0 || isBlank(raw) && !tooLong {
+				t.Fatalf("line %d: bad raw %q", n, raw)
+			}
+			got = append(got, item{n, string(raw), tooLong})
+		}
+		if !equalItems(got, want) {
+			t.Fatalf("got %s\nwant %s", showItems(got), showItems(want))
+		}
+	})
+}
+
+// referenceLines is the LineReader's contract, the simple way.
+func referenceLines(input []byte, max int) []item {
+	if max <= 0 {
+		max = DefaultMaxLineBytes
+	}
+	input = bytes.TrimPrefix(input, utf8BOM)
+	lines := bytes.Split(input, []byte("\n"))
+	if len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	var out []item
+	for i, l := range lines {
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		switch {
+		case isBlank(l):
+		case len(l) > max:
+			out = append(out, item{i + 1, "", true})
+		default:
+			out = append(out, item{i + 1, string(l), false})
+		}
+	}
+	return out
+}

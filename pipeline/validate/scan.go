@@ -1,0 +1,260 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+)
+
+// This file walks JSON that json.Valid has already accepted, slicing raw
+// values out of it in place: no reflection, no allocation on the common path.
+// Every function stays in bounds on any input (the fuzz targets feed it
+// garbage through DocReader), but only gives meaningful answers on valid JSON.
+
+// skipSpace returns the index of the first non-whitespace byte at or after i.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// stringEnd returns the index just past the closing quote of the string that
+// opens at b[i].
+func stringEnd(b []byte, i int) int {
+	i++
+	for i < len(b) {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
+		}
+		i += j
+		// The quote is escaped when an odd run of backslashes precedes it.
+		bs := 0
+		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+			bs++
+		}
+		i++
+		if bs%2 == 0 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// valueEnd returns the index just past the value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	default:
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// members iterates over the members of a JSON object.
+type members struct {
+	b  []byte
+	i  int
+	ks int // where the last key returned starts
+}
+
+// newMembers starts iterating the object obj (leading whitespace allowed).
+func newMembers(obj []byte) members {
+	i := skipSpace(obj, 0)
+	if i < len(obj) && obj[i] == '{' {
+		i++
+	} else {
+		i = len(obj)
+	}
+	return members{b: obj, i: i}
+}
+
+// next returns the next member: its key with quotes, and the offsets of its
+// raw value in the object.
+func (m *members) next() (key []byte, vs, ve int, ok bool) {
+	b := m.b
+	i := skipSpace(b, m.i)
+	if i < len(b) && b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	if i >= len(b) || b[i] != '"' {
+		m.i = len(b)
+		return nil, 0, 0, false
+	}
+	ke := stringEnd(b, i)
+	m.ks = i
+	key = b[i:ke]
+	i = skipSpace(b, ke)
+	if i >= len(b) || b[i] != ':' {
+		m.i = len(b)
+		return nil, 0, 0, false
+	}
+	vs = skipSpace(b, i+1)
+	ve = valueEnd(b, vs)
+	m.i = ve
+	return key, vs, ve, vs < ve
+}
+
+// elements iterates over the elements of a JSON array.
+type elements struct {
+	b []byte
+	i int
+}
+
+func newElements(arr []byte) elements {
+	i := skipSpace(arr, 0)
+	if i < len(arr) && arr[i] == '[' {
+		i++
+	} else {
+		i = len(arr)
+	}
+	return elements{b: arr, i: i}
+}
+
+// next returns the next element's raw value.
+func (e *elements) next() ([]byte, bool) {
+	b := e.b
+	i := skipSpace(b, e.i)
+	if i < len(b) && b[i] == ',' {
+		i = skipSpace(b, i+1)
+	}
+	if i >= len(b) || b[i] == ']' {
+		e.i = len(b)
+		return nil, false
+	}
+	end := valueEnd(b, i)
+	e.i = end
+	return b[i:end], i < end
+}
+
+// unquote returns the contents of the JSON string s (with its quotes). Strings
+// without escapes come back as a subslice of s; others are decoded into a new
+// slice.
+func unquote(s []byte) ([]byte, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return nil, false
+	}
+	in := s[1 : len(s)-1]
+	if bytes.IndexByte(in, '\\') < 0 {
+		return in, true
+	}
+	var str string
+	if err := json.Unmarshal(s, &str); err != nil {
+		return nil, false
+	}
+	return []byte(str), true
+}
+
+// typeName names the JSON type of a raw value for messages.
+func typeName(v []byte) string {
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+func isNull(v []byte) bool   { return len(v) == 4 && v[0] == 'n' }
+func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }
+func isObject(v []byte) bool { return len(v) > 0 && v[0] == '{' }
+func isArray(v []byte) bool  { return len(v) > 0 && v[0] == '[' }
+func isBool(v []byte) bool   { return len(v) > 0 && (v[0] == 't' || v[0] == 'f') }
+func isTrue(v []byte) bool   { return len(v) == 4 && v[0] == 't' }
+func isNumber(v []byte) bool { return len(v) > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) }
+
+// given reports whether a body value counts as set: present and not null.
+func given(v []byte) bool { return len(v) > 0 && !isNull(v) }
+
+// parseFloat parses a JSON number; ok is false for non-numbers and for
+// numbers too large for a float64.
+func parseFloat(v []byte) (float64, bool) {
+	if !isNumber(v) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	return f, true
+}
+
+type intStatus int
+
+const (
+	intOK intStatus = iota
+	intNotNumber
+	intNotInteger
+	intOverflow
+)
+
+// parseInt parses a JSON number that must be an integer. Integral numbers in
+// any notation count (2.0 and 2e0 are 2), as JSON does not tell them apart.
+func parseInt(v []byte) (int64, intStatus) {
+	if !isNumber(v) {
+		return 0, intNotNumber
+	}
+	if bytes.IndexAny(v, ".eE") < 0 {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return 0, intOverflow
+		}
+		return n, intOK
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || math.IsInf(f, 0) {
+		return 0, intOverflow
+	}
+	if f != math.Trunc(f) {
+		return 0, intNotInteger
+	}
+	if f < -(1<<63) || f >= 1<<63 {
+		return 0, intOverflow
+	}
+	return int64(f), intOK
+}
