@@ -81,8 +81,9 @@ type Usage struct {
 
 // TokenDetails is OpenAI's token detail breakdown (zero where unknown).
 type TokenDetails struct {
-	CachedTokens    int64 `json:"cached_tokens,omitempty"`
-	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
+	// CachedTokens and ReasoningTokens stay 0 until an engine reports them.
+	CachedTokens    int64 `json:"cached_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
 
 // BatchdInfo is what batchd adds to the batch object.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,6 +51,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	e.cfg.CommitEvery = 7
 	e.cfg.Workers = 8
 	e.cfg.ProgressInterval = 10 * time.Millisecond
+	e.cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	var so openaitest.Options
 	for _, o := range opts {
 		o(&e.cfg, &so)
@@ -64,6 +66,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	oc.RetryWaitMin, oc.RetryWaitMax, oc.MaxRetries = time.Millisecond, 5*time.Millisecond, 2
 	oc.ProbeInterval = 10 * time.Millisecond
 	oc.DownAfter = 1000
+	oc.Logger = e.cfg.Logger
 	eng, err := openai.New(oc)
 	if err != nil {
 		t.Fatal(err)

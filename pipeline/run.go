@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batchd/batchd/engine"
@@ -50,6 +51,9 @@ type run struct {
 
 	results chan result
 	tasks   sync.WaitGroup
+	// endpoint is the url of the first valid line the reader saw: the batch's
+	// endpoint in its object.
+	endpoint atomic.Pointer[string]
 
 	started     time.Time
 	startedDone int
@@ -579,6 +583,10 @@ func (r *run) read() error {
 		// Every line is checked, done or not, so duplicate detection sees the
 		// same file on every run.
 		res := check(chk, n, raw, tooLong, r.p.cfg.MaxLineBytes)
+		if res.Request != nil && r.endpoint.Load() == nil {
+			u := res.Request.URL
+			r.endpoint.Store(&u)
+		}
 		if r.prior.Has(n) {
 			continue
 		}
@@ -617,7 +625,11 @@ func problemResult(batchID string, res validate.Result) result {
 	}
 	p := res.Problem
 	if p.Kind == validate.KindBadRequest {
-		l.Response = &LineResponse{StatusCode: 400, RequestID: l.ID, Body: badRequestBody(p.Message, p.Param, p.Code)}
+		msg := p.Message
+		if p.Param != "" {
+			msg = p.Param + ": " + msg
+		}
+		l.Response = &LineResponse{StatusCode: 400, RequestID: l.ID, Body: badRequestBody(msg, p.Param, p.Code)}
 	} else {
 		l.Error = &LineError{Code: p.Code, Message: p.Message}
 	}
@@ -747,6 +759,9 @@ func (r *run) statusChange() bool {
 }
 
 func (r *run) append(res result) error {
+	if ep := r.endpoint.Load(); r.b.Endpoint == "" && ep != nil {
+		r.b.Endpoint = *ep
+	}
 	w := r.outW
 	if res.kind == toErrors {
 		w = r.errW

@@ -203,8 +203,15 @@ func (e *Engine) enter() error {
 }
 
 // Do sends req and returns the server's answer: a Response for a 2xx or a
-// refusal (4xx but 408/429, and 501), an error wrapping engine.ErrUnavailable
-// when retries run out while the remote engine is up, or ctx.Err().
+// refusal (4xx but 408/429, and 501, whose body is always an OpenAI error
+// object), an error wrapping engine.ErrUnavailable when retries run out
+// while the remote engine is up (or a 2xx body is not JSON, or the engine is
+// closed), or ctx.Err().
+//
+// While the remote engine is down, Do waits before sending, and a request
+// whose retries run out waits for the engine to come back and starts its
+// retries again (at most maxResumes times). Close ends those waits with
+// engine.ErrUnavailable, so callers should cancel their contexts first.
 func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
 	if err := e.enter(); err != nil {
 		return nil, err

@@ -93,8 +93,8 @@ type defaultItem struct {
 // defaultSet is Config.Defaults compiled for merging.
 type defaultSet struct {
 	items   []defaultItem // sorted by key, so merged bodies are deterministic
-	byField [numFields]int8
-	extra   []int8 // items whose key is no known field
+	byField [numFields]int
+	extra   []int // items whose key is no known field
 }
 
 // compileDefaults compiles the defaults that Validate accepts; others are
@@ -139,15 +139,12 @@ func compileDefaults(defaults map[string]json.RawMessage) defaultSet {
 		member := make([]byte, 0, len(qk)+1+val.Len())
 		member = append(append(append(member, qk...), ':'), val.Bytes()...)
 		ds.items = append(ds.items, defaultItem{key: k, val: val.Bytes(), member: member, eps: eps, field: id})
-		if len(ds.items) > 127 {
-			break // int8 indexes; no sane batch has more defaults
-		}
 	}
 	for i, it := range ds.items {
 		if it.field == fUnknown {
-			ds.extra = append(ds.extra, int8(i))
+			ds.extra = append(ds.extra, i)
 		} else {
-			ds.byField[it.field] = int8(i)
+			ds.byField[it.field] = i
 		}
 	}
 	return ds
@@ -156,11 +153,11 @@ func compileDefaults(defaults map[string]json.RawMessage) defaultSet {
 // index returns the item for a body key, or -1.
 func (ds *defaultSet) index(id fieldID, key []byte) int {
 	if id != fUnknown {
-		return int(ds.byField[id])
+		return ds.byField[id]
 	}
 	for _, i := range ds.extra {
 		if ds.items[i].key == string(key) {
-			return int(i)
+			return i
 		}
 	}
 	return -1

@@ -191,3 +191,46 @@ func referenceLines(input []byte, max int) []item {
 	}
 	return out
 }
+
+func FuzzDocReader(f *testing.F) {
+	f.Add([]byte(`{"url":"/v1/completions","defaults":{"max_tokens":8},"system_prompt":"s","requests":[{"prompt":"a"},{"custom_id":"x","body":{"messages":[{"role":"user","content":"q"}]}},7]}`), uint16(0))
+	f.Add([]byte(`{"system_prompt":"S","requests":[{"messages":[{"role":"user","content":"a"}]},{"messages":"x","max_tokens":null}]}`), uint16(40))
+	f.Add([]byte(`{"requests":[{"custom_id":"a\"]}","prompt":"}]\\"}],"defaults":{}}`), uint16(0))
+	f.Add([]byte(`{"requests":[[[[`), uint16(3))
+	f.Fuzz(func(t *testing.T, doc []byte, max16 uint16) {
+		d := NewDocReader(iotest.HalfReader(bytes.NewReader(doc)), int(max16))
+		c := NewChecker(Config{})
+		last := 0
+		for range len(doc) + 1 { // a request takes at least one byte
+			n, raw, tooLong, err := d.Next()
+			if err != nil {
+				var de *DocError
+				if !errors.Is(err, io.EOF) && !errors.As(err, &de) {
+					t.Fatalf("error is neither io.EOF nor a *DocError: %v", err)
+				}
+				return
+			}
+			if n != last+1 {
+				t.Fatalf("request %d after %d", n, last)
+			}
+			last = n
+			if tooLong {
+				if raw != nil {
+					t.Fatal("tooLong with raw bytes")
+				}
+				continue
+			}
+			res := c.Check(n, raw)
+			if (res.Request == nil) == (res.Problem == nil) {
+				t.Fatalf("want exactly one of Request and Problem: %+v", res)
+			}
+			if isObject(raw) && json.Valid(raw) && bytes.HasPrefix(raw, []byte(`{"custom_id":`)) {
+				continue
+			}
+			if code(res) != CodeInvalidJSONLine {
+				t.Fatalf("a non-object element must be an invalid_json_line: %q: %s", raw, res)
+			}
+		}
+		t.Fatal("the reader did not end")
+	})
+}
