@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"unicode/utf8"
 )
 
 // Config is what a Checker needs from the batch options.
@@ -52,7 +53,7 @@ func (c Config) Validate() error {
 // checkDefault checks one default value; nil when it may be merged.
 func checkDefault(key string, raw json.RawMessage) *Problem {
 	v := bytes.TrimSpace(raw)
-	if !json.Valid(v) {
+	if !json.Valid(v) || !utf8.Valid(v) {
 		return badRequest(CodeInvalidValue, key, "must be a JSON value")
 	}
 	id := lookupField([]byte(key))
