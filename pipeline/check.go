@@ -202,7 +202,10 @@ func checkResultLine(path string, i int, l *OutputLine, isErrors bool, ids map[i
 	if l.CustomID != nil {
 		got = *l.CustomID
 	}
-	if got != want {
+	// A line too long for the daemon's limit has no readable custom_id, even
+	// when the checker's limit is larger.
+	tooLong := l.Error != nil && l.Error.Code == "line_too_long" && l.CustomID == nil
+	if got != want && !tooLong {
 		rep.addf("%s:%d: custom_id %q, but input line %d has %q", path, i, got, n, want)
 	}
 	success := l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300

@@ -491,3 +491,35 @@ func TestStructurallyBrokenDocumentFails(t *testing.T) {
 		t.Fatalf("%s %+v", o.Status, o.Errors)
 	}
 }
+
+func TestLineTooLongIsOneErrorAndNextLineRuns(t *testing.T) {
+	e := newEnv(t, func(c *pipeline.Config, o *openaitest.Options) { c.MaxLineBytes = 1024 })
+	long := `{"custom_id":"long","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}],"max_tokens":2}}` + "\n"
+	o := e.run(e.drop("long", "jsonl", chatLines(1, "a")+long+chatLines(1, "b"), ""))
+	if o.RequestCounts.Completed != 2 || o.RequestCounts.Failed != 1 {
+		t.Fatalf("counts %+v", o.RequestCounts)
+	}
+	ls := parseLines(t, filepath.Join(e.outbox, "long.errors.jsonl"))
+	if len(ls) != 1 || ls[0].Error.Code != "line_too_long" || ls[0].Line != 2 {
+		t.Fatalf("errors %+v", ls)
+	}
+	e.check("long", "jsonl")
+}
+
+func TestRedropOfCancelledBatchRunsOnlyTheCancelledLines(t *testing.T) {
+	e := newEnv(t)
+	content := chatLines(8, "k")
+	e.pipe.Cancel("k1")
+	o := e.run(e.drop("k1", "jsonl", content, ""))
+	if o.Status != pipeline.StatusCancelled || o.RequestCounts.Failed != 8 {
+		t.Fatalf("first run %s %+v", o.Status, o.RequestCounts)
+	}
+	o = e.run(e.drop("k2", "jsonl", content, ""))
+	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 8 || o.RequestCounts.Failed != 0 {
+		t.Fatalf("re-drop %s %+v", o.Status, o.RequestCounts)
+	}
+	if got := e.srv.Requests(); got != 8 {
+		t.Fatalf("engine saw %d requests, want 8", got)
+	}
+	e.check("k2", "jsonl")
+}

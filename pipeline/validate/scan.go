@@ -30,19 +30,9 @@ func skipSpace(b []byte, i int) int {
 func stringEnd(b []byte, i int) int {
 	i++
 	for i < len(b) {
-		// Most strings are short keys and values: look at a few bytes before
-		// paying for IndexByte's setup.
-		j := -1
-		for k := i; k < len(b) && k < i+16; k++ {
-			if b[k] == '"' {
-				j = k - i
-				break
-			}
-		}
+		j := bytes.IndexByte(b[i:], '"')
 		if j < 0 {
-			if j = bytes.IndexByte(b[i:], '"'); j < 0 {
-				return len(b)
-			}
+			return len(b)
 		}
 		i += j
 		// The quote is escaped when an odd run of backslashes precedes it.
