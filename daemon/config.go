@@ -189,6 +189,9 @@ func (c Config) Validate() error {
 		if c.OpenAI.MaxInFlight < 1 {
 			return fmt.Errorf("openai.max_inflight: must be at least 1, got %d", c.OpenAI.MaxInFlight)
 		}
+		if err := c.openaiConfig().Validate(); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("engine: unknown engine %q (known: openai)", c.Engine)
 	}

@@ -75,22 +75,11 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	return d
 }
 
-// Engine builds the engine the config names.
+// NewEngine builds the engine the config names.
 func (c Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 	switch c.Engine {
 	case "openai":
-		oc := openai.DefaultConfig()
-		oc.URLs = c.OpenAI.URLs
-		oc.APIKey = c.OpenAI.APIKey
-		oc.Model = c.OpenAI.Model
-		oc.MaxInFlight = c.OpenAI.MaxInFlight
-		oc.MaxRetries = c.OpenAI.MaxRetries
-		oc.RetryWaitMin = c.OpenAI.RetryWaitMin
-		oc.RetryWaitMax = c.OpenAI.RetryWaitMax
-		oc.AttemptTimeout = c.OpenAI.AttemptTimeout
-		if c.OpenAI.ProbeInterval > 0 {
-			oc.ProbeInterval = c.OpenAI.ProbeInterval
-		}
+		oc := c.openaiConfig()
 		oc.Logger = log
 		if err := oc.Validate(); err != nil {
 			return nil, err
@@ -98,6 +87,22 @@ func (c Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 		return openai.New(oc)
 	}
 	return nil, fmt.Errorf("engine: unknown engine %q", c.Engine)
+}
+
+func (c Config) openaiConfig() openai.Config {
+	oc := openai.DefaultConfig()
+	oc.URLs = c.OpenAI.URLs
+	oc.APIKey = c.OpenAI.APIKey
+	oc.Model = c.OpenAI.Model
+	oc.MaxInFlight = c.OpenAI.MaxInFlight
+	oc.MaxRetries = c.OpenAI.MaxRetries
+	oc.RetryWaitMin = c.OpenAI.RetryWaitMin
+	oc.RetryWaitMax = c.OpenAI.RetryWaitMax
+	oc.AttemptTimeout = c.OpenAI.AttemptTimeout
+	if c.OpenAI.ProbeInterval > 0 {
+		oc.ProbeInterval = c.OpenAI.ProbeInterval
+	}
+	return oc
 }
 
 func (c Config) pipelineConfig() pipeline.Config {
@@ -147,6 +152,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	pc.Logger = d.log
 	d.pipe = pipeline.New(pc, d.eng)
 	if err := d.pipe.Open(runCtx); err != nil {
+		return err
+	}
+	if err := d.pipe.Recover(); err != nil {
 		return err
 	}
 	wc := dir.DefaultConfig(d.dirs.Inbox)
@@ -220,14 +228,40 @@ func (d *Daemon) receive(ctx context.Context) {
 			}
 			switch ev.Kind {
 			case watcher.Cancel:
-				if d.pipe.Cancel(ev.Name) {
-					d.log.Info("cancel requested", "name", ev.Name)
-				}
+				d.handleCancel(ev)
 			case watcher.Input:
 				d.enqueue(ev)
 			}
 		}
 	}
+}
+
+// handleCancel handles NAME.cancel: it cancels NAME if it runs, makes it start
+// cancelled if its input waits, and is dropped (file removed) otherwise, so
+// a stale request never cancels a later batch of the same name.
+func (d *Daemon) handleCancel(ev watcher.Event) {
+	if d.pipe.Cancel(ev.Name) {
+		d.log.Info("cancel requested", "name", ev.Name)
+		return
+	}
+	d.mu.Lock()
+	waiting := d.active[ev.Name]
+	d.mu.Unlock()
+	for _, ext := range []string{".jsonl", ".json"} {
+		if _, err := os.Stat(filepath.Join(d.dirs.Inbox, ev.Name+ext)); err == nil {
+			waiting = true
+		}
+	}
+	if waiting {
+		d.pipe.CancelOnStart(ev.Name)
+		d.log.Info("cancel requested; the batch will start cancelled", "name", ev.Name)
+		return
+	}
+	d.log.Info("cancel request for a batch that is neither running nor waiting; removed", "name", ev.Name)
+	if err := os.Remove(ev.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.log.Warn("remove cancel request", "name", ev.Name, "error", err)
+	}
+	d.watch.Forget(ev.Path)
 }
 
 func (d *Daemon) enqueue(ev watcher.Event) {

@@ -57,6 +57,11 @@ func writeFileAtomic(path string, data []byte, durable bool) error {
 // a copy) under a temporary name beside dst, fsynced, then renamed over dst.
 // The caller fsyncs dst's directory.
 func publish(src, dst string) error {
+	if si, err := os.Stat(src); err == nil {
+		if di, err := os.Stat(dst); err == nil && os.SameFile(si, di) {
+			return nil // already published (a re-run after a crash in finalize)
+		}
+	}
 	dir, base := filepath.Split(dst)
 	tmp := filepath.Join(dir, "."+base+".tmp")
 	os.Remove(tmp)
@@ -70,6 +75,11 @@ func publish(src, dst string) error {
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	// Renaming a link over another link to the same file does nothing and
+	// leaves the temporary name behind.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", tmp, err)
 	}
 	return nil
 }

@@ -185,10 +185,23 @@ func (p *Pipeline) Close(ctx context.Context) error {
 // Ledger gives read access to the ledger (status, HTTP API).
 func (p *Pipeline) Ledger() *ledger.Ledger { return p.ledger }
 
-// Cancel asks batch name to cancel: its unfinished requests become
-// batch_cancelled lines and it ends cancelled. A name not running yet is
-// cancelled as soon as it starts. It reports whether name was running.
+// Cancel asks the running batch name to cancel: its unfinished requests
+// become batch_cancelled lines and it ends cancelled. It reports whether
+// name was running.
 func (p *Pipeline) Cancel(name string) bool {
+	p.mu.Lock()
+	r := p.running[name]
+	p.mu.Unlock()
+	if r != nil {
+		r.cancel(errCancelled)
+	}
+	return r != nil
+}
+
+// CancelOnStart makes batch name start cancelled, for a cancel request that
+// arrives while its input waits to run. If name is running already, it is
+// cancelled now.
+func (p *Pipeline) CancelOnStart(name string) {
 	p.mu.Lock()
 	r := p.running[name]
 	if r == nil {
@@ -198,7 +211,6 @@ func (p *Pipeline) Cancel(name string) bool {
 	if r != nil {
 		r.cancel(errCancelled)
 	}
-	return r != nil
 }
 
 func (p *Pipeline) batchLock(id string) *sync.Mutex {

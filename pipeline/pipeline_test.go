@@ -360,6 +360,7 @@ func TestCancelBeforeStart(t *testing.T) {
 	if e.pipe.Cancel("early") {
 		t.Fatal("Cancel says a batch that never ran is running")
 	}
+	e.pipe.CancelOnStart("early")
 	o := e.run(e.drop("early", "jsonl", chatLines(5, "e"), ""))
 	if o.Status != pipeline.StatusCancelled || o.RequestCounts.Failed != 5 {
 		t.Fatalf("%s %+v", o.Status, o.RequestCounts)
@@ -509,7 +510,7 @@ func TestLineTooLongIsOneErrorAndNextLineRuns(t *testing.T) {
 func TestRedropOfCancelledBatchRunsOnlyTheCancelledLines(t *testing.T) {
 	e := newEnv(t)
 	content := chatLines(8, "k")
-	e.pipe.Cancel("k1")
+	e.pipe.CancelOnStart("k1")
 	o := e.run(e.drop("k1", "jsonl", content, ""))
 	if o.Status != pipeline.StatusCancelled || o.RequestCounts.Failed != 8 {
 		t.Fatalf("first run %s %+v", o.Status, o.RequestCounts)

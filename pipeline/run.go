@@ -89,6 +89,13 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 
 	now := p.cfg.Now().Unix()
 	b, err := p.ledger.Get(id)
+	if err == nil && Terminal(b.Status) && b.Status != StatusFailed && !p.resultsIntact(b) {
+		log.Warn("the results of an earlier run of this content were changed outside batchd; running it again")
+		if err := p.forget(b.ID); err != nil {
+			return nil, err
+		}
+		b, err = nil, ledger.ErrNotFound
+	}
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		b = &ledger.Batch{
@@ -221,6 +228,33 @@ func (p *Pipeline) publishFailed(job Job, b *ledger.Batch) error {
 	return p.retire(job)
 }
 
+// resultsIntact reports whether a finished batch's result files are as it
+// left them: same length and modification time.
+func (p *Pipeline) resultsIntact(b *ledger.Batch) bool {
+	out, errs := p.resultPaths(b, b.Gen)
+	for _, f := range []struct {
+		path       string
+		size, mtim int64
+	}{{out, b.OutLen, b.OutMtime}, {errs, b.ErrLen, b.ErrMtime}} {
+		st, err := os.Stat(f.path)
+		if err != nil || st.Size() != f.size || (f.mtim != 0 && st.ModTime().UnixNano() != f.mtim) {
+			return false
+		}
+	}
+	return true
+}
+
+// forget drops a batch's record and result files, so its content runs anew.
+func (p *Pipeline) forget(id string) error {
+	if err := p.ledger.Delete(id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(p.batchDir(id)); err != nil {
+		return fmt.Errorf("remove results of %s: %w", id, err)
+	}
+	return nil
+}
+
 // finishPublished (re)publishes a finished batch's results under job's name.
 func (p *Pipeline) finishPublished(job Job, b *ledger.Batch) error {
 	if err := p.publishResults(job, b); err != nil {
@@ -251,27 +285,77 @@ func (p *Pipeline) publishResults(job Job, b *ledger.Batch) error {
 	return syncDir(job.Outbox)
 }
 
+// retiring is what a retire records before it moves files, so that an
+// interrupted one is finished by Recover instead of leaving an options file
+// or cancel request to apply to a later batch of the same name.
+type retiring struct {
+	Inbox      string `json:"inbox"`
+	DoneDir    string `json:"done_dir"`
+	OptionsSum string `json:"options_sha256,omitempty"`
+}
+
 // retire moves the input and its options file to done and removes a cancel
 // request for it.
 func (p *Pipeline) retire(job Job) error {
 	if err := os.MkdirAll(job.DoneDir, 0o755); err != nil {
 		return fmt.Errorf("create done dir: %w", err)
 	}
+	rec := retiring{Inbox: filepath.Dir(job.Path), DoneDir: job.DoneDir}
+	if raw, err := os.ReadFile(job.OptionsPath); err == nil {
+		sum := sha256.Sum256(raw)
+		rec.OptionsSum = hex.EncodeToString(sum[:])
+	}
+	v, _ := json.Marshal(rec)
+	if err := p.ledger.PutRetiring(job.Name, v); err != nil {
+		return err
+	}
 	if err := moveFile(job.Path, filepath.Join(job.DoneDir, filepath.Base(job.Path))); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if _, err := os.Stat(job.OptionsPath); err == nil {
-		if err := moveFile(job.OptionsPath, filepath.Join(job.DoneDir, filepath.Base(job.OptionsPath))); err != nil {
-			return err
-		}
-	}
-	cancelFile := filepath.Join(filepath.Dir(job.Path), job.Name+".cancel")
-	if err := os.Remove(cancelFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cancel request: %w", err)
+	if err := p.finishRetire(job.Name, rec); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	delete(p.cancels, job.Name)
 	p.mu.Unlock()
+	return nil
+}
+
+// finishRetire moves the options file that went with the input (the same
+// content) to done, removes the cancel request, and drops the record.
+func (p *Pipeline) finishRetire(name string, rec retiring) error {
+	optPath := filepath.Join(rec.Inbox, name+".options.json")
+	if raw, err := os.ReadFile(optPath); err == nil && rec.OptionsSum != "" {
+		sum := sha256.Sum256(raw)
+		if hex.EncodeToString(sum[:]) == rec.OptionsSum {
+			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+".options.json")); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(filepath.Join(rec.Inbox, name+".cancel")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cancel request: %w", err)
+	}
+	return p.ledger.DeleteRetiring(name)
+}
+
+// Recover finishes retires a crash interrupted. Call it after Open, before
+// running jobs.
+func (p *Pipeline) Recover() error {
+	recs, err := p.ledger.Retiring()
+	if err != nil {
+		return err
+	}
+	for name, v := range recs {
+		var rec retiring
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("retiring record of %s: %w", name, err)
+		}
+		p.log.Info("finishing an interrupted move to done", keyName, name)
+		if err := p.finishRetire(name, rec); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -838,6 +922,17 @@ func (r *run) finalize() error {
 	}
 	if err := p.publishResults(r.job, b); err != nil {
 		return err
+	}
+	outPath, errPath := p.resultPaths(b, b.Gen)
+	for _, f := range []struct {
+		path string
+		dst  *int64
+	}{{outPath, &b.OutMtime}, {errPath, &b.ErrMtime}} {
+		st, err := os.Stat(f.path)
+		if err != nil {
+			return fmt.Errorf("stat results: %w", err)
+		}
+		*f.dst = st.ModTime().UnixNano()
 	}
 	b.Status = final
 	switch final {

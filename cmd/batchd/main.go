@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,8 +35,8 @@ func init() {
 		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},
 		{"bench", "measure the pipeline (bench pipeline)", cmdBench},
 		{"echo-server", "serve a stand-in OpenAI-compatible server that echoes (for trying batchd without a model)", cmdEchoServer},
-		{"version", "print the version", func(context.Context, []string, io.Writer, io.Writer) int {
-			fmt.Println("batchd", version)
+		{"version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) int {
+			fmt.Fprintln(stdout, "batchd", version)
 			return exitOK
 		}},
 	}
@@ -80,5 +79,3 @@ func errorf(w io.Writer, code int, format string, args ...any) int {
 	fmt.Fprintf(w, "batchd: "+format+"\n", args...)
 	return code
 }
-
-var errUsage = errors.New("usage")

@@ -38,7 +38,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	optsPath := fs.String("options", "", "batch options file (default: NAME.options.json beside FILE, if present)")
 	maxLine := fs.Int("max-line-bytes", 32<<20, "longest line accepted")
 	quiet := fs.Bool("q", false, "print only the summary")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+	if err := fs.Parse(reorder(args)); err != nil || fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: batchd validate [--options FILE] FILE")
 		return exitUsage
 	}
@@ -49,6 +49,8 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if *optsPath == "" {
 		*optsPath = filepath.Join(filepath.Dir(path), name+".options.json")
+	} else if _, err := os.Stat(*optsPath); err != nil {
+		return errorf(stderr, exitUsage, "options: %v", err)
 	}
 	opts, _, err := pipeline.ReadOptionsFile(*optsPath)
 	if err == nil {
@@ -150,6 +152,9 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return waitBatch(ctx, dirs, name, started, stdout, stderr)
 }
 
+// valueFlags are the flags that take a separate value argument.
+var valueFlags = map[string]bool{"data": true, "options": true, "name": true, "max-line-bytes": true}
+
 // reorder moves flags before positional arguments so "submit FILE --wait" works.
 func reorder(args []string) []string {
 	var flags, pos []string
@@ -157,7 +162,7 @@ func reorder(args []string) []string {
 		a := args[i]
 		if strings.HasPrefix(a, "-") && a != "-" {
 			flags = append(flags, a)
-			if !strings.Contains(a, "=") && i+1 < len(args) && (a == "--data" || a == "-data" || a == "--options" || a == "-options" || a == "--name" || a == "-name") {
+			if !strings.Contains(a, "=") && i+1 < len(args) && valueFlags[strings.TrimLeft(a, "-")] {
 				flags = append(flags, args[i+1])
 				i++
 			}
@@ -203,13 +208,25 @@ func waitBatch(ctx context.Context, dirs daemon.Dirs, name string, since time.Ti
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	waitingSaid := false
+	tty := isTerminal(stderr)
+	var lastPrint time.Time
+	var lastLine string
 	for {
 		obj, err := pipeline.ReadBatchObject(objPath)
 		fresh := err == nil && obj.Batchd.UpdatedAt >= since.Unix()
 		if fresh {
-			fmt.Fprint(stderr, "\r"+progressLine(obj)+"\033[K")
+			line := progressLine(obj)
+			switch {
+			case tty:
+				fmt.Fprint(stderr, "\r"+line+"\033[K")
+			case line != lastLine && (time.Since(lastPrint) >= 5*time.Second || pipeline.Terminal(obj.Status)):
+				fmt.Fprintln(stderr, line)
+				lastPrint, lastLine = time.Now(), line
+			}
 			if pipeline.Terminal(obj.Status) {
-				fmt.Fprintln(stderr)
+				if tty {
+					fmt.Fprintln(stderr)
+				}
 				fmt.Fprintf(stdout, "batch %q %s: %d completed, %d failed\n", name, obj.Status, obj.RequestCounts.Completed, obj.RequestCounts.Failed)
 				if obj.Errors != nil {
 					for _, e := range obj.Errors.Data {
@@ -381,4 +398,15 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "OK %s (%s): %d requests, each exactly once (%d output lines, %d error lines)\n",
 		name, rep.Status, rep.Lines, rep.OutputLines, rep.ErrorLines)
 	return exitOK
+}
+
+// isTerminal reports whether w is a character device (a terminal), where a
+// redrawn progress line makes sense.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

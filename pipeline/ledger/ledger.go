@@ -22,8 +22,9 @@ import (
 var ErrNotFound = errors.New("batch not found")
 
 var (
-	bucketBatches = []byte("batches")
-	bucketDone    = []byte("done")
+	bucketBatches  = []byte("batches")
+	bucketDone     = []byte("done")
+	bucketRetiring = []byte("retiring")
 )
 
 // linesPerChunk is how many input lines one bitmap chunk covers; a chunk is
@@ -47,6 +48,12 @@ type Batch struct {
 	// OutLen and ErrLen are the committed lengths of the result files.
 	OutLen int64 `json:"out_len"`
 	ErrLen int64 `json:"err_len"`
+	// OutMtime and ErrMtime (Unix ns) are the result files' modification
+	// times when the batch ended: published outputs share their files, so
+	// an edit of a published output shows here and its results are not
+	// reused.
+	OutMtime int64 `json:"out_mtime,omitempty"`
+	ErrMtime int64 `json:"err_mtime,omitempty"`
 
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
@@ -87,7 +94,7 @@ func Open(path string) (*Ledger, error) {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketBatches, bucketDone} {
+		for _, b := range [][]byte{bucketBatches, bucketDone, bucketRetiring} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -221,4 +228,42 @@ func (l *Ledger) Delete(id string) error {
 		return fmt.Errorf("delete batch %s: %w", id, err)
 	}
 	return nil
+}
+
+// PutRetiring records that batch name's files are being moved out of the
+// inbox; value says what to finish if that is interrupted.
+func (l *Ledger) PutRetiring(name string, value []byte) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRetiring).Put([]byte(name), value)
+	})
+	if err != nil {
+		return fmt.Errorf("record retiring %s: %w", name, err)
+	}
+	return nil
+}
+
+// DeleteRetiring forgets a PutRetiring record.
+func (l *Ledger) DeleteRetiring(name string) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRetiring).Delete([]byte(name))
+	})
+	if err != nil {
+		return fmt.Errorf("forget retiring %s: %w", name, err)
+	}
+	return nil
+}
+
+// Retiring returns the PutRetiring records, by name.
+func (l *Ledger) Retiring() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRetiring).ForEach(func(k, v []byte) error {
+			out[string(k)] = append([]byte(nil), v...)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list retiring: %w", err)
+	}
+	return out, nil
 }

@@ -1,0 +1,583 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/pipeline"
+)
+
+// cli runs batchd in-process with args and returns its exit code and output.
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code = mainArgs(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// lockedBuffer collects a daemon's logs, shown when a test fails.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startDaemon runs a daemon in this process on data, against a fresh
+// stand-in server; both stop when the test ends.
+func startDaemon(t *testing.T, data string) *daemon.Daemon {
+	t.Helper()
+	logs := new(lockedBuffer)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs)
+		}
+	})
+	srv := openaitest.NewServer(openaitest.Options{})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	cfg := daemon.DefaultConfig()
+	cfg.Data, cfg.Listen = data, ""
+	cfg.OpenAI.URLs = []string{srv.URL()}
+	cfg.OpenAI.RetryWaitMin, cfg.OpenAI.RetryWaitMax, cfg.OpenAI.MaxRetries = 5*time.Millisecond, 50*time.Millisecond, 2
+	cfg.OpenAI.ProbeInterval = 20 * time.Millisecond
+	cfg.Pipeline.CommitInterval = 20 * time.Millisecond
+	cfg.Pipeline.ProgressInterval = 20 * time.Millisecond
+	cfg.Watcher.Settle = 50 * time.Millisecond
+	cfg.Watcher.Rescan = time.Second
+	d := daemon.New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err := d.Open(context.Background()); err != nil {
+		t.Fatalf("open daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.Close(ctx); err != nil {
+			t.Errorf("close daemon: %v", err)
+		}
+	})
+	return d
+}
+
+// chatBatch returns n valid chat lines with custom_ids prefix0..prefixN-1.
+func chatBatch(n int, prefix string) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"custom_id":"%s%d","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hello number %d"}],"max_tokens":5}}`+"\n", prefix, i, i)
+	}
+	return b.String()
+}
+
+// mixedBatch has valid lines 1, 2, 4 and 6, and invalid lines 3
+// (not JSON), 5 (a duplicate custom_id) and 7 (temperature out of range).
+const mixedBatch = `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}}
+{"custom_id":"b","method":"POST","url":"/v1/completions","body":{"prompt":"hi there","max_tokens":5}}
+{not json
+{"custom_id":"c","method":"POST","url":"/v1/embeddings","body":{"input":"hi there"}}
+{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"again"}],"max_tokens":5}}
+{"custom_id":"d","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}}
+{"custom_id":"e","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":9}}
+`
+
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func nonEmptyLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func TestValidateExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	valid := writeFile(t, filepath.Join(dir, "valid.jsonl"), chatBatch(3, "v"))
+	mixed := writeFile(t, filepath.Join(dir, "mixed.jsonl"), mixedBatch)
+	// max_tokens comes from the options file beside the input.
+	defaulted := writeFile(t, filepath.Join(dir, "defaulted.jsonl"),
+		`{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`+"\n")
+	writeFile(t, filepath.Join(dir, "defaulted.options.json"), `{"max_tokens": 7}`)
+	badOpts := writeFile(t, filepath.Join(dir, "badopts.jsonl"), chatBatch(1, "o"))
+	writeFile(t, filepath.Join(dir, "badopts.options.json"), `{"temperatur": 1}`)
+	doc := writeFile(t, filepath.Join(dir, "doc.json"), `{"url":"/v1/chat/completions","defaults":{"max_tokens":4},"requests":[
+		{"custom_id":"a","messages":[{"role":"user","content":"one"}]},
+		{"custom_id":"b","messages":[{"role":"user","content":"two"}]}]}`)
+	txt := writeFile(t, filepath.Join(dir, "notes.txt"), "hello\n")
+
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		stdout   []string // each must appear in stdout
+		stdoutN  int      // lines of stdout, when not zero
+		stderr   string   // must appear in stderr
+		noStdout string   // must not appear in stdout
+	}{
+		{name: "all valid", args: []string{valid}, code: exitOK,
+			stdout: []string{valid + ": 3 requests, 3 valid, 0 invalid"}, stdoutN: 1},
+		{name: "some invalid", args: []string{mixed}, code: exitFailure,
+			stdout: []string{
+				"line 3: invalid_json_line: ",
+				`line 5: custom_id "a": duplicate_custom_id: `,
+				`line 7: custom_id "e": body.temperature: must be between 0 and 2`,
+				mixed + ": 7 requests, 4 valid, 3 invalid",
+			}, stdoutN: 4, noStdout: "line 1:"},
+		{name: "quiet prints the summary only", args: []string{"-q", mixed}, code: exitFailure,
+			stdout: []string{mixed + ": 7 requests, 4 valid, 3 invalid"}, stdoutN: 1},
+		{name: "options beside the file apply", args: []string{defaulted}, code: exitOK,
+			stdout: []string{"1 requests, 1 valid, 0 invalid"}},
+		{name: "an explicit options file wins", args: []string{"--options", filepath.Join(dir, "defaulted.options.json"), badOpts}, code: exitOK,
+			stdout: []string{"1 requests, 1 valid, 0 invalid"}},
+		{name: "requests document", args: []string{doc}, code: exitOK,
+			stdout: []string{doc + ": 2 requests, 2 valid, 0 invalid"}},
+		{name: "missing file", args: []string{filepath.Join(dir, "nope.jsonl")}, code: exitUsage,
+			stderr: "no such file"},
+		{name: "invalid options file", args: []string{badOpts}, code: exitUsage, stderr: "options:"},
+		{name: "not a batch file name", args: []string{txt}, code: exitUsage, stderr: "must end in .jsonl"},
+		{name: "an options file is not an input", args: []string{filepath.Join(dir, "defaulted.options.json")}, code: exitUsage,
+			stderr: "is an options file"},
+		{name: "no file", args: nil, code: exitUsage, stderr: "usage: batchd validate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := cli(t, append([]string{"validate"}, tc.args...)...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout, stderr)
+			}
+			for _, s := range tc.stdout {
+				if !strings.Contains(stdout, s) {
+					t.Errorf("stdout lacks %q:\n%s", s, stdout)
+				}
+			}
+			if tc.stdoutN != 0 && len(nonEmptyLines(stdout)) != tc.stdoutN {
+				t.Errorf("stdout has %d lines, want %d:\n%s", len(nonEmptyLines(stdout)), tc.stdoutN, stdout)
+			}
+			if tc.noStdout != "" && strings.Contains(stdout, tc.noStdout) {
+				t.Errorf("stdout has %q:\n%s", tc.noStdout, stdout)
+			}
+			if !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.stderr, stderr)
+			}
+		})
+	}
+}
+
+func TestSubmitPlacesTheFileAtomically(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	inbox := filepath.Join(data, "inbox")
+	// Big enough that a plain copy into place would be seen half written.
+	content := chatBatch(40000, "big")
+	src := writeFile(t, filepath.Join(dir, "big.jsonl"), content)
+	opts := writeFile(t, filepath.Join(dir, "opts.json"), `{"max_tokens": 9}`)
+	if err := os.MkdirAll(inbox, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// A reader polling the inbox must never see big.jsonl shorter than the
+	// whole file, nor it before its options file.
+	var torn, early atomic.Value
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if st, err := os.Stat(filepath.Join(inbox, "big.jsonl")); err == nil {
+				if st.Size() != int64(len(content)) {
+					torn.Store(st.Size())
+				}
+				if _, err := os.Stat(filepath.Join(inbox, "big.options.json")); err != nil {
+					early.Store(true)
+				}
+			}
+		}
+	}()
+	code, stdout, stderr := cli(t, "submit", src, "--data", data, "--options", opts)
+	close(stop)
+	<-watched
+	if code != exitOK {
+		t.Fatalf("submit: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if v := torn.Load(); v != nil {
+		t.Errorf("the inbox showed big.jsonl with %d of %d bytes", v, len(content))
+	}
+	if early.Load() != nil {
+		t.Error("big.jsonl appeared in the inbox before big.options.json")
+	}
+	if want := fmt.Sprintf("as batch %q (%s)", "big", filepath.Join(inbox, "big.jsonl")); !strings.Contains(stdout, want) {
+		t.Errorf("stdout lacks %q: %s", want, stdout)
+	}
+	if got, err := os.ReadFile(filepath.Join(inbox, "big.jsonl")); err != nil || string(got) != content {
+		t.Errorf("inbox/big.jsonl: %v (same content: %v)", err, string(got) == content)
+	}
+	if got, err := os.ReadFile(filepath.Join(inbox, "big.options.json")); err != nil || string(got) != `{"max_tokens": 9}` {
+		t.Errorf("inbox/big.options.json: %q %v", got, err)
+	}
+
+	// --name chooses the batch name.
+	if code, stdout, stderr := cli(t, "submit", "--data", data, "--name", "renamed", src); code != exitOK {
+		t.Fatalf("submit --name: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(inbox, "renamed.jsonl")); err != nil {
+		t.Errorf("submit --name: %v", err)
+	}
+	if bad := leftovers(t, inbox); len(bad) > 0 {
+		t.Errorf("temporary files left in the inbox: %v", bad)
+	}
+
+	// Refusals leave nothing behind.
+	for _, args := range [][]string{
+		{"submit", "--data", data, filepath.Join(dir, "missing.jsonl")},
+		{"submit", "--data", data, writeFile(t, filepath.Join(dir, "x.txt"), "x")},
+		{"submit", "--data", data},
+	} {
+		if code, _, _ := cli(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	ents, _ := os.ReadDir(inbox)
+	if len(ents) != 3 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("inbox holds %v, want big.jsonl, big.options.json, renamed.jsonl", names)
+	}
+}
+
+// writeObject writes outbox/NAME.batch.json.
+func writeObject(t *testing.T, outbox string, o pipeline.BatchObject) {
+	t.Helper()
+	raw, err := json.MarshalIndent(o, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(outbox, o.Batchd.Name+".batch.json"), string(raw))
+}
+
+func TestStatusListsBatchesAndQueuedInputs(t *testing.T) {
+	data := t.TempDir()
+	dirs := daemon.DataDirs(data)
+	started := int64(1700000100)
+	writeObject(t, dirs.Outbox, pipeline.BatchObject{
+		ID: "batch_a", Object: "batch", Status: pipeline.StatusCompleted, CreatedAt: 1700000000, InProgressAt: &started,
+		RequestCounts: pipeline.RequestCounts{Total: 10, Completed: 9, Failed: 1},
+		Batchd:        pipeline.BatchdInfo{Name: "alpha", Rate: 12.5},
+	})
+	writeObject(t, dirs.Outbox, pipeline.BatchObject{
+		ID: "batch_b", Object: "batch", Status: pipeline.StatusInProgress, CreatedAt: 1700000050, InProgressAt: &started,
+		RequestCounts: pipeline.RequestCounts{Total: 10, Completed: 2, Failed: 1},
+		Batchd:        pipeline.BatchdInfo{Name: "beta", Paused: true},
+	})
+	writeFile(t, filepath.Join(dirs.Inbox, "beta.jsonl"), chatBatch(1, "b")) // has an object: listed once
+	writeFile(t, filepath.Join(dirs.Inbox, "gamma.jsonl"), chatBatch(1, "g"))
+	writeFile(t, filepath.Join(dirs.Inbox, "delta.json"), `{"requests":[]}`)
+	for _, ignored := range []string{".hidden.jsonl", "gamma.options.json", "notes.txt", "gamma.cancel"} {
+		writeFile(t, filepath.Join(dirs.Inbox, ignored), "{}")
+	}
+
+	code, stdout, stderr := cli(t, "status", "--data", data)
+	if code != exitOK {
+		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
+	}
+	lines := nonEmptyLines(stdout)
+	if len(lines) != 5 {
+		t.Fatalf("status printed %d lines, want a header and 4 rows:\n%s", len(lines), stdout)
+	}
+	want := [][]string{
+		{"NAME", "STATUS", "DONE/TOTAL", "FAILED", "STARTED", "RATE"},
+		{"alpha", "completed", "10/10", "1"},
+		{"beta", "in_progress (engine paused)", "3/10", "1"},
+	}
+	for i, fields := range want {
+		for _, f := range fields {
+			if !strings.Contains(lines[i], f) {
+				t.Errorf("line %d lacks %q: %q", i+1, f, lines[i])
+			}
+		}
+	}
+	if !strings.Contains(lines[1], "12.5/s") {
+		t.Errorf("alpha's rate missing: %q", lines[1])
+	}
+	queued := map[string]bool{}
+	for _, l := range lines[3:] {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[1] != "queued" {
+			t.Errorf("want a queued row, got %q", l)
+			continue
+		}
+		queued[f[0]] = true
+	}
+	if !queued["gamma"] || !queued["delta"] {
+		t.Errorf("queued rows %v, want gamma and delta", queued)
+	}
+	if strings.Contains(stdout, "hidden") || strings.Contains(stdout, "notes") {
+		t.Errorf("status lists ignored inbox files:\n%s", stdout)
+	}
+
+	// One batch by name.
+	code, stdout, _ = cli(t, "status", "--data", data, "beta")
+	if lines := nonEmptyLines(stdout); code != exitOK || len(lines) != 2 || !strings.HasPrefix(lines[1], "beta") {
+		t.Errorf("status beta: exit %d\n%s", code, stdout)
+	}
+	code, stdout, _ = cli(t, "status", "gamma", "--data", data)
+	if lines := nonEmptyLines(stdout); code != exitOK || len(lines) != 2 || !strings.Contains(lines[1], "queued") {
+		t.Errorf("status gamma: exit %d\n%s", code, stdout)
+	}
+	if code, _, stderr := cli(t, "status", "--data", data, "nope"); code != exitFailure || !strings.Contains(stderr, `no batch named "nope"`) {
+		t.Errorf("status nope: exit %d, stderr %q", code, stderr)
+	}
+	// An empty data directory lists nothing, without error.
+	if code, stdout, _ := cli(t, "status", "--data", t.TempDir()); code != exitOK || len(nonEmptyLines(stdout)) != 1 {
+		t.Errorf("empty status: exit %d\n%s", code, stdout)
+	}
+}
+
+// waitFinished waits until batch name is completed and its input is in done/.
+func waitFinished(t *testing.T, data, name, format string) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "batch "+name+" to finish", func() bool { return finished(data, name, format) })
+}
+
+func TestCheckDetectsTamperedOutputs(t *testing.T) {
+	data := t.TempDir()
+	startDaemon(t, data)
+	dirs := daemon.DataDirs(data)
+	placeInput(t, dirs.Inbox, "tamper.jsonl", []byte(chatBatch(20, "t")+mixedBatch))
+	waitFinished(t, data, "tamper", "jsonl")
+
+	code, stdout, stderr := cli(t, "check", "--data", data, "tamper")
+	if code != exitOK || !strings.Contains(stdout, "OK tamper (completed): 27 requests, each exactly once (24 output lines, 3 error lines)") {
+		t.Fatalf("check intact: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	outPath := filepath.Join(dirs.Outbox, "tamper.output.jsonl")
+	errPath := filepath.Join(dirs.Outbox, "tamper.errors.jsonl")
+	intact, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intactErrs, err := os.ReadFile(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(intact), "\n")
+	errLines := strings.SplitAfter(string(intactErrs), "\n")
+	var victim struct {
+		CustomID string `json:"custom_id"`
+	}
+	if err := json.Unmarshal([]byte(lines[4]), &victim); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name          string
+		output, errs  string
+		want          []string
+		wantInSummary string
+	}{
+		{name: "a line deleted", output: strings.Join(append(append([]string{}, lines[:4]...), lines[5:]...), ""), errs: string(intactErrs),
+			want: []string{fmt.Sprintf("(custom_id %q): no result line", victim.CustomID), "request_counts.completed 24, but the output file has 23 lines"}},
+		{name: "a line duplicated", output: string(intact) + lines[4], errs: string(intactErrs),
+			want: []string{fmt.Sprintf("(custom_id %q): 2 result lines", victim.CustomID)}},
+		{name: "an error line deleted", output: string(intact), errs: strings.Join(errLines[1:], ""),
+			want: []string{"no result line", "request_counts.failed 3, but the errors file has 2 lines"}},
+		{name: "a success line in the errors file", output: strings.Join(lines[1:], ""), errs: string(intactErrs) + lines[0],
+			want: []string{"a success line in the wrong file"}},
+		{name: "a torn last line", output: string(intact[:len(intact)-10]), errs: string(intactErrs),
+			want: []string{"torn line"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			writeFile(t, outPath, tc.output)
+			writeFile(t, errPath, tc.errs)
+			code, stdout, stderr := cli(t, "check", "--data", data, "tamper")
+			if code != exitFailure {
+				t.Errorf("exit %d, want %d\n%s%s", code, exitFailure, stdout, stderr)
+			}
+			for _, w := range append(tc.want, "FAIL tamper (completed)") {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout)
+				}
+			}
+		})
+	}
+
+	// Restored, it passes again.
+	writeFile(t, outPath, string(intact))
+	writeFile(t, errPath, string(intactErrs))
+	if code, stdout, _ := cli(t, "check", "tamper", "--data", data); code != exitOK {
+		t.Errorf("check restored: exit %d\n%s", code, stdout)
+	}
+	// A batch that does not exist, or has no results yet.
+	if code, _, stderr := cli(t, "check", "--data", data, "nope"); code != exitUsage || !strings.Contains(stderr, `no input for batch "nope"`) {
+		t.Errorf("check nope: exit %d, stderr %q", code, stderr)
+	}
+	other := t.TempDir()
+	writeFile(t, filepath.Join(other, "inbox", "pending.jsonl"), chatBatch(1, "p"))
+	if code, _, stderr := cli(t, "check", "--data", other, "pending"); code != exitUsage || !strings.Contains(stderr, "has no results yet") {
+		t.Errorf("check pending: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestSubmitWaitPrintsWhereResultsAre(t *testing.T) {
+	data := t.TempDir()
+	startDaemon(t, data)
+	dirs := daemon.DataDirs(data)
+	src := writeFile(t, filepath.Join(t.TempDir(), "waited.jsonl"), chatBatch(30, "w")+mixedBatch)
+
+	code, stdout, stderr := cli(t, "submit", "--wait", "--data", data, src)
+	if code != exitOK {
+		t.Fatalf("submit --wait: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		`batch "waited" completed: 34 completed, 3 failed`,
+		"results: " + filepath.Join(dirs.Outbox, "waited.output.jsonl"),
+		"errors:  " + filepath.Join(dirs.Outbox, "waited.errors.jsonl"),
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if got := len(fileLines(t, filepath.Join(dirs.Outbox, "waited.output.jsonl"))); got != 34 {
+		t.Errorf("output has %d lines, want 34", got)
+	}
+
+	// A batch that fails (invalid options) ends --wait with exit 1 and its errors.
+	opts := writeFile(t, filepath.Join(t.TempDir(), "o.json"), `{"on_invalid":"reject"}`)
+	src2 := writeFile(t, filepath.Join(t.TempDir(), "rejected.jsonl"), mixedBatch)
+	code, stdout, stderr = cli(t, "submit", src2, "--wait", "--data", data, "--options", opts)
+	if code != exitFailure {
+		t.Fatalf("submit --wait of a rejected batch: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{`batch "rejected" failed`, "line 3: invalid_json_line"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestUnknownCommandAndHelp(t *testing.T) {
+	if code, _, stderr := cli(t, "frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := cli(t); code != exitUsage || !strings.Contains(stderr, "usage: batchd COMMAND") {
+		t.Errorf("no command: exit %d, stderr %q", code, stderr)
+	}
+	code, stdout, _ := cli(t, "help")
+	if code != exitOK {
+		t.Errorf("help: exit %d", code)
+	}
+	for _, c := range []string{"run", "validate", "submit", "status", "check", "bench", "echo-server"} {
+		if !strings.Contains(stdout, "  "+c+" ") {
+			t.Errorf("help lacks %s:\n%s", c, stdout)
+		}
+	}
+}
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, filepath.Join(dir, "bad.yaml"), "pipeline:\n  max_concurent_batches: 2\n")
+	code, _, stderr := cli(t, "run", "--config", cfg, "--data", filepath.Join(dir, "data"))
+	if code != exitUsage || !strings.Contains(stderr, "max_concurent_batches") {
+		t.Errorf("run with an unknown key: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = cli(t, "run", "--data", filepath.Join(dir, "data"), "--engine", "nope")
+	if code != exitUsage || !strings.Contains(stderr, "engine") {
+		t.Errorf("run with an unknown engine: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestSecondBatchdProcessFailsFast(t *testing.T) {
+	bin := needBinary(t)
+	srv := openaitest.NewServer(openaitest.Options{})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	cfgPath := writeFile(t, filepath.Join(dir, "batchd.yaml"), "watcher:\n  settle: 50ms\n")
+	data := filepath.Join(dir, "data")
+	logPath := filepath.Join(dir, "first.log")
+	first := startBatchd(t, bin, data, cfgPath, srv.URL(), logPath)
+	first.waitReady(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "run", "--config", cfgPath, "--data", data, "--openai-url", srv.URL(), "--listen", "off")
+	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, hermeticEnv()
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitFailure {
+		t.Fatalf("second batchd: %v, want exit %d\n%s", err, exitFailure, out.String())
+	}
+	if want := fmt.Sprintf("in use by another batchd (pid %d)", first.cmd.Process.Pid); !strings.Contains(out.String(), want) {
+		t.Errorf("second batchd said %q, want it to contain %q", out.String(), want)
+	}
+	first.signal(t, syscall.SIGTERM)
+	if first.err != nil {
+		t.Errorf("first batchd after SIGTERM: %v\n%s", first.err, logTail(logPath))
+	}
+}
+
+func TestValidateWithAMissingOptionsFile(t *testing.T) {
+	dir := t.TempDir()
+	src := writeFile(t, filepath.Join(dir, "x.jsonl"), chatBatch(2, "x"))
+	code, stdout, stderr := cli(t, "validate", "--options", filepath.Join(dir, "typo.json"), src)
+	if code == exitOK {
+		t.Fatalf("regression (fixed bug): `batchd validate --options MISSING FILE` exits 0 and validates without options (stdout %q). "+
+			"cmd/batchd/tools.go cmdValidate passes the path to pipeline.ReadOptionsFile, which treats a missing "+
+			"file as no options (right for the implicit NAME.options.json beside FILE, wrong for an explicit "+
+			"--options). `submit --options MISSING` fails with exit 2. Fix: when --options is given, os.Stat it "+
+			"first and return exitUsage if it cannot be read.", stdout)
+	}
+	if code != exitUsage || !strings.Contains(stderr, "typo.json") {
+		t.Errorf("exit %d, stderr %q; want exit %d naming the file", code, stderr, exitUsage)
+	}
+}
