@@ -1,5 +1,8 @@
 # batchd — see README.md.
 GO      ?= go
+# The kernels' SIMD fast path uses Go's simd/archsimd, which exists only
+# under this experiment; without it the portable kernels are built.
+export GOEXPERIMENT ?= simd
 BIN     := bin/batchd
 DATA    ?= ./data
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -3,6 +3,7 @@ module github.com/batchd/batchd
 go 1.26.8
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	go.etcd.io/bbolt v1.5.0

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -25,8 +26,10 @@ type Config struct {
 	Data string `yaml:"data"`
 	// Listen is the HTTP address for health endpoints ("" disables HTTP).
 	Listen string `yaml:"listen"`
-	// Engine names the engine: "openai" (a remote OpenAI-compatible server).
+	// Engine names the engine: "native" (in-process, on local model files)
+	// or "openai" (a remote OpenAI-compatible server).
 	Engine   string         `yaml:"engine"`
+	Native   NativeConfig   `yaml:"native"`
 	OpenAI   OpenAIConfig   `yaml:"openai"`
 	Pipeline PipelineConfig `yaml:"pipeline"`
 	// Batch holds batch-level defaults; NAME.options.json overrides them per batch.
@@ -46,6 +49,18 @@ type OpenAIConfig struct {
 	RetryWaitMax   time.Duration `yaml:"retry_wait_max"`
 	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	ProbeInterval  time.Duration `yaml:"probe_interval"`
+}
+
+// NativeConfig configures the in-process engine.
+type NativeConfig struct {
+	// Models are the models served; body.model picks one by name.
+	Models         []native.ModelConfig `yaml:"models"`
+	Threads        int                  `yaml:"threads"`
+	MaxBatchTokens int                  `yaml:"max_batch_tokens"`
+	MaxSeqs        int                  `yaml:"max_seqs"`
+	// StrictModel makes a request naming an unknown model a model_not_found
+	// line instead of running on the only model.
+	StrictModel bool `yaml:"strict_model"`
 }
 
 // PipelineConfig tunes how batches run.
@@ -79,7 +94,8 @@ func DefaultConfig() Config {
 	return Config{
 		Data:   "./data",
 		Listen: "127.0.0.1:8080",
-		Engine: "openai",
+		Engine: "native",
+		Native: NativeConfig{MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs},
 		OpenAI: OpenAIConfig{
 			URLs:           []string{"http://127.0.0.1:8000/v1"},
 			MaxInFlight:    64,
@@ -150,6 +166,9 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	str("BATCHD_DATA", &cfg.Data)
 	str("BATCHD_LISTEN", &cfg.Listen)
 	str("BATCHD_ENGINE", &cfg.Engine)
+	if v := getenv("BATCHD_MODEL"); v != "" {
+		cfg.Native.Models = []native.ModelConfig{{Path: v}}
+	}
 	if v := getenv("BATCHD_OPENAI_URL"); v != "" {
 		cfg.OpenAI.URLs = splitList(v)
 	}
@@ -192,8 +211,12 @@ func (c Config) Validate() error {
 		if err := c.openaiConfig().Validate(); err != nil {
 			return err
 		}
+	case "native":
+		if err := c.nativeConfig().Validate(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("engine: unknown engine %q (known: openai)", c.Engine)
+		return fmt.Errorf("engine: unknown engine %q (known: native, openai)", c.Engine)
 	}
 	if c.Pipeline.MaxConcurrentBatches < 1 {
 		return fmt.Errorf("pipeline.max_concurrent_batches: must be at least 1, got %d", c.Pipeline.MaxConcurrentBatches)

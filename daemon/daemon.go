@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher"
@@ -85,8 +86,26 @@ func (c Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 			return nil, err
 		}
 		return openai.New(oc)
+	case "native":
+		nc := c.nativeConfig()
+		nc.Logger = log
+		return native.New(nc)
 	}
 	return nil, fmt.Errorf("engine: unknown engine %q", c.Engine)
+}
+
+func (c Config) nativeConfig() native.Config {
+	nc := native.DefaultConfig()
+	nc.Models = c.Native.Models
+	nc.Threads = c.Native.Threads
+	if c.Native.MaxBatchTokens > 0 {
+		nc.MaxBatchTokens = c.Native.MaxBatchTokens
+	}
+	if c.Native.MaxSeqs > 0 {
+		nc.MaxSeqs = c.Native.MaxSeqs
+	}
+	nc.StrictModel = c.Native.StrictModel
+	return nc
 }
 
 func (c Config) openaiConfig() openai.Config {

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -73,6 +75,7 @@ func newEnv(t *testing.T, opts openaitest.Options) *env {
 func (e *env) config() daemon.Config {
 	cfg := daemon.DefaultConfig()
 	cfg.Data, cfg.Listen = e.dirs.Root, ""
+	cfg.Engine = "openai"
 	cfg.OpenAI.URLs = []string{e.url}
 	cfg.OpenAI.RetryWaitMin, cfg.OpenAI.RetryWaitMax, cfg.OpenAI.MaxRetries = 5*time.Millisecond, 50*time.Millisecond, 2
 	cfg.OpenAI.ProbeInterval = 20 * time.Millisecond
@@ -540,8 +543,14 @@ func TestLoadFile(t *testing.T) {
 				t.Errorf("%q: %+v, want the defaults %+v", content, cfg, daemon.DefaultConfig())
 			}
 		}
-		if err := daemon.DefaultConfig().Validate(); err != nil {
-			t.Errorf("the defaults do not validate: %v", err)
+		// The defaults name the native engine, which needs a model.
+		def := daemon.DefaultConfig()
+		if err := def.Validate(); err == nil || !strings.Contains(err.Error(), "native.models") {
+			t.Errorf("the defaults without a model: %v, want an error naming native.models", err)
+		}
+		def.Native.Models = []native.ModelConfig{{Path: "model.gguf"}}
+		if err := def.Validate(); err != nil {
+			t.Errorf("the defaults with a model do not validate: %v", err)
 		}
 	})
 	t.Run("environment references are expanded", func(t *testing.T) {
@@ -605,6 +614,7 @@ func TestApplyEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := daemon.DefaultConfig()
+	want.Engine = "openai"
 	want.Data, want.Listen = "/var/lib/batchd", "0.0.0.0:9090"
 	want.OpenAI.URLs = []string{"http://a:8000/v1", "http://b:8000/v1"}
 	want.OpenAI.APIKey, want.OpenAI.Model, want.OpenAI.MaxInFlight = "sk-env", "m", 11
@@ -661,6 +671,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.field, func(t *testing.T) {
 			cfg := daemon.DefaultConfig()
+			cfg.Engine = "openai"
 			tc.edit(&cfg)
 			err := cfg.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
@@ -789,6 +800,7 @@ func TestValidateChecksEngineFields(t *testing.T) {
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			cfg := daemon.DefaultConfig()
+			cfg.Engine = "openai"
 			tc.edit(&cfg)
 			err := cfg.Validate()
 			if err == nil {
@@ -830,4 +842,35 @@ func TestEditingAPublishedOutputDoesNotCorruptReuse(t *testing.T) {
 			"ledger's committed lengths no longer match it). Fix: publish a copy, or make the state file "+
 			"read-only (0444) before linking and check its size against the ledger when reusing it.", got, len(want))
 	}
+}
+
+// The native engine end to end: a demo model written by batchd, a batch of
+// chat, completions and embeddings requests dropped in the inbox.
+func TestNativeEngineRunsADroppedBatch(t *testing.T) {
+	e := newEnv(t, openaitest.Options{})
+	model := filepath.Join(t.TempDir(), "demo.gguf")
+	f, err := os.Create(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := native.WriteDemoModel(f, native.DemoShapes["tiny"], kernels.F32, 7); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg := e.config()
+	cfg.Engine = "native"
+	cfg.Native.Models = []native.ModelConfig{{Path: model}}
+	e.open(cfg)
+	e.drop("native.jsonl", `{"custom_id":"c","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}}
+{"custom_id":"p","method":"POST","url":"/v1/completions","body":{"prompt":"Once upon","max_tokens":3,"temperature":0.8,"seed":5}}
+{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"input":"a cat"}}
+`)
+	o := e.waitEnded("native", "jsonl")
+	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 3 {
+		t.Fatalf("%s %+v\n%s", o.Status, o.RequestCounts, strings.Join(e.lines("native.errors.jsonl"), "\n"))
+	}
+	if o.Usage.OutputTokens == 0 || o.Usage.InputTokens == 0 {
+		t.Fatalf("usage %+v", o.Usage)
+	}
+	e.check("native", "jsonl")
 }

@@ -1,7 +1,41 @@
-// Package kernels will hold the numeric kernels the native engine runs on
-// (matmul per weight type, RMSNorm, RoPE, attention over paged KV,
-// softmax/top-k) behind one interface, with a portable Go implementation, a
-// SIMD fast path and, later, a GPU one. It arrives with the native engine
-// (issue 3); until then batchd runs requests on a remote engine
-// (engine/openai). It must import no other batchd package.
+// Package kernels owns the numeric operations the native engine's decoder
+// runs on: matrix–vector and matrix–matrix products over F32, F16, BF16 and
+// Q8_0 weights, RMSNorm, RoPE, SiLU gating, causal grouped-query attention,
+// softmax, argmax and dot products. It must import no other batchd package.
+//
+// # Code paths
+//
+// The portable path is plain Go, always built and tested. Built with
+// GOEXPERIMENT=simd on amd64, two more exist and the best one the CPU
+// supports is chosen at run time (CPU.Name says which):
+//   - avx512: simd/archsimd for most kernels, plus Go assembly
+//     (tiles_amd64.s) for the matmul tiles archsimd cannot express well —
+//     4×4 register tiles need all 32 vector registers (the compiler allocates
+//     15), Q8_0 uses VPDPBUSD (AVX512-VNNI, when present) and F16 uses
+//     VCVTPH2PS, neither of which archsimd exposes.
+//   - avx2: AVX2+FMA via archsimd.
+//
+// Without GOEXPERIMENT=simd the portable path runs everywhere, roughly ten
+// times slower; production builds on amd64 should set it.
+//
+// # Determinism
+//
+// Every output element of MatMul and Attention is reduced in an order that
+// depends only on the shapes of the matrix and sequence, never on how many
+// tokens are in the call, how the call is split across threads or which tile
+// of the blocked kernel computed it. A token's output is therefore
+// bit-identical whether it runs alone or batched ("batch invariance"), as long
+// as the same code path runs. The avx512 and avx2 paths share one reduction
+// order (see simd_amd64.go) and agree bit for bit (NaN payloads aside). The
+// portable path sums in another order with unfused float32 arithmetic and
+// agrees with them within float32 rounding, not bit for bit; its RoPE, Add
+// and Q8_0 activation quantization are bit-identical to the SIMD ones.
+//
+// # Q8_0
+//
+// Q8_0 products quantize each activation row to Q8_0 (scale kept in float32)
+// once per call and run int8·int8 block dot products with int32 sums, as
+// llama.cpp does. They differ from a float product with the dequantized
+// weights by at most Σ_blocks (max|x_block|/254)·Σ_block|w| (the activation
+// rounding) plus float32 accumulation error.
 package kernels

@@ -3,11 +3,11 @@
 # then keep the daemon running (Ctrl-C stops it; RUN_ONCE=1 stops after the
 # examples).
 #
-# Engine: until the native engine lands, batchd runs requests on a remote
-# OpenAI-compatible server. Set OPENAI_URL (e.g. http://127.0.0.1:8000/v1 for
-# vLLM or llama.cpp server) to use yours; without it this script starts
-# `batchd echo-server`, a stand-in whose answers only echo the prompt — it
-# shows the pipeline working, not a model.
+# Engine: batchd's own in-process engine on MODEL (a .gguf file or a Hugging
+# Face directory). Without MODEL, `batchd demo-model` makes a tiny model with
+# random weights and a real tokenizer: it runs in milliseconds, and its text
+# is noise. OPENAI_URL (e.g. http://127.0.0.1:8000/v1) sends the requests to
+# a remote OpenAI-compatible server (vLLM, SGLang, llama.cpp server) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=./bin/batchd
@@ -17,18 +17,21 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-url=${OPENAI_URL:-}
-if [ -z "$url" ]; then
-  port_file=$(mktemp)
-  $BIN echo-server --listen 127.0.0.1:0 --addr-file "$port_file" &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$port_file" ] && break; sleep 0.1; done
-  url="http://$(cat "$port_file")/v1"
-  rm -f "$port_file"
-  echo "== no OPENAI_URL set: using the stand-in echo server at $url (answers echo the prompt; not a model)"
+if [ -n "${OPENAI_URL:-}" ]; then
+  engine=(--engine openai --openai-url "$OPENAI_URL")
+  echo "== engine: the remote server at $OPENAI_URL"
+else
+  model=${MODEL:-}
+  if [ -z "$model" ]; then
+    model=$($BIN demo-model --data "$DATA")
+    echo "== engine: native, on the demo model $model (random weights: its answers are noise; set MODEL=path/to/model.gguf for a real one)"
+  else
+    echo "== engine: native, on $model"
+  fi
+  engine=(--model "$model")
 fi
 
-$BIN run --data "$DATA" --engine openai --openai-url "$url" --listen "$LISTEN" &
+$BIN run --data "$DATA" "${engine[@]}" --listen "$LISTEN" &
 daemon=$!
 pids+=($daemon)
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -16,14 +17,18 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/pipeline"
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "engine" {
+		return benchEngine(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -201,5 +206,43 @@ func cmdEchoServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	<-ctx.Done()
+	return exitOK
+}
+
+func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench engine", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	model := fs.String("model", "", "model to measure (default: a demo model of --shape and --type, made once under --data)")
+	data := dataFlag(fs)
+	shape := fs.String("shape", "qwen2.5-0.5b", "demo model shape when --model is not given")
+	typ := fs.String("type", "q8_0", "demo model weight type when --model is not given")
+	threads := fs.Int("threads", 0, "kernel threads (0: every core)")
+	prompt := fs.Int("prompt", 256, "prefill length in tokens")
+	steps := fs.Int("steps", 32, "decode steps measured")
+	seqs := fs.String("seqs", "1,8,32", "sequence counts for aggregate decode")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	var counts []int
+	for _, f := range strings.Split(*seqs, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return errorf(stderr, exitUsage, "--seqs: %q is not a list of positive integers", *seqs)
+		}
+		counts = append(counts, n)
+	}
+	path := *model
+	if path == "" {
+		var out bytes.Buffer
+		if code := cmdDemoModel(ctx, []string{"--data", *data, "--shape", *shape, "--type", *typ}, &out, stderr); code != exitOK {
+			return code
+		}
+		path = strings.TrimSpace(out.String())
+	}
+	res, err := native.Bench(path, native.BenchOptions{Threads: *threads, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench engine: %v", err)
+	}
+	fmt.Fprint(stdout, res)
 	return exitOK
 }

@@ -67,6 +67,7 @@ func startDaemon(t *testing.T, data string) *daemon.Daemon {
 	t.Cleanup(srv.Close)
 	cfg := daemon.DefaultConfig()
 	cfg.Data, cfg.Listen = data, ""
+	cfg.Engine = "openai"
 	cfg.OpenAI.URLs = []string{srv.URL()}
 	cfg.OpenAI.RetryWaitMin, cfg.OpenAI.RetryWaitMax, cfg.OpenAI.MaxRetries = 5*time.Millisecond, 50*time.Millisecond, 2
 	cfg.OpenAI.ProbeInterval = 20 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/native"
 )
 
 type stringList []string
@@ -32,9 +33,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML config file")
 	data := fs.String("data", "", "data directory (inbox/, outbox/, done/, state/)")
-	eng := fs.String("engine", "", "engine: openai")
+	eng := fs.String("engine", "", "engine: native (in-process) or openai (a remote server)")
+	var models stringList
+	fs.Var(&models, "model", "model for the native engine: a .gguf file or a Hugging Face directory (repeatable; implies --engine native)")
 	var urls stringList
-	fs.Var(&urls, "openai-url", "base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (repeat or comma-separate for replicas)")
+	fs.Var(&urls, "openai-url", "base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (repeat or comma-separate for replicas; implies --engine openai)")
 	model := fs.String("openai-model", "", "model name sent to the remote server (overrides body.model)")
 	listen := fs.String("listen", "", "HTTP listen address for /healthz and /readyz (\"off\" disables)")
 	if err := fs.Parse(args); err != nil {
@@ -53,11 +56,23 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *data != "" {
 		cfg.Data = *data
 	}
+	if len(models) > 0 {
+		cfg.Native.Models = nil
+		for _, m := range models {
+			cfg.Native.Models = append(cfg.Native.Models, native.ModelConfig{Path: m})
+		}
+		if *eng == "" {
+			cfg.Engine = "native"
+		}
+	}
 	if *eng != "" {
 		cfg.Engine = *eng
 	}
 	if len(urls) > 0 {
 		cfg.OpenAI.URLs = urls
+		if *eng == "" && len(models) == 0 {
+			cfg.Engine = "openai"
+		}
 	}
 	if *model != "" {
 		cfg.OpenAI.Model = *model

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/batchd/batchd/engine/native"
+	"github.com/batchd/batchd/engine/native/hub"
+)
+
+func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo-model", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var shapes []string
+	for k := range native.DemoShapes {
+		shapes = append(shapes, k)
+	}
+	sort.Strings(shapes)
+	out := fs.String("out", "", "where to write the .gguf (default: models/demo-SHAPE-TYPE.gguf under --data)")
+	data := dataFlag(fs)
+	shapeName := fs.String("shape", "tiny", "model shape: "+strings.Join(shapes, ", "))
+	typeName := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0")
+	seed := fs.Uint64("seed", 1, "seed of the random weights")
+	force := fs.Bool("force", false, "overwrite an existing file")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return exitUsage
+	}
+	shape, ok := native.DemoShapes[*shapeName]
+	if !ok {
+		return errorf(stderr, exitUsage, "unknown shape %q (known: %s)", *shapeName, strings.Join(shapes, ", "))
+	}
+	dt, err := native.ParseDType(*typeName)
+	if err != nil {
+		return errorf(stderr, exitUsage, "%v", err)
+	}
+	path := *out
+	if path == "" {
+		path = filepath.Join(*data, "models", fmt.Sprintf("demo-%s-%s.gguf", shape.Name, strings.ToLower(*typeName)))
+	}
+	if _, err := os.Stat(path); err == nil && !*force {
+		fmt.Fprintln(stdout, path)
+		return exitOK
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return errorf(stderr, exitFailure, "%v", err)
+	}
+	tmp := path + ".part"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return errorf(stderr, exitFailure, "%v", err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = native.WriteDemoModel(w, shape, dt, *seed)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return errorf(stderr, exitFailure, "demo model: %v", err)
+	}
+	fmt.Fprintf(stderr, "batchd: wrote a demo model, shape %s, %s weights — random weights: its text is noise\n", shape, strings.ToUpper(*typeName))
+	fmt.Fprintln(stdout, path)
+	return exitOK
+}
+
+func cmdPull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pull", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	revision := fs.String("revision", "main", "branch, tag or commit")
+	cache := fs.String("cache", "", "cache directory (default $XDG_CACHE_HOME/batchd/models or ~/.cache/batchd/models)")
+	endpoint := fs.String("endpoint", "", "Hugging Face endpoint (default https://huggingface.co, or $HF_ENDPOINT)")
+	if err := fs.Parse(reorder(args)); err != nil || fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: batchd pull [--revision REV] [--cache DIR] ORG/NAME")
+		return exitUsage
+	}
+	c := &hub.Client{CacheDir: *cache, BaseURL: *endpoint, Token: os.Getenv("HF_TOKEN")}
+	if c.BaseURL == "" {
+		c.BaseURL = os.Getenv("HF_ENDPOINT")
+	}
+	last := map[string]int64{}
+	c.Progress = func(file string, done, total int64) {
+		if total > 0 && (done == total || done-last[file] >= 64<<20) {
+			last[file] = done
+			fmt.Fprintf(stderr, "%s: %d/%d MB\n", file, done>>20, total>>20)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := c.Pull(ctx, fs.Arg(0), *revision, nil)
+	if err != nil {
+		return errorf(stderr, exitFailure, "pull %s: %v", fs.Arg(0), err)
+	}
+	fmt.Fprintf(stderr, "batchd: %s is in %s; run it with: batchd run --model %s\n", fs.Arg(0), dir, dir)
+	fmt.Fprintln(stdout, dir)
+	return exitOK
+}

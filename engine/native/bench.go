@@ -1,0 +1,136 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/kernels"
+)
+
+// BenchOptions configures Bench.
+type BenchOptions struct {
+	Threads      int
+	PromptTokens int   // prefill length
+	DecodeSteps  int   // decode steps measured per run
+	Seqs         []int // sequence counts for aggregate decode
+}
+
+// BenchResult is what Bench measured.
+type BenchResult struct {
+	Model       string
+	Kernels     string
+	WeightBytes int64           // bytes of weights read per token
+	PrefillTPS  float64         // prompt tokens per second, one sequence
+	DecodeTPS   map[int]float64 // generated tokens per second, all sequences together, by sequence count
+	PeakRSS     int64
+}
+
+// Bench loads a model and measures prefill and decode speed with the
+// model's forward pass directly (no scheduler), so the numbers are the
+// engine's compute alone.
+func Bench(path string, o BenchOptions) (*BenchResult, error) {
+	w, err := weights.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	cpu := kernels.NewCPU(o.Threads)
+	defer cpu.Close()
+	m, err := NewModel(w, cpu)
+	if err != nil {
+		return nil, err
+	}
+	res := &BenchResult{Model: path, Kernels: cpu.Name(), DecodeTPS: map[int]float64{}}
+	for _, x := range w.Matrices {
+		if x != m.embd || m.out == m.embd {
+			res.WeightBytes += int64(len(x.Data))
+		}
+	}
+	vocab := int32(m.cfg.VocabSize)
+	tok := func(i int) int32 { return int32((i*7919 + 13) % int(vocab)) }
+	var s scratch
+
+	// Prefill: one sequence's prompt in chunks of up to 512 tokens.
+	run := func(caches []*kvCache, perSeq int, first int) {
+		var b batch
+		for si, c := range caches {
+			f := len(b.tokens)
+			for i := range perSeq {
+				b.tokens = append(b.tokens, tok(first+si*31+i))
+				b.pos = append(b.pos, int32(c.n+i))
+			}
+			b.segs = append(b.segs, segment{cache: c, first: f, n: perSeq, start: c.n})
+			b.logitRows = append(b.logitRows, f+perSeq-1)
+		}
+		m.forward(&b, &s)
+	}
+	warm := []*kvCache{newKVCache(len(m.layers))}
+	run(warm, 16, 0)
+
+	cache := newKVCache(len(m.layers))
+	start := time.Now()
+	for done := 0; done < o.PromptTokens; {
+		n := min(512, o.PromptTokens-done)
+		run([]*kvCache{cache}, n, done)
+		done += n
+	}
+	res.PrefillTPS = float64(o.PromptTokens) / time.Since(start).Seconds()
+
+	for _, n := range o.Seqs {
+		caches := make([]*kvCache, n)
+		for i := range caches {
+			caches[i] = newKVCache(len(m.layers))
+			run(caches[i:i+1], 32, i*97) // a short prompt each, not timed
+		}
+		start := time.Now()
+		for step := range o.DecodeSteps {
+			run(caches, 1, step)
+		}
+		res.DecodeTPS[n] = float64(n*o.DecodeSteps) / time.Since(start).Seconds()
+	}
+	res.PeakRSS = peakRSS()
+	return res, nil
+}
+
+// peakRSS reads the process's peak resident set size (Linux; 0 elsewhere).
+func peakRSS() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func (r *BenchResult) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model %s (kernels %s, %.0f MB of weights per token)\n", r.Model, r.Kernels, float64(r.WeightBytes)/1e6)
+	fmt.Fprintf(&b, "  prefill:           %8.1f tok/s\n", r.PrefillTPS)
+	for _, n := range sortedKeys(r.DecodeTPS) {
+		fmt.Fprintf(&b, "  decode x%-3d seqs:  %8.1f tok/s aggregate\n", n, r.DecodeTPS[n])
+	}
+	fmt.Fprintf(&b, "  peak RSS:          %8.0f MB\n", float64(r.PeakRSS)/(1<<20))
+	return b.String()
+}
+
+func sortedKeys(m map[int]float64) []int {
+	var k []int
+	for x := range m {
+		k = append(k, x)
+	}
+	for i := 1; i < len(k); i++ {
+		for j := i; j > 0 && k[j] < k[j-1]; j-- {
+			k[j], k[j-1] = k[j-1], k[j]
+		}
+	}
+	return k
+}

@@ -1,0 +1,337 @@
+package native
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"unicode"
+
+	"github.com/batchd/batchd/engine/native/chat"
+	"github.com/batchd/batchd/engine/native/gguf"
+	"github.com/batchd/batchd/kernels"
+)
+
+// The demo model is what `batchd demo-model` writes so that batchd runs out
+// of the box on a machine that can download nothing: a Llama-family
+// decoder with deterministic random weights (its text is noise) and a real
+// byte-level BPE tokenizer trained here on demoCorpus.
+
+// demoCorpus is the text the demo tokenizer's merges are learned from.
+const demoCorpus = `Once upon a time, there was a little girl named Lily. She loved to play outside in the park.
+One day, she saw a big red ball under a tree. She ran to the ball and kicked it as far as she could.
+The sun was warm and the sky was blue. Her friend Tom came to play with her, and they laughed together.
+batchd is a self-hosted batch inference daemon. Drop a file of requests in the inbox and get a file of
+results in the outbox. Every request appears exactly once in the output or the errors, even after a crash.
+The quick brown fox jumps over the lazy dog. A batch of text, another one, and one more for good measure.
+Hello, world! How are you today? I am fine, thank you. What is the weather like? It is sunny and warm.
+You are a helpful assistant. Answer the question in one short sentence. Say hello. Name three colours:
+red, green and blue. Write a story about a cat, a dog, a boat and a tree. Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 2026.
+`
+
+// byteToRune is GPT-2's reversible mapping of bytes to printable runes, which
+// byte-level BPE vocabularies are written in.
+func byteToRune() [256]rune {
+	var m [256]rune
+	n := 0
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			m[b] = rune(b)
+		} else {
+			m[b] = rune(256 + n)
+			n++
+		}
+	}
+	return m
+}
+
+// pretokenize splits text GPT-2 style: an optional leading space followed by
+// a run of letters, or of digits, or of other non-space characters; spaces
+// otherwise stand alone.
+func pretokenize(text string) []string {
+	var out []string
+	rs := []rune(text)
+	class := func(r rune) int {
+		switch {
+		case unicode.IsLetter(r):
+			return 1
+		case unicode.IsDigit(r):
+			return 2
+		case unicode.IsSpace(r):
+			return 3
+		}
+		return 4
+	}
+	for i := 0; i < len(rs); {
+		j := i
+		if rs[j] == ' ' && j+1 < len(rs) && class(rs[j+1]) != 3 {
+			j++
+		}
+		c := class(rs[j])
+		k := j + 1
+		for k < len(rs) && class(rs[k]) == c {
+			k++
+		}
+		out = append(out, string(rs[i:k]))
+		i = k
+	}
+	return out
+}
+
+// demoVocab trains a byte-level BPE vocabulary with up to merges merges on
+// demoCorpus, deterministically, and adds ChatML's special tokens.
+func demoVocab(merges int) (tokens []string, mergeList []string, types []int32) {
+	b2r := byteToRune()
+	for b := 0; b < 256; b++ {
+		tokens = append(tokens, string(b2r[b]))
+	}
+	have := map[string]bool{}
+	for _, t := range tokens {
+		have[t] = true
+	}
+	// Each distinct pre-token as a list of symbols, with its count.
+	counts := map[string]int{}
+	for _, w := range pretokenize(demoCorpus) {
+		counts[w]++
+	}
+	type word struct {
+		syms  []string
+		count int
+	}
+	var words []word
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var syms []string
+		for _, b := range []byte(k) {
+			syms = append(syms, string(b2r[b]))
+		}
+		words = append(words, word{syms, counts[k]})
+	}
+	for len(mergeList) < merges {
+		pairs := map[[2]string]int{}
+		for _, w := range words {
+			for i := 0; i+1 < len(w.syms); i++ {
+				pairs[[2]string{w.syms[i], w.syms[i+1]}] += w.count
+			}
+		}
+		var best [2]string
+		bestN := 0
+		for p, n := range pairs {
+			if n > bestN || n == bestN && (p[0]+" "+p[1]) < (best[0]+" "+best[1]) {
+				best, bestN = p, n
+			}
+		}
+		if bestN < 2 {
+			break
+		}
+		merged := best[0] + best[1]
+		mergeList = append(mergeList, best[0]+" "+best[1])
+		if !have[merged] {
+			have[merged] = true
+			tokens = append(tokens, merged)
+		}
+		for wi := range words {
+			s := words[wi].syms
+			var ns []string
+			for i := 0; i < len(s); i++ {
+				if i+1 < len(s) && s[i] == best[0] && s[i+1] == best[1] {
+					ns = append(ns, merged)
+					i++
+				} else {
+					ns = append(ns, s[i])
+				}
+			}
+			words[wi].syms = ns
+		}
+	}
+	types = make([]int32, len(tokens))
+	for i := range types {
+		types[i] = 1
+	}
+	for _, sp := range []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"} {
+		tokens = append(tokens, sp)
+		types = append(types, 3)
+	}
+	return tokens, mergeList, types
+}
+
+// DemoShape is the architecture of a demo model.
+type DemoShape struct {
+	Name                                         string
+	Dim, Layers, Heads, KVHeads, FFNDim, Context int
+	// Vocab pads the trained vocabulary with unused tokens up to this size
+	// (0: the trained size), to match a real model's output layer.
+	Vocab int
+}
+
+// DemoShapes are the shapes `batchd demo-model --shape` knows.
+var DemoShapes = map[string]DemoShape{
+	// tiny: small enough to answer in milliseconds; the default.
+	"tiny": {Name: "tiny", Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048},
+	// qwen2.5-0.5b: Qwen2.5-0.5B's shape, for benchmarks.
+	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
+}
+
+// splitmix is a small deterministic generator for demo weights.
+type splitmix uint64
+
+func (s *splitmix) next() uint64 {
+	*s += 0x9e3779b97f4a7c15
+	z := uint64(*s)
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// normal returns a standard normal draw (Box–Muller).
+func (s *splitmix) normal() float32 {
+	u1 := (float64(s.next()>>11) + 0.5) / (1 << 53)
+	u2 := float64(s.next()>>11) / (1 << 53)
+	return float32(math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2))
+}
+
+func (d DemoShape) String() string {
+	return fmt.Sprintf("%s (dim %d, %d layers, %d/%d heads, ffn %d)", d.Name, d.Dim, d.Layers, d.Heads, d.KVHeads, d.FFNDim)
+}
+
+// WriteDemoModel writes a demo model of the given shape and weight type to
+// w as GGUF: architecture qwen2 (q/k/v biases, rotate-half RoPE, tied
+// embeddings), weights drawn from N(0, 0.02²) by a generator seeded with
+// seed, norms 1, a byte-level BPE tokenizer trained on demoCorpus and the
+// ChatML template. The same arguments always give the same bytes.
+func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint64) error {
+	tokens, merges, types := demoVocab(2000)
+	eos := int32(len(tokens) - 1) // <|im_end|>
+	endoftext := int32(len(tokens) - 3)
+	for i := 0; len(tokens) < shape.Vocab; i++ {
+		tokens = append(tokens, fmt.Sprintf("<|extra_%d|>", i))
+		types = append(types, 5)
+	}
+	vocab := len(tokens)
+	headDim := shape.Dim / shape.Heads
+	const arch = "qwen2"
+	meta := []gguf.KV{
+		{Key: "general.architecture", Value: gguf.MustValue(arch)},
+		{Key: "general.name", Value: gguf.MustValue("batchd demo " + shape.Name + " (random weights: its text is noise)")},
+		{Key: arch + ".context_length", Value: gguf.MustValue(uint32(shape.Context))},
+		{Key: arch + ".embedding_length", Value: gguf.MustValue(uint32(shape.Dim))},
+		{Key: arch + ".block_count", Value: gguf.MustValue(uint32(shape.Layers))},
+		{Key: arch + ".feed_forward_length", Value: gguf.MustValue(uint32(shape.FFNDim))},
+		{Key: arch + ".attention.head_count", Value: gguf.MustValue(uint32(shape.Heads))},
+		{Key: arch + ".attention.head_count_kv", Value: gguf.MustValue(uint32(shape.KVHeads))},
+		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-6))},
+		{Key: arch + ".rope.freq_base", Value: gguf.MustValue(float32(1e6))},
+		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("gpt2")},
+		{Key: "tokenizer.ggml.pre", Value: gguf.MustValue("qwen2")},
+		{Key: "tokenizer.ggml.tokens", Value: gguf.MustValue(tokens)},
+		{Key: "tokenizer.ggml.token_type", Value: gguf.MustValue(types)},
+		{Key: "tokenizer.ggml.merges", Value: gguf.MustValue(merges)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: gguf.MustValue(uint32(eos))},
+		{Key: "tokenizer.ggml.padding_token_id", Value: gguf.MustValue(uint32(endoftext))},
+		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.MustValue(uint32(endoftext))},
+		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.MustValue(false)},
+		{Key: "tokenizer.chat_template", Value: gguf.MustValue(chat.ChatMLTemplate)},
+	}
+	rng := splitmix(seed)
+	var tensors []gguf.TensorData
+	matrix := func(name string, rows, cols int) error {
+		x := make([]float32, rows*cols)
+		for i := range x {
+			x[i] = 0.02 * rng.normal()
+		}
+		data, typ, err := encodeDemo(x, dtype)
+		if err != nil {
+			return fmt.Errorf("demo tensor %s: %w", name, err)
+		}
+		tensors = append(tensors, gguf.TensorData{Name: name, Type: typ, Dims: []uint64{uint64(cols), uint64(rows)}, Data: data})
+		return nil
+	}
+	vector := func(name string, n int, fill func(i int) float32) {
+		b := make([]byte, 4*n)
+		for i := range n {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(fill(i)))
+		}
+		tensors = append(tensors, gguf.TensorData{Name: name, Type: gguf.F32, Dims: []uint64{uint64(n)}, Data: b})
+	}
+	ones := func(int) float32 { return 1 }
+	small := func(int) float32 { return 0.02 * rng.normal() }
+	if err := matrix("token_embd.weight", vocab, shape.Dim); err != nil {
+		return err
+	}
+	vector("output_norm.weight", shape.Dim, ones)
+	qDim, kvDim := shape.Heads*headDim, shape.KVHeads*headDim
+	for l := range shape.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		vector(p+"attn_norm.weight", shape.Dim, ones)
+		vector(p+"ffn_norm.weight", shape.Dim, ones)
+		for _, m := range []struct {
+			name       string
+			rows, cols int
+		}{
+			{"attn_q.weight", qDim, shape.Dim}, {"attn_k.weight", kvDim, shape.Dim}, {"attn_v.weight", kvDim, shape.Dim},
+			{"attn_output.weight", shape.Dim, qDim},
+			{"ffn_gate.weight", shape.FFNDim, shape.Dim}, {"ffn_up.weight", shape.FFNDim, shape.Dim}, {"ffn_down.weight", shape.Dim, shape.FFNDim},
+		} {
+			if err := matrix(p+m.name, m.rows, m.cols); err != nil {
+				return err
+			}
+		}
+		vector(p+"attn_q.bias", qDim, small)
+		vector(p+"attn_k.bias", kvDim, small)
+		vector(p+"attn_v.bias", kvDim, small)
+	}
+	return gguf.Write(w, meta, tensors)
+}
+
+// encodeDemo stores weights in the requested type.
+func encodeDemo(x []float32, t kernels.DType) ([]byte, gguf.GGMLType, error) {
+	switch t {
+	case kernels.F32:
+		b := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		return b, gguf.F32, nil
+	case kernels.F16, kernels.BF16:
+		b := make([]byte, 2*len(x))
+		for i, v := range x {
+			h := kernels.F32ToF16(v)
+			if t == kernels.BF16 {
+				h = kernels.F32ToBF16(v)
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+		}
+		if t == kernels.BF16 {
+			return b, gguf.BF16, nil
+		}
+		return b, gguf.F16, nil
+	case kernels.Q8_0:
+		b := make([]byte, len(x)/32*34)
+		if err := kernels.QuantizeQ8_0(b, x); err != nil {
+			return nil, 0, err
+		}
+		return b, gguf.Q8_0, nil
+	}
+	return nil, 0, fmt.Errorf("weight type %v is not supported for demo models", t)
+}
+
+// ParseDType reads a weight type name (f32, f16, bf16, q8_0).
+func ParseDType(s string) (kernels.DType, error) {
+	switch strings.ToLower(s) {
+	case "f32":
+		return kernels.F32, nil
+	case "f16":
+		return kernels.F16, nil
+	case "bf16":
+		return kernels.BF16, nil
+	case "q8_0", "q8":
+		return kernels.Q8_0, nil
+	}
+	return 0, fmt.Errorf("unknown weight type %q (f32, f16, bf16, q8_0)", s)
+}

@@ -1,0 +1,133 @@
+package native
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/batchd/batchd/engine"
+)
+
+// Pooling methods for embeddings.
+const (
+	PoolMean = "mean"
+	PoolLast = "last"
+)
+
+type embedBody struct {
+	Input          json.RawMessage `json:"input"`
+	Dimensions     *int            `json:"dimensions"`
+	EncodingFormat string          `json:"encoding_format"`
+}
+
+// embeddings answers /v1/embeddings: each input is run through the model,
+// its final hidden states pooled (mean, or the last token for models
+// trained that way), L2-normalized, and optionally truncated to dimensions
+// and renormalized.
+func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	var b embedBody
+	if err := json.Unmarshal(req.Body, &b); err != nil {
+		return badRequest("body is not a valid request: "+err.Error(), "", "invalid_json"), nil
+	}
+	prompts, err := parsePrompts(b.Input)
+	if err != nil {
+		return badRequest("input must be a string, an array of strings or token ids", "input", "invalid_type"), nil
+	}
+	dim := r.model.cfg.Dim
+	if b.Dimensions != nil && (*b.Dimensions < 1 || *b.Dimensions > dim) {
+		return badRequest(fmt.Sprintf("dimensions must be between 1 and %d for this model", dim), "dimensions", "invalid_value"), nil
+	}
+	switch b.EncodingFormat {
+	case "", "float", "base64":
+	default:
+		return badRequest(`encoding_format must be "float" or "base64"`, "encoding_format", "invalid_value"), nil
+	}
+	type item struct {
+		Object    string `json:"object"`
+		Index     int    `json:"index"`
+		Embedding any    `json:"embedding"`
+	}
+	var out []item
+	total := 0
+	var s scratch
+	for i, p := range prompts {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ids := p.ids
+		if ids == nil {
+			ids = r.tok.Encode(p.text, true, false)
+		}
+		if len(ids) == 0 {
+			return badRequest(fmt.Sprintf("input %d is empty", i), "input", "invalid_value"), nil
+		}
+		if ctxLen := r.model.cfg.ContextLength; ctxLen > 0 && len(ids) > ctxLen {
+			return badRequest(fmt.Sprintf("input %d has %d tokens; this model's maximum context length is %d tokens", i, len(ids), ctxLen), "input", "context_length_exceeded"), nil
+		}
+		total += len(ids)
+		r.e.compute.Lock()
+		h := r.model.embed(ids, &s)
+		r.e.compute.Unlock()
+		v := pool(h, len(ids), dim, r.pooling)
+		if b.Dimensions != nil {
+			v = v[:*b.Dimensions]
+		}
+		normalize(v)
+		var emb any = v
+		if b.EncodingFormat == "base64" {
+			raw := make([]byte, 4*len(v))
+			for j, x := range v {
+				binary.LittleEndian.PutUint32(raw[4*j:], math.Float32bits(x))
+			}
+			emb = base64.StdEncoding.EncodeToString(raw)
+		}
+		out = append(out, item{Object: "embedding", Index: i, Embedding: emb})
+	}
+	body := struct {
+		Object string `json:"object"`
+		Data   []item `json:"data"`
+		Model  string `json:"model"`
+		Usage  struct {
+			PromptTokens int `json:"prompt_tokens"`
+			TotalTokens  int `json:"total_tokens"`
+		} `json:"usage"`
+	}{Object: "list", Data: out, Model: r.name}
+	body.Usage.PromptTokens, body.Usage.TotalTokens = total, total
+	raw, _ := json.Marshal(body)
+	return &engine.Response{StatusCode: 200, RequestID: requestID(req), Body: raw}, nil
+}
+
+// pool reduces [n][dim] hidden states to one vector.
+func pool(h []float32, n, dim int, method string) []float32 {
+	v := make([]float32, dim)
+	if method == PoolLast {
+		copy(v, h[(n-1)*dim:n*dim])
+		return v
+	}
+	for t := range n {
+		for j := range dim {
+			v[j] += h[t*dim+j]
+		}
+	}
+	for j := range v {
+		v[j] /= float32(n)
+	}
+	return v
+}
+
+func normalize(v []float32) {
+	var ss float64
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	if ss == 0 {
+		return
+	}
+	inv := float32(1 / math.Sqrt(ss))
+	for i := range v {
+		v[i] *= inv
+	}
+}

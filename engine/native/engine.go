@@ -1,0 +1,265 @@
+// Package native is batchd's in-process inference engine: it loads
+// Llama-family models (GGUF files or Hugging Face directories), renders chat
+// templates, tokenizes, and runs many sequences per forward pass on the
+// kernels package, continuously batching prompt prefill and decode steps.
+//
+// It imports engine, kernels and its own subpackages; never pipeline,
+// daemon or watcher.
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/chat"
+	"github.com/batchd/batchd/engine/native/tokenizer"
+	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/kernels"
+)
+
+var _ engine.Engine = (*Engine)(nil)
+var _ engine.StatsReporter = (*Engine)(nil)
+
+// ModelConfig names one model to serve.
+type ModelConfig struct {
+	// Name is what body.model selects; default: the file or directory name.
+	Name string `yaml:"name"`
+	// Path is a .gguf file or a Hugging Face model directory.
+	Path string `yaml:"path"`
+	// ChatTemplate overrides the model's template: a builtin name (chatml,
+	// llama3, llama2) or template text.
+	ChatTemplate string `yaml:"chat_template"`
+}
+
+// Config configures the engine.
+type Config struct {
+	Models []ModelConfig
+	// Threads for the kernels (0: every core).
+	Threads int
+	// MaxBatchTokens is the token budget of one forward pass.
+	MaxBatchTokens int
+	// MaxSeqs bounds the sequences running at once.
+	MaxSeqs int
+	// StrictModel makes a request naming an unknown model a 400
+	// model_not_found line instead of running on the only model.
+	StrictModel bool
+	Logger      *slog.Logger
+}
+
+// DefaultConfig returns the defaults; Models must still be set.
+func DefaultConfig() Config {
+	return Config{MaxBatchTokens: 512, MaxSeqs: 64}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	if len(c.Models) == 0 {
+		return errors.New("native.models: at least one model is required (or --model PATH)")
+	}
+	seen := map[string]bool{}
+	for i, m := range c.Models {
+		if m.Path == "" {
+			return fmt.Errorf("native.models[%d].path: required", i)
+		}
+		n := m.modelName()
+		if seen[n] {
+			return fmt.Errorf("native.models[%d].name: %q is used twice", i, n)
+		}
+		seen[n] = true
+	}
+	if c.MaxBatchTokens < 1 {
+		return fmt.Errorf("native.max_batch_tokens: must be at least 1, got %d", c.MaxBatchTokens)
+	}
+	if c.MaxSeqs < 1 {
+		return fmt.Errorf("native.max_seqs: must be at least 1, got %d", c.MaxSeqs)
+	}
+	return nil
+}
+
+func (m ModelConfig) modelName() string {
+	if m.Name != "" {
+		return m.Name
+	}
+	base := filepath.Base(filepath.Clean(m.Path))
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// Engine runs requests on local models.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	cpu     *kernels.CPU
+	runners map[string]*runner
+	order   []string
+	compute sync.Mutex // one forward pass at a time across models
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns an engine; it does no I/O.
+func New(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Engine{cfg: cfg, log: cfg.Logger.With("component", "engine.native"), runners: map[string]*runner{}}, nil
+}
+
+// Open loads every model and starts its scheduler.
+func (e *Engine) Open(ctx context.Context) error {
+	e.cpu = kernels.NewCPU(e.cfg.Threads)
+	runCtx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	for _, mc := range e.cfg.Models {
+		r, err := e.load(mc)
+		if err != nil {
+			e.Close(ctx)
+			return err
+		}
+		name := mc.modelName()
+		e.runners[name] = r
+		e.order = append(e.order, name)
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			r.loop(runCtx)
+		}()
+	}
+	e.log.Info("native engine ready", "models", e.order, "kernels", e.cpu.Name())
+	return nil
+}
+
+func (e *Engine) load(mc ModelConfig) (*runner, error) {
+	w, err := weights.Load(mc.Path)
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)
+	}
+	m, err := NewModel(w, e.cpu)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)
+	}
+	tok, err := newTokenizer(w.Tokenizer, w.Config.EOSIDs)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("load tokenizer of %s: %w", mc.Path, err)
+	}
+	var tmpl *chat.Template
+	src := w.ChatTemplate
+	if mc.ChatTemplate != "" {
+		src = mc.ChatTemplate
+	}
+	if src != "" {
+		if t, ok := chat.Builtin(src); ok {
+			tmpl = t
+		} else if tmpl, err = chat.Parse(src); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("chat template of %s: %w", mc.Path, err)
+		}
+	}
+	c := w.Config
+	e.log.Info("model loaded", "name", mc.modelName(), "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,
+		"vocab", c.VocabSize, "context", c.ContextLength, "chat_template", tmpl != nil)
+	return newRunner(e, mc.modelName(), m, tok, tmpl), nil
+}
+
+func newTokenizer(s weights.TokenizerSpec, eosIDs []int) (*tokenizer.Tokenizer, error) {
+	if len(s.TokenizerJSON) > 0 {
+		return tokenizer.FromHF(s.TokenizerJSON, s.TokenizerConfigJSON)
+	}
+	var extra []int32
+	for _, id := range eosIDs {
+		extra = append(extra, int32(id))
+	}
+	return tokenizer.New(tokenizer.Spec{
+		Model: s.Model, Pre: s.Pre, Tokens: s.Tokens, Scores: s.Scores, Types: s.Types, Merges: s.Merges,
+		BOS: s.BOS, EOS: s.EOS, UNK: s.UNK, PAD: s.PAD, AddBOS: s.AddBOS, AddEOS: s.AddEOS, ExtraEOG: extra,
+	})
+}
+
+// Close stops the schedulers and releases the models.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.wg.Wait()
+	var errs []error
+	for _, r := range e.runners {
+		errs = append(errs, r.model.src.Close())
+	}
+	e.runners = map[string]*runner{}
+	if e.cpu != nil {
+		e.cpu.Close()
+		e.cpu = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Stats reports sequences in flight.
+func (e *Engine) Stats() engine.Stats {
+	n := 0
+	for _, r := range e.runners {
+		n += r.inFlight()
+	}
+	return engine.Stats{InFlight: n}
+}
+
+// Models lists the served model names.
+func (e *Engine) Models() []string { return append([]string(nil), e.order...) }
+
+// Do runs one request to completion.
+func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(e.runners) == 0 {
+		return nil, fmt.Errorf("native engine not open: %w", engine.ErrUnavailable)
+	}
+	switch req.Endpoint {
+	case engine.EndpointChat, engine.EndpointCompletions:
+	case engine.EndpointEmbeddings:
+		var b struct {
+			Model string `json:"model"`
+		}
+		json.Unmarshal(req.Body, &b)
+		r, resp := e.pick(b.Model)
+		if resp != nil {
+			return resp, nil
+		}
+		return r.embeddings(ctx, req)
+	default:
+		return badRequest(fmt.Sprintf("endpoint %s is not served by the native engine", req.Endpoint), "url", "unsupported_endpoint"), nil
+	}
+	p, resp := parseRequest(req)
+	if resp != nil {
+		return resp, nil
+	}
+	r, resp := e.pick(p.model)
+	if resp != nil {
+		return resp, nil
+	}
+	return r.do(ctx, req, p)
+}
+
+// pick chooses the runner for a model name.
+func (e *Engine) pick(name string) (*runner, *engine.Response) {
+	if r, ok := e.runners[name]; ok {
+		return r, nil
+	}
+	if len(e.runners) == 1 && !e.cfg.StrictModel {
+		return e.runners[e.order[0]], nil
+	}
+	return nil, &engine.Response{StatusCode: 400, Body: errorBody(
+		fmt.Sprintf("The model %q does not exist; served models: %s", name, strings.Join(e.order, ", ")),
+		"invalid_request_error", "model", "model_not_found")}
+}

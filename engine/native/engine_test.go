@@ -1,0 +1,206 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/enginetest"
+	"github.com/batchd/batchd/kernels"
+)
+
+// demoModel writes the tiny demo model once per test binary.
+var demoModel = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "batchd-native-test-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "demo-tiny.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return path, WriteDemoModel(f, DemoShapes["tiny"], kernels.F32, 1)
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if p, err := demoModel(); err == nil {
+		os.RemoveAll(filepath.Dir(p))
+	}
+	os.Exit(code)
+}
+
+func openEngine(t testing.TB, models ...ModelConfig) *Engine {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Models = models
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+func demoPath(t testing.TB) string {
+	t.Helper()
+	p, err := demoModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestContract(t *testing.T) {
+	path := demoPath(t)
+	enginetest.Run(t, func(t *testing.T) engine.Engine {
+		cfg := DefaultConfig()
+		cfg.Models = []ModelConfig{{Path: path}}
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	})
+}
+
+func do(t *testing.T, e *Engine, endpoint, body string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := e.Do(ctx, &engine.Request{CustomID: "t", Endpoint: endpoint, Body: json.RawMessage(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(resp.Body, &m); err != nil {
+		t.Fatalf("body %s: %v", resp.Body, err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
+	}
+	return m
+}
+
+func TestDemoChatAndCompletionShapes(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	m := do(t, e, engine.EndpointChat, `{"messages":[{"role":"user","content":"Say hello"}],"max_tokens":5}`)
+	if m["object"] != "chat.completion" || m["model"] != "demo-tiny" {
+		t.Fatalf("chat body %v", m)
+	}
+	ch := m["choices"].([]any)[0].(map[string]any)
+	if ch["finish_reason"] != "length" && ch["finish_reason"] != "stop" {
+		t.Fatalf("finish_reason %v", ch["finish_reason"])
+	}
+	u := m["usage"].(map[string]any)
+	if u["prompt_tokens"].(float64) < 5 || u["completion_tokens"].(float64) > 5 {
+		t.Fatalf("usage %v", u)
+	}
+	m = do(t, e, engine.EndpointCompletions, `{"prompt":"Once upon a time","max_tokens":3,"n":2}`)
+	if m["object"] != "text_completion" || len(m["choices"].([]any)) != 2 {
+		t.Fatalf("completion body %v", m)
+	}
+	if m["usage"].(map[string]any)["completion_tokens"].(float64) != 6 {
+		t.Fatalf("usage %v", m["usage"])
+	}
+}
+
+func TestEmbeddingsNormalizedAndTruncated(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	m := do(t, e, engine.EndpointEmbeddings, `{"input":["a cat","a dog"],"dimensions":16}`)
+	data := m["data"].([]any)
+	if len(data) != 2 {
+		t.Fatalf("data %v", data)
+	}
+	for _, d := range data {
+		v := d.(map[string]any)["embedding"].([]any)
+		if len(v) != 16 {
+			t.Fatalf("dimensions: got %d", len(v))
+		}
+		var ss float64
+		for _, x := range v {
+			ss += x.(float64) * x.(float64)
+		}
+		if ss < 0.999 || ss > 1.001 {
+			t.Fatalf("not unit length: %v", ss)
+		}
+	}
+	b64 := do(t, e, engine.EndpointEmbeddings, `{"input":"a cat","encoding_format":"base64"}`)
+	if _, ok := b64["data"].([]any)[0].(map[string]any)["embedding"].(string); !ok {
+		t.Fatalf("base64 embedding not a string: %v", b64)
+	}
+}
+
+func TestUnknownModelStrict(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Models = []ModelConfig{{Path: demoPath(t)}}
+	cfg.StrictModel = true
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	resp, err := e.Do(context.Background(), &engine.Request{Endpoint: engine.EndpointChat, Body: json.RawMessage(`{"model":"gpt-4","messages":[{"role":"user","content":"x"}],"max_tokens":2}`)})
+	if err != nil || resp.StatusCode != 400 || !bytes.Contains(resp.Body, []byte("model_not_found")) {
+		t.Fatalf("%v %v %s", err, resp.StatusCode, resp.Body)
+	}
+	// Without strict_model the only model answers whatever name is asked.
+	e2 := openEngine(t, ModelConfig{Path: demoPath(t)})
+	m := do(t, e2, engine.EndpointChat, `{"model":"gpt-4","messages":[{"role":"user","content":"x"}],"max_tokens":2}`)
+	if m["model"] != "demo-tiny" {
+		t.Fatalf("response.model = %v, want the model that ran", m["model"])
+	}
+}
+
+func TestContextLengthExceeded(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	ids := make([]int32, 3000)
+	raw, _ := json.Marshal(map[string]any{"prompt": ids, "max_tokens": 2})
+	resp, err := e.Do(context.Background(), &engine.Request{Endpoint: engine.EndpointCompletions, Body: raw})
+	if err != nil || resp.StatusCode != 400 || !bytes.Contains(resp.Body, []byte("context_length_exceeded")) {
+		t.Fatalf("%v %d %s", err, resp.StatusCode, resp.Body)
+	}
+}
+
+// Sixteen different prompts decoded together give exactly the tokens each
+// gets alone.
+func TestStoriesBatchedEqualsAlone(t *testing.T) {
+	path := storiesPath(t)
+	e := openEngine(t, ModelConfig{Path: path})
+	prompts := make([]string, 16)
+	for i := range prompts {
+		prompts[i] = fmt.Sprintf(`{"prompt":"Once upon a time there was a %s","max_tokens":24}`,
+			[]string{"cat", "dog", "girl", "boy", "bird", "tree", "king", "queen", "fish", "frog", "mouse", "bear", "car", "boat", "sun", "moon"}[i])
+	}
+	text := func(m map[string]any) string { return m["choices"].([]any)[0].(map[string]any)["text"].(string) }
+	alone := make([]string, len(prompts))
+	for i, p := range prompts {
+		alone[i] = text(do(t, e, engine.EndpointCompletions, p))
+	}
+	together := make([]string, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Go(func() { together[i] = text(do(t, e, engine.EndpointCompletions, p)) })
+	}
+	wg.Wait()
+	for i := range prompts {
+		if alone[i] != together[i] {
+			t.Errorf("prompt %d: alone %q, batched %q", i, alone[i], together[i])
+		}
+	}
+}

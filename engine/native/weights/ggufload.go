@@ -1,0 +1,259 @@
+package weights
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/batchd/batchd/engine/native/gguf"
+	"github.com/batchd/batchd/kernels"
+)
+
+// ggufTypes maps the GGUF tensor types the kernels run on.
+var ggufTypes = map[gguf.GGMLType]kernels.DType{
+	gguf.F32:  kernels.F32,
+	gguf.F16:  kernels.F16,
+	gguf.BF16: kernels.BF16,
+	gguf.Q8_0: kernels.Q8_0,
+}
+
+// ggufArchs are the architectures loaded from GGUF, with their RoPE layout:
+// llama.cpp's converter permutes llama Q/K rows for adjacent-pair rotation,
+// and leaves qwen2/qwen3 in the HF rotate-half layout.
+var ggufArchs = map[string]struct{ neox, qkvBias, qkNorm bool }{
+	"llama": {},
+	"qwen2": {neox: true, qkvBias: true},
+	"qwen3": {neox: true, qkNorm: true},
+}
+
+const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
+
+func loadGGUF(path string, log *slog.Logger) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		if errors.Is(err, gguf.ErrUnsupported) {
+			return nil, unsupported("%w", err)
+		}
+		return nil, invalid("%w", err)
+	}
+	m := &Model{mappings: []mapping{f}}
+	if err := m.fromGGUF(f, log); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// ggufReader reads hyperparameters, remembering the first error.
+type ggufReader struct {
+	f   *gguf.File
+	err error
+}
+
+// fail records err about key: accessor errors already name the key.
+func (r *ggufReader) fail(key string, err error) {
+	if r.err != nil {
+		return
+	}
+	var te *gguf.TypeError
+	if errors.As(err, &te) || strings.Contains(err.Error(), strconv.Quote(key)) {
+		r.err = invalid("%w", err)
+		return
+	}
+	r.err = invalid("GGUF metadata %s: %w", key, err)
+}
+
+// uint reads a required (def < 0) or optional integer key.
+func (r *ggufReader) uint(key string, def int) int {
+	v, ok, err := r.f.Uint(key)
+	switch {
+	case err != nil:
+		r.fail(key, err)
+	case !ok && def < 0:
+		r.fail(key, errors.New("missing"))
+	case !ok:
+		return def
+	case v > maxDimension:
+		r.fail(key, fmt.Errorf("value %d is larger than %d", v, maxDimension))
+	default:
+		return int(v)
+	}
+	return 0
+}
+
+func (r *ggufReader) float(key string, def float64, required bool) float32 {
+	v, ok, err := r.f.Float(key)
+	switch {
+	case err != nil:
+		r.fail(key, err)
+	case !ok && required:
+		r.fail(key, errors.New("missing"))
+	case !ok:
+		return float32(def)
+	default:
+		return float32(v)
+	}
+	return 0
+}
+
+func (r *ggufReader) str(key string) string {
+	v, _, err := r.f.String(key)
+	if err != nil {
+		r.fail(key, err)
+	}
+	return v
+}
+
+func (r *ggufReader) bool(key string, def bool) bool {
+	v, ok, err := r.f.Bool(key)
+	if err != nil {
+		r.fail(key, err)
+	}
+	if !ok {
+		return def
+	}
+	return v
+}
+
+// tokenID reads an optional token id: -1 when absent or stored as uint32(-1).
+func (r *ggufReader) tokenID(key string, vocab int) int {
+	v, ok, err := r.f.Int(key)
+	switch {
+	case err != nil:
+		r.fail(key, err)
+	case !ok || v == noToken || v == -1:
+		return -1
+	case v < 0 || (vocab > 0 && v >= int64(vocab)):
+		r.fail(key, fmt.Errorf("token id %d is outside the %d-token vocabulary", v, vocab))
+	default:
+		return int(v)
+	}
+	return -1
+}
+
+func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
+	r := &ggufReader{f: f}
+	arch := r.str("general.architecture")
+	if r.err != nil {
+		return r.err
+	}
+	traits, ok := ggufArchs[arch]
+	if !ok {
+		if arch == "" {
+			return invalid("GGUF metadata general.architecture is missing")
+		}
+		return unsupported("architecture %q is not supported yet (want llama, qwen2 or qwen3)", arch)
+	}
+	k := func(s string) string { return arch + "." + s }
+
+	// Tokenizer first: its length is the vocabulary size when the
+	// architecture does not state one.
+	tok := TokenizerSpec{
+		Model: r.str("tokenizer.ggml.model"),
+		Pre:   r.str("tokenizer.ggml.pre"),
+	}
+	var err error
+	if tok.Tokens, _, err = f.Strings("tokenizer.ggml.tokens"); err != nil {
+		r.fail("tokenizer.ggml.tokens", err)
+	}
+	if tok.Scores, _, err = f.Float32s("tokenizer.ggml.scores"); err != nil {
+		r.fail("tokenizer.ggml.scores", err)
+	}
+	if tok.Types, _, err = f.Int32s("tokenizer.ggml.token_type"); err != nil {
+		r.fail("tokenizer.ggml.token_type", err)
+	}
+	if tok.Merges, _, err = f.Strings("tokenizer.ggml.merges"); err != nil {
+		r.fail("tokenizer.ggml.merges", err)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	n := len(tok.Tokens)
+	if tok.Scores != nil && len(tok.Scores) != n {
+		return invalid("tokenizer.ggml.scores has %d entries for %d tokens", len(tok.Scores), n)
+	}
+	if tok.Types != nil && len(tok.Types) != n {
+		return invalid("tokenizer.ggml.token_type has %d entries for %d tokens", len(tok.Types), n)
+	}
+
+	c := Config{Arch: arch, RopeNeox: traits.neox, QKVBias: traits.qkvBias, QKNorm: traits.qkNorm}
+	c.VocabSize = r.uint(k("vocab_size"), n)
+	if c.VocabSize == 0 {
+		if emb, ok := f.Tensor(nameTokenEmbd); ok && len(emb.Dims) >= 2 && emb.Dims[1] <= maxDimension {
+			c.VocabSize = int(emb.Dims[1])
+		}
+	}
+	if n > c.VocabSize {
+		return invalid("tokenizer has %d tokens, more than the vocabulary size %d", n, c.VocabSize)
+	}
+	c.ContextLength = r.uint(k("context_length"), -1)
+	c.Dim = r.uint(k("embedding_length"), -1)
+	c.Layers = r.uint(k("block_count"), -1)
+	c.FFNDim = r.uint(k("feed_forward_length"), -1)
+	c.Heads = r.uint(k("attention.head_count"), -1)
+	if r.err != nil {
+		return r.err
+	}
+	c.KVHeads = r.uint(k("attention.head_count_kv"), c.Heads)
+	c.RMSEps = r.float(k("attention.layer_norm_rms_epsilon"), 0, true)
+	c.RopeTheta = r.float(k("rope.freq_base"), 10000, false)
+	if c.Heads > 0 && c.Dim%c.Heads == 0 {
+		c.HeadDim = c.Dim / c.Heads
+	}
+	c.HeadDim = r.uint(k("attention.key_length"), c.HeadDim)
+	if vl := r.uint(k("attention.value_length"), c.HeadDim); vl != c.HeadDim && r.err == nil {
+		return unsupported("GGUF metadata %s = %d differs from key length %d: not supported yet", k("attention.value_length"), vl, c.HeadDim)
+	}
+	c.RopeDim = r.uint(k("rope.dimension_count"), c.HeadDim)
+	switch st := r.str(k("rope.scaling.type")); st {
+	case "", "none":
+	case "linear":
+		if fac := r.float(k("rope.scaling.factor"), 1, false); fac != 1 {
+			return unsupported("rope scaling type linear (factor %g) is not supported yet", fac)
+		}
+	default:
+		return unsupported("rope scaling type %q is not supported yet", st)
+	}
+
+	tok.BOS = r.tokenID("tokenizer.ggml.bos_token_id", c.VocabSize)
+	tok.EOS = r.tokenID("tokenizer.ggml.eos_token_id", c.VocabSize)
+	tok.UNK = r.tokenID("tokenizer.ggml.unknown_token_id", c.VocabSize)
+	tok.PAD = r.tokenID("tokenizer.ggml.padding_token_id", c.VocabSize)
+	eot := r.tokenID("tokenizer.ggml.eot_token_id", c.VocabSize)
+	eom := r.tokenID("tokenizer.ggml.eom_token_id", c.VocabSize)
+	tok.AddBOS = r.bool("tokenizer.ggml.add_bos_token", tok.Model == "llama")
+	tok.AddEOS = r.bool("tokenizer.ggml.add_eos_token", false)
+	m.ChatTemplate = r.str("tokenizer.chat_template")
+	if r.err != nil {
+		return r.err
+	}
+	c.BOS, c.EOS = tok.BOS, tok.EOS
+	for _, id := range []int{tok.EOS, eot, eom} {
+		if id >= 0 && !slices.Contains(c.EOSIDs, id) {
+			c.EOSIDs = append(c.EOSIDs, id)
+		}
+	}
+	if _, ok := f.Tensor(nameOutput); !ok {
+		c.TiedEmbeddings = true
+	}
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("GGUF metadata: %w", err)
+	}
+	m.Config = c
+	m.Tokenizer = tok
+
+	raw := make(map[string]*rawTensor)
+	for _, ti := range f.Tensors() {
+		rt := &rawTensor{source: ti.Name, typeName: ti.Type.String(), data: ti.Data}
+		rt.dtype, rt.ok = ggufTypes[ti.Type]
+		rt.shape = make([]uint64, len(ti.Dims))
+		for i, d := range ti.Dims { // ggml ne is fastest-first; shape is outermost-first
+			rt.shape[len(ti.Dims)-1-i] = d
+		}
+		raw[ti.Name] = rt
+	}
+	return m.build(raw, nil, nil)
+}

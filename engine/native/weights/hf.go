@@ -1,0 +1,596 @@
+package weights
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Size limits for the JSON files of a model directory: generous for real
+// models (a 256k-token tokenizer.json is ~35 MB), small enough that a hostile
+// directory cannot exhaust memory.
+const (
+	maxConfigJSON    = 16 << 20
+	maxTokenizerJSON = 256 << 20
+)
+
+// hfArchs maps config.json model_type to our arch and its fixed traits.
+var hfArchs = map[string]string{
+	"llama":   "llama",
+	"mistral": "llama", // same graph; see the sliding window note in configFromHF
+	"qwen2":   "qwen2",
+	"qwen3":   "qwen3",
+}
+
+// hfConfig is the part of config.json we read. Pointers tell absent from zero.
+type hfConfig struct {
+	ModelType             string          `json:"model_type"`
+	HiddenSize            int             `json:"hidden_size"`
+	NumHiddenLayers       int             `json:"num_hidden_layers"`
+	NumAttentionHeads     int             `json:"num_attention_heads"`
+	NumKeyValueHeads      *int            `json:"num_key_value_heads"`
+	IntermediateSize      int             `json:"intermediate_size"`
+	RMSNormEps            *float64        `json:"rms_norm_eps"`
+	RopeTheta             *float64        `json:"rope_theta"`
+	RopeScaling           json.RawMessage `json:"rope_scaling"`
+	RopeParameters        json.RawMessage `json:"rope_parameters"` // transformers v5 home of rope_theta and scaling
+	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
+	MaxPositionEmbeddings int             `json:"max_position_embeddings"`
+	VocabSize             int             `json:"vocab_size"`
+	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
+	HeadDim               *int            `json:"head_dim"`
+	BOSTokenID            json.RawMessage `json:"bos_token_id"`
+	EOSTokenID            json.RawMessage `json:"eos_token_id"`
+	PadTokenID            json.RawMessage `json:"pad_token_id"`
+	AttentionBias         *bool           `json:"attention_bias"`
+	MLPBias               *bool           `json:"mlp_bias"`
+	HiddenAct             string          `json:"hidden_act"`
+	SlidingWindow         *int            `json:"sliding_window"`
+	UseSlidingWindow      *bool           `json:"use_sliding_window"`
+}
+
+// hfRope is rope_scaling (or rope_parameters).
+type hfRope struct {
+	RopeType                      string   `json:"rope_type"`
+	Type                          string   `json:"type"` // older spelling of rope_type
+	Factor                        *float64 `json:"factor"`
+	LowFreqFactor                 *float64 `json:"low_freq_factor"`
+	HighFreqFactor                *float64 `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings *int     `json:"original_max_position_embeddings"`
+	RopeTheta                     *float64 `json:"rope_theta"`
+	PartialRotaryFactor           *float64 `json:"partial_rotary_factor"`
+}
+
+type hfGenerationConfig struct {
+	BOSTokenID json.RawMessage `json:"bos_token_id"`
+	EOSTokenID json.RawMessage `json:"eos_token_id"`
+}
+
+type hfTokenizerConfig struct {
+	ChatTemplate json.RawMessage `json:"chat_template"`
+	AddBOSToken  *bool           `json:"add_bos_token"`
+	AddEOSToken  *bool           `json:"add_eos_token"`
+}
+
+type hfIndex struct {
+	WeightMap map[string]string `json:"weight_map"`
+}
+
+func loadHF(dir string, log *slog.Logger) (*Model, error) {
+	var cfg hfConfig
+	if err := readJSON(dir, "config.json", maxConfigJSON, true, &cfg); err != nil {
+		return nil, err
+	}
+	var gen hfGenerationConfig
+	if err := readJSON(dir, "generation_config.json", maxConfigJSON, false, &gen); err != nil {
+		return nil, err
+	}
+	c, err := configFromHF(&cfg, &gen, log)
+	if err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	tok, template, err := tokenizerFromHF(dir, c)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Tokenizer: tok, ChatTemplate: template}
+	ok := false
+	defer func() {
+		if !ok {
+			m.Close()
+		}
+	}()
+	raw, err := m.openShards(dir)
+	if err != nil {
+		return nil, err
+	}
+	if c.VocabSize == 0 {
+		if emb, ok := raw[nameTokenEmbd]; ok && len(emb.shape) == 2 && emb.shape[0] <= maxDimension {
+			c.VocabSize = int(emb.shape[0])
+		}
+	}
+	if _, has := raw[nameOutput]; !has && !c.TiedEmbeddings {
+		return nil, invalid("lm_head.weight is missing and tie_word_embeddings is false")
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	pad, err := parseIDs(cfg.PadTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("config.json: pad_token_id: %w", err)
+	}
+	if len(pad) > 0 {
+		if pad[0] < c.VocabSize {
+			m.Tokenizer.PAD = pad[0]
+		} else {
+			log.Warn("pad_token_id is outside the vocabulary; ignoring it", "pad_token_id", pad[0], "vocab_size", c.VocabSize)
+		}
+	}
+	m.Config = *c
+	err = m.build(raw, func(name string) bool {
+		// A tied checkpoint may still carry lm_head (a copy of the
+		// embedding; transformers ignores it), and old Llama checkpoints
+		// store the RoPE inverse frequencies, which we compute.
+		return (name == nameOutput && c.TiedEmbeddings) || strings.HasSuffix(name, ".rotary_emb.inv_freq")
+	}, hfNameOf)
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return m, nil
+}
+
+// configFromHF maps config.json (and generation_config.json) to Config.
+func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Config, error) {
+	arch, ok := hfArchs[h.ModelType]
+	if !ok {
+		if h.ModelType == "" {
+			return nil, invalid("model_type is missing")
+		}
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2 or qwen3)", h.ModelType)
+	}
+	if h.HiddenAct != "" && h.HiddenAct != "silu" {
+		return nil, unsupported("hidden_act %q is not supported yet (want silu)", h.HiddenAct)
+	}
+	if h.MLPBias != nil && *h.MLPBias {
+		return nil, unsupported("mlp_bias=true is not supported yet")
+	}
+	c := &Config{
+		Arch:          arch,
+		VocabSize:     h.VocabSize,
+		Dim:           h.HiddenSize,
+		Layers:        h.NumHiddenLayers,
+		Heads:         h.NumAttentionHeads,
+		KVHeads:       h.NumAttentionHeads,
+		FFNDim:        h.IntermediateSize,
+		ContextLength: h.MaxPositionEmbeddings,
+		RMSEps:        1e-6,
+		RopeTheta:     10000,
+		RopeNeox:      true, // HF stores Q/K for rotate-half, whatever the arch
+		QKVBias:       arch == "qwen2",
+		QKNorm:        arch == "qwen3",
+	}
+	// qwen2 always has q/k/v biases (and no o_proj bias) whatever
+	// attention_bias says; llama and qwen3 put a bias on o_proj too when
+	// attention_bias is set, which the runner has no place for.
+	if arch != "qwen2" && h.AttentionBias != nil && *h.AttentionBias {
+		return nil, unsupported("attention_bias=true for model_type %s (a bias on o_proj) is not supported yet", h.ModelType)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"hidden_size", h.HiddenSize}, {"num_hidden_layers", h.NumHiddenLayers}, {"num_attention_heads", h.NumAttentionHeads}, {"intermediate_size", h.IntermediateSize}} {
+		if f.v <= 0 {
+			return nil, invalid("%s is missing or not positive (%d)", f.name, f.v)
+		}
+	}
+	if h.NumKeyValueHeads != nil {
+		c.KVHeads = *h.NumKeyValueHeads
+	}
+	if h.HeadDim != nil {
+		c.HeadDim = *h.HeadDim
+	} else if c.Dim%c.Heads == 0 {
+		c.HeadDim = c.Dim / c.Heads
+	} else {
+		return nil, invalid("hidden_size %d is not a multiple of num_attention_heads %d and head_dim is not given", c.Dim, c.Heads)
+	}
+	if c.ContextLength == 0 {
+		c.ContextLength = 2048 // transformers' LlamaConfig default
+	}
+	if h.RMSNormEps != nil {
+		c.RMSEps = float32(*h.RMSNormEps)
+	}
+	if h.RopeTheta != nil {
+		c.RopeTheta = float32(*h.RopeTheta)
+	}
+	partial := h.PartialRotaryFactor
+	for _, src := range []struct {
+		key string
+		raw json.RawMessage
+	}{{"rope_parameters", h.RopeParameters}, {"rope_scaling", h.RopeScaling}} {
+		if len(src.raw) == 0 || string(src.raw) == "null" {
+			continue
+		}
+		var r hfRope
+		if err := json.Unmarshal(src.raw, &r); err != nil {
+			return nil, invalid("%s: %v", src.key, err)
+		}
+		if r.RopeTheta != nil {
+			c.RopeTheta = float32(*r.RopeTheta)
+		}
+		if r.PartialRotaryFactor != nil {
+			partial = r.PartialRotaryFactor
+		}
+		kind := r.RopeType
+		if kind == "" {
+			kind = r.Type
+		}
+		switch kind {
+		case "", "default":
+		case "llama3":
+			if r.Factor == nil || r.LowFreqFactor == nil || r.HighFreqFactor == nil || r.OriginalMaxPositionEmbeddings == nil {
+				return nil, invalid("%s: llama3 needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings", src.key)
+			}
+			c.RopeScaling = &RopeScaling{
+				Factor:          float32(*r.Factor),
+				LowFreqFactor:   float32(*r.LowFreqFactor),
+				HighFreqFactor:  float32(*r.HighFreqFactor),
+				OriginalContext: *r.OriginalMaxPositionEmbeddings,
+			}
+		default:
+			return nil, unsupported("%s: rope_type %q is not supported yet (only llama3 scaling is)", src.key, kind)
+		}
+	}
+	c.RopeDim = c.HeadDim
+	if partial != nil {
+		c.RopeDim = int(float64(c.HeadDim) * *partial)
+	}
+	// A sliding window shorter than the context changes attention past it.
+	// The runner attends to everything, which is exact as long as no
+	// sequence is longer than the window: cap the context there.
+	if h.SlidingWindow != nil && *h.SlidingWindow > 0 && *h.SlidingWindow < c.ContextLength &&
+		(h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
+		log.Warn("sliding-window attention is not implemented; capping the context length at the window",
+			"sliding_window", *h.SlidingWindow, "max_position_embeddings", c.ContextLength)
+		c.ContextLength = *h.SlidingWindow
+	}
+
+	if tie := h.TieWordEmbeddings; tie != nil {
+		c.TiedEmbeddings = *tie
+	}
+	bos, err := parseIDs(h.BOSTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("bos_token_id: %w", err)
+	}
+	eos, err := parseIDs(h.EOSTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("eos_token_id: %w", err)
+	}
+	genBOS, err := parseIDs(gen.BOSTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("generation_config.json: bos_token_id: %w", err)
+	}
+	genEOS, err := parseIDs(gen.EOSTokenID)
+	if err != nil {
+		return nil, fmt.Errorf("generation_config.json: eos_token_id: %w", err)
+	}
+	c.BOS, c.EOS = -1, -1
+	if len(bos) == 0 {
+		bos = genBOS
+	}
+	if len(bos) > 0 {
+		c.BOS = bos[0]
+	}
+	// generation_config.json is what generate() uses: its ids come first.
+	for _, id := range slices.Concat(genEOS, eos) {
+		if !slices.Contains(c.EOSIDs, id) {
+			c.EOSIDs = append(c.EOSIDs, id)
+		}
+	}
+	if len(c.EOSIDs) > 0 {
+		c.EOS = c.EOSIDs[0]
+	}
+	return c, nil
+}
+
+// parseIDs reads a token id field that may be null, an integer or a list.
+func parseIDs(raw json.RawMessage) ([]int, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one int
+	if err := json.Unmarshal(raw, &one); err == nil {
+		if one < 0 {
+			return nil, invalid("token id %d is negative", one)
+		}
+		return []int{one}, nil
+	}
+	var list []int
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalid("want an integer or a list of integers, got %.40s", raw)
+	}
+	for _, id := range list {
+		if id < 0 {
+			return nil, invalid("token id %d is negative", id)
+		}
+	}
+	return list, nil
+}
+
+func tokenizerFromHF(dir string, c *Config) (TokenizerSpec, string, error) {
+	tok := TokenizerSpec{BOS: c.BOS, EOS: c.EOS, UNK: -1, PAD: -1}
+	var err error
+	if tok.TokenizerJSON, err = readLimited(filepath.Join(dir, "tokenizer.json"), maxTokenizerJSON); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return tok, "", invalid("no tokenizer.json in %s (only the HF fast-tokenizer file is read)", dir)
+		}
+		return tok, "", err
+	}
+	if !json.Valid(tok.TokenizerJSON) {
+		return tok, "", invalid("tokenizer.json is not valid JSON")
+	}
+	tok.TokenizerConfigJSON, err = readLimited(filepath.Join(dir, "tokenizer_config.json"), maxTokenizerJSON)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return tok, "", err
+	}
+	var template string
+	if tok.TokenizerConfigJSON != nil {
+		var tc hfTokenizerConfig
+		if err := json.Unmarshal(tok.TokenizerConfigJSON, &tc); err != nil {
+			return tok, "", invalid("tokenizer_config.json: %v", err)
+		}
+		if tc.AddBOSToken != nil {
+			tok.AddBOS = *tc.AddBOSToken
+		}
+		if tc.AddEOSToken != nil {
+			tok.AddEOS = *tc.AddEOSToken
+		}
+		if template, err = chatTemplate(tc.ChatTemplate); err != nil {
+			return tok, "", fmt.Errorf("tokenizer_config.json: chat_template: %w", err)
+		}
+	}
+	// transformers ≥ 4.43 saves the template beside tokenizer_config.json;
+	// that file wins when both exist, as it does there.
+	if b, err := readLimited(filepath.Join(dir, "chat_template.jinja"), maxConfigJSON); err == nil {
+		template = string(b)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return tok, "", err
+	} else if template == "" {
+		var ct struct {
+			ChatTemplate json.RawMessage `json:"chat_template"`
+		}
+		if err := readJSON(dir, "chat_template.json", maxConfigJSON, false, &ct); err != nil {
+			return tok, "", err
+		}
+		if template, err = chatTemplate(ct.ChatTemplate); err != nil {
+			return tok, "", fmt.Errorf("chat_template.json: %w", err)
+		}
+	}
+	return tok, template, nil
+}
+
+// chatTemplate reads a chat_template value: a string, or a list of {name,
+// template} of which "default" is taken.
+func chatTemplate(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return "", invalid("want a string or a list of {name, template}")
+	}
+	for _, t := range named {
+		if t.Name == "default" {
+			return t.Template, nil
+		}
+	}
+	if len(named) > 0 {
+		return named[0].Template, nil
+	}
+	return "", nil
+}
+
+// hfNames maps per-layer HF tensor names to canonical suffixes.
+var hfNames = map[string]string{
+	"input_layernorm.weight":          sufAttnNorm,
+	"self_attn.q_proj.weight":         sufQ,
+	"self_attn.k_proj.weight":         sufK,
+	"self_attn.v_proj.weight":         sufV,
+	"self_attn.o_proj.weight":         sufO,
+	"self_attn.q_proj.bias":           sufQBias,
+	"self_attn.k_proj.bias":           sufKBias,
+	"self_attn.v_proj.bias":           sufVBias,
+	"self_attn.o_proj.bias":           "attn_output.bias",
+	"self_attn.q_norm.weight":         sufQNorm,
+	"self_attn.k_norm.weight":         sufKNorm,
+	"post_attention_layernorm.weight": sufFFNNorm,
+	"mlp.gate_proj.weight":            sufFFNGate,
+	"mlp.up_proj.weight":              sufFFNUp,
+	"mlp.down_proj.weight":            sufFFNDown,
+}
+
+// hfNameOf is the inverse of CanonicalName, for messages.
+func hfNameOf(canonical string) string {
+	switch canonical {
+	case nameTokenEmbd:
+		return "model.embed_tokens.weight"
+	case nameOutputNorm:
+		return "model.norm.weight"
+	case nameOutput:
+		return "lm_head.weight"
+	}
+	rest, ok := strings.CutPrefix(canonical, blockPrefix)
+	if !ok {
+		return canonical
+	}
+	layer, suf, ok := strings.Cut(rest, ".")
+	if !ok {
+		return canonical
+	}
+	for hf, s := range hfNames {
+		if s == suf {
+			return "model.layers." + layer + "." + hf
+		}
+	}
+	return canonical
+}
+
+var hfLayerName = regexp.MustCompile(`^model\.layers\.(0|[1-9][0-9]{0,6})\.(.+)$`)
+
+// CanonicalName maps a Hugging Face tensor name to its canonical (GGUF)
+// name; ok is false for names with no canonical counterpart.
+func CanonicalName(hf string) (string, bool) {
+	switch hf {
+	case "model.embed_tokens.weight":
+		return nameTokenEmbd, true
+	case "model.norm.weight":
+		return nameOutputNorm, true
+	case "lm_head.weight":
+		return nameOutput, true
+	}
+	if m := hfLayerName.FindStringSubmatch(hf); m != nil {
+		if suf, ok := hfNames[m[2]]; ok {
+			layer, _ := strconv.Atoi(m[1])
+			return BlockName(layer, suf), true
+		}
+	}
+	return "", false
+}
+
+// openShards maps the directory's safetensors files (model.safetensors, or
+// the shards a model.safetensors.index.json names) and returns their
+// tensors by canonical name (unknown names are kept as they are).
+func (m *Model) openShards(dir string) (map[string]*rawTensor, error) {
+	var shards []string
+	var index hfIndex
+	indexPath := filepath.Join(dir, "model.safetensors.index.json")
+	if err := readJSON(dir, "model.safetensors.index.json", maxConfigJSON, false, &index); err != nil {
+		return nil, err
+	}
+	switch {
+	case index.WeightMap != nil:
+		seen := map[string]bool{}
+		for tensor, shard := range index.WeightMap {
+			if !isSafetensorsName(shard) {
+				return nil, invalid("%s: tensor %q: shard %q is not a .safetensors file name in the directory", indexPath, tensor, shard)
+			}
+			if !seen[shard] {
+				seen[shard] = true
+				shards = append(shards, shard)
+			}
+		}
+		sort.Strings(shards)
+		if len(shards) == 0 {
+			return nil, invalid("%s: empty weight_map", indexPath)
+		}
+	default:
+		if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err == nil {
+			shards = []string{"model.safetensors"}
+			break
+		}
+		found, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+		switch len(found) {
+		case 1:
+			shards = []string{filepath.Base(found[0])}
+		case 0:
+			return nil, invalid("no model.safetensors or model.safetensors.index.json in %s (only safetensors weights are read)", dir)
+		default:
+			return nil, invalid("%d .safetensors files in %s but no model.safetensors.index.json", len(found), dir)
+		}
+	}
+
+	raw := make(map[string]*rawTensor)
+	for _, shard := range shards {
+		sf, err := openSafetensors(filepath.Join(dir, shard))
+		if err != nil {
+			return nil, err
+		}
+		m.mappings = append(m.mappings, sf)
+		for name, e := range sf.tensors {
+			if index.WeightMap != nil {
+				if want, ok := index.WeightMap[name]; !ok || want != shard {
+					// Stray copies would be loaded from the wrong place;
+					// the index is the manifest.
+					return nil, invalid("%s: tensor %q is not mapped to this shard by the index (index says %q)", shard, name, want)
+				}
+			}
+			canon, ok := CanonicalName(name)
+			if !ok {
+				canon = name
+			}
+			if prev, dup := raw[canon]; dup {
+				return nil, invalid("tensor %q appears twice (%s and %s in %s)", canon, prev.source, name, shard)
+			}
+			rt := &rawTensor{source: name, typeName: e.DType, shape: e.Shape, data: e.Data}
+			rt.dtype, rt.ok = safeDTypes[e.DType]
+			raw[canon] = rt
+		}
+	}
+	if index.WeightMap != nil {
+		for tensor, shard := range index.WeightMap {
+			canon, ok := CanonicalName(tensor)
+			if !ok {
+				canon = tensor
+			}
+			if r, ok := raw[canon]; !ok || r.source != tensor {
+				return nil, invalid("%s: tensor %q should be in %s but is not", indexPath, tensor, shard)
+			}
+		}
+	}
+	return raw, nil
+}
+
+// readLimited reads a whole file of at most limit bytes.
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, invalid("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// readJSON decodes dir/name into v; a missing optional file leaves v alone.
+func readJSON(dir, name string, limit int64, required bool, v any) error {
+	b, err := readLimited(filepath.Join(dir, name), limit)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if required {
+				return invalid("no %s in %s", name, dir)
+			}
+			return nil
+		}
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return invalid("%s: %v", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,477 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// avx2 is the AVX2+FMA backend. It keeps every 16-lane accumulator of the
+// AVX-512 backend as two 8-lane halves (lo = lanes 0-7, hi = lanes 8-15), so
+// the two agree bit for bit. Its matmul tiles are 4 rows × 1 token (16 ymm
+// registers leave no room for more); rows stay in cache across tokens.
+var avx2 = &backend{
+	name:        "avx2",
+	matmul:      avx2MatMul,
+	quantizeAct: genericQuantizeAct, // identical output; VPACKSSWB is not exposed
+	dot:         avx2Dot,
+	rmsnorm:     avx2RMSNorm,
+	rope:        avx2RoPE,
+	siluMul:     avx2SiLUMul,
+	attention:   avx2Attention,
+	softmax:     avx2Softmax,
+	add:         avx2Add,
+	argmax:      avx2Argmax,
+}
+
+type acc16 struct{ lo, hi archsimd.Float32x8 }
+
+func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
+	m := a.w
+	rows, cols := m.Rows, m.Cols
+	var res [16]float32
+	switch m.Type {
+	case F32, F16, BF16:
+		base, rb, baseRow := bptr(m.Data), a.rb, 0
+		kind := m.Type
+		if m.Type != F32 && t1-t0 >= 4 {
+			conv := cvtF16Row2
+			if m.Type == BF16 {
+				conv = cvtBF16Row2
+			}
+			w.f32 = growF32(w.f32, (r1-r0)*cols)
+			packRows(w.f32, m, a.rb, r0, r1, conv)
+			base, rb, baseRow, kind = f32ptr(w.f32), 4*cols, r0, F32
+		}
+		xp := f32ptr(a.x)
+		for t := t0; t < t1; t++ {
+			x := unsafe.Add(xp, 4*t*cols)
+			for r := r0; r < r1; r += 4 {
+				p0, p1, p2, p3 := rowPtrs(base, rb, r-baseRow, r1-baseRow)
+				switch kind {
+				case F32:
+					f32Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
+				case F16:
+					f16Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
+				case BF16:
+					bf16Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
+				}
+				storeTile(a.out, rows, r, r1, t, 1, &res)
+			}
+		}
+	case Q8_0:
+		base := bptr(m.Data)
+		q := a.act
+		for t := t0; t < t1; t++ {
+			qt, st := unsafe.Add(bptr(q.qs), t*q.qStride), unsafe.Add(f32ptr(q.xs), 4*t*q.sStride)
+			for r := r0; r < r1; r += 4 {
+				p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
+				q8Tile4x1x2(&res, p0, p1, p2, p3, qt, st, q.nb)
+				storeTile(a.out, rows, r, r1, t, 1, &res)
+			}
+		}
+	}
+}
+
+func (a acc16) fma(w0, w1, x0, x1 archsimd.Float32x8) acc16 {
+	return acc16{w0.MulAdd(x0, a.lo), w1.MulAdd(x1, a.hi)}
+}
+
+func (a acc16) sum() float32 { return hsum8(a.lo.Add(a.hi)) }
+
+func loadF32x8(p unsafe.Pointer, i int) archsimd.Float32x8 {
+	return archsimd.LoadUint8x32(bytes32At(p, 4*i)).AsFloat32x8()
+}
+
+func f32Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	var a0, a1, a2, a3 acc16
+	c := 0
+	for ; c+16 <= cols; c += 16 {
+		u0 := archsimd.LoadFloat32x8(f32x8At(x, c))
+		u1 := archsimd.LoadFloat32x8(f32x8At(x, c+8))
+		a0 = a0.fma(loadF32x8(w0, c), loadF32x8(w0, c+8), u0, u1)
+		a1 = a1.fma(loadF32x8(w1, c), loadF32x8(w1, c+8), u0, u1)
+		a2 = a2.fma(loadF32x8(w2, c), loadF32x8(w2, c+8), u0, u1)
+		a3 = a3.fma(loadF32x8(w3, c), loadF32x8(w3, c+8), u0, u1)
+	}
+	if n := cols - c; n > 0 {
+		var xt [16]float32
+		var wt [4][16]float32
+		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 64), unsafe.Slice((*byte)(unsafe.Add(p, 4*c)), 4*n))
+		}
+		u0, u1 := archsimd.LoadFloat32x8Slice(xt[:8]), archsimd.LoadFloat32x8Slice(xt[8:])
+		a0 = a0.fma(archsimd.LoadFloat32x8Slice(wt[0][:8]), archsimd.LoadFloat32x8Slice(wt[0][8:]), u0, u1)
+		a1 = a1.fma(archsimd.LoadFloat32x8Slice(wt[1][:8]), archsimd.LoadFloat32x8Slice(wt[1][8:]), u0, u1)
+		a2 = a2.fma(archsimd.LoadFloat32x8Slice(wt[2][:8]), archsimd.LoadFloat32x8Slice(wt[2][8:]), u0, u1)
+		a3 = a3.fma(archsimd.LoadFloat32x8Slice(wt[3][:8]), archsimd.LoadFloat32x8Slice(wt[3][8:]), u0, u1)
+	}
+	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+}
+
+func loadHalf8(p unsafe.Pointer, c int) archsimd.Uint16x8 {
+	return archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(p, 2*c))).AsUint16x8()
+}
+
+// f16to32x8 is f16to32x16 on 8 lanes (same arithmetic).
+func f16to32x8(h archsimd.Uint16x8) archsimd.Float32x8 {
+	v := h.AsInt16x8().ExtendToInt32().ShiftAllLeft(13).And(archsimd.BroadcastInt32x8(-0x70000001))
+	f := v.AsFloat32x8().Mul(archsimd.BroadcastFloat32x8(0x1p112))
+	bits := f.AsInt32x8()
+	big := bits.And(archsimd.BroadcastInt32x8(0x7fffffff)).Greater(archsimd.BroadcastInt32x8(0x477fffff))
+	return bits.Or(archsimd.BroadcastInt32x8(0x7f800000)).Merge(bits, big).AsFloat32x8()
+}
+
+func bf16to32x8(h archsimd.Uint16x8) archsimd.Float32x8 {
+	return h.ExtendToUint32().ShiftAllLeft(16).AsFloat32x8()
+}
+
+// f16Tile4x1x2 and bf16Tile4x1x2 differ only in the conversion (kept
+// apart so it inlines).
+func f16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	var a0, a1, a2, a3 acc16
+	c := 0
+	for ; c+16 <= cols; c += 16 {
+		u0 := archsimd.LoadFloat32x8(f32x8At(x, c))
+		u1 := archsimd.LoadFloat32x8(f32x8At(x, c+8))
+		a0 = a0.fma(f16to32x8(loadHalf8(w0, c)), f16to32x8(loadHalf8(w0, c+8)), u0, u1)
+		a1 = a1.fma(f16to32x8(loadHalf8(w1, c)), f16to32x8(loadHalf8(w1, c+8)), u0, u1)
+		a2 = a2.fma(f16to32x8(loadHalf8(w2, c)), f16to32x8(loadHalf8(w2, c+8)), u0, u1)
+		a3 = a3.fma(f16to32x8(loadHalf8(w3, c)), f16to32x8(loadHalf8(w3, c+8)), u0, u1)
+	}
+	if n := cols - c; n > 0 {
+		var xt [16]float32
+		var wt [4][16]uint16
+		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 32), unsafe.Slice((*byte)(unsafe.Add(p, 2*c)), 2*n))
+		}
+		u0, u1 := archsimd.LoadFloat32x8Slice(xt[:8]), archsimd.LoadFloat32x8Slice(xt[8:])
+		t := func(i, h int) archsimd.Float32x8 { return f16to32x8(archsimd.LoadUint16x8Slice(wt[i][8*h:])) }
+		a0 = a0.fma(t(0, 0), t(0, 1), u0, u1)
+		a1 = a1.fma(t(1, 0), t(1, 1), u0, u1)
+		a2 = a2.fma(t(2, 0), t(2, 1), u0, u1)
+		a3 = a3.fma(t(3, 0), t(3, 1), u0, u1)
+	}
+	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+}
+
+func bf16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	var a0, a1, a2, a3 acc16
+	c := 0
+	for ; c+16 <= cols; c += 16 {
+		u0 := archsimd.LoadFloat32x8(f32x8At(x, c))
+		u1 := archsimd.LoadFloat32x8(f32x8At(x, c+8))
+		a0 = a0.fma(bf16to32x8(loadHalf8(w0, c)), bf16to32x8(loadHalf8(w0, c+8)), u0, u1)
+		a1 = a1.fma(bf16to32x8(loadHalf8(w1, c)), bf16to32x8(loadHalf8(w1, c+8)), u0, u1)
+		a2 = a2.fma(bf16to32x8(loadHalf8(w2, c)), bf16to32x8(loadHalf8(w2, c+8)), u0, u1)
+		a3 = a3.fma(bf16to32x8(loadHalf8(w3, c)), bf16to32x8(loadHalf8(w3, c+8)), u0, u1)
+	}
+	if n := cols - c; n > 0 {
+		var xt [16]float32
+		var wt [4][16]uint16
+		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 32), unsafe.Slice((*byte)(unsafe.Add(p, 2*c)), 2*n))
+		}
+		u0, u1 := archsimd.LoadFloat32x8Slice(xt[:8]), archsimd.LoadFloat32x8Slice(xt[8:])
+		t := func(i, h int) archsimd.Float32x8 { return bf16to32x8(archsimd.LoadUint16x8Slice(wt[i][8*h:])) }
+		a0 = a0.fma(t(0, 0), t(0, 1), u0, u1)
+		a1 = a1.fma(t(1, 0), t(1, 1), u0, u1)
+		a2 = a2.fma(t(2, 0), t(2, 1), u0, u1)
+		a3 = a3.fma(t(3, 0), t(3, 1), u0, u1)
+	}
+	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+}
+
+func cvtF16Row2(dst []float32, src unsafe.Pointer, n int) {
+	for c := 0; c < n; c++ {
+		dst[c] = f16Table[u16At(src, 2*c)]
+	}
+}
+
+func cvtBF16Row2(dst []float32, src unsafe.Pointer, n int) {
+	d := f32ptr(dst)
+	c := 0
+	for ; c+8 <= n; c += 8 {
+		bf16to32x8(loadHalf8(src, c)).Store(f32x8At(d, c))
+	}
+	for ; c < n; c++ {
+		dst[c] = BF16ToF32(u16At(src, 2*c))
+	}
+}
+
+// q8Half is one block's 8 lanes: Σ over byte quads of w·x, as float32.
+func q8Half(w, x archsimd.Int8x32) archsimd.Float32x8 {
+	return w.Abs().AsUint8x32().DotProductPairsSaturated(x.CopySign(w)).DotProductPairs(archsimd.BroadcastInt16x16(1)).ConvertToFloat32()
+}
+
+func q8Tile4x1x2(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int) {
+	var a0, a1, a2, a3 acc16
+	pairs := (nb + 1) / 2
+	for p := range pairs {
+		x0 := archsimd.LoadInt8x32(i8x32At(qs, 64*p))
+		x1 := archsimd.LoadInt8x32(i8x32At(qs, 64*p+32))
+		dx0 := archsimd.LoadFloat32x8(f32x8At(xs, 16*p))
+		dx1 := archsimd.LoadFloat32x8(f32x8At(xs, 16*p+8))
+		full := 2*p+1 < nb
+		a0 = q8Step2(a0, w0, p, full, x0, x1, dx0, dx1)
+		a1 = q8Step2(a1, w1, p, full, x0, x1, dx0, dx1)
+		a2 = q8Step2(a2, w2, p, full, x0, x1, dx0, dx1)
+		a3 = q8Step2(a3, w3, p, full, x0, x1, dx0, dx1)
+	}
+	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+}
+
+func q8Step2(a acc16, w unsafe.Pointer, p int, full bool, x0, x1 archsimd.Int8x32, dx0, dx1 archsimd.Float32x8) acc16 {
+	off := 2 * p * Q8BlockBytes
+	d0 := archsimd.BroadcastFloat32x8(f16Table[u16At(w, off)])
+	a.lo = q8Half(archsimd.LoadInt8x32(i8x32At(w, off+2)), x0).MulAdd(d0.Mul(dx0), a.lo)
+	var v1 archsimd.Int8x32
+	var d1 archsimd.Float32x8
+	if full {
+		v1 = archsimd.LoadInt8x32(i8x32At(w, off+Q8BlockBytes+2))
+		d1 = archsimd.BroadcastFloat32x8(f16Table[u16At(w, off+Q8BlockBytes)])
+	}
+	a.hi = q8Half(v1, x1).MulAdd(d1.Mul(dx1), a.hi)
+	return a
+}
+
+func avx2Dot(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	pa, pb := f32ptr(a), f32ptr(b)
+	var acc acc16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		acc = acc.fma(archsimd.LoadFloat32x8(f32x8At(pa, i)), archsimd.LoadFloat32x8(f32x8At(pa, i+8)),
+			archsimd.LoadFloat32x8(f32x8At(pb, i)), archsimd.LoadFloat32x8(f32x8At(pb, i+8)))
+	}
+	if i < n {
+		var ta, tb [16]float32
+		copy(ta[:], a[i:])
+		copy(tb[:], b[i:])
+		acc = acc.fma(archsimd.LoadFloat32x8Slice(ta[:8]), archsimd.LoadFloat32x8Slice(ta[8:]),
+			archsimd.LoadFloat32x8Slice(tb[:8]), archsimd.LoadFloat32x8Slice(tb[8:]))
+	}
+	return acc.sum()
+}
+
+func avx2RMSNorm(out, x, weight []float32, eps float32) {
+	n := len(x)
+	out, weight = out[:n], weight[:n]
+	px, po, pw := f32ptr(x), f32ptr(out), f32ptr(weight)
+	var acc acc16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		v0, v1 := archsimd.LoadFloat32x8(f32x8At(px, i)), archsimd.LoadFloat32x8(f32x8At(px, i+8))
+		acc = acc.fma(v0, v1, v0, v1)
+	}
+	if i < n {
+		var t [16]float32
+		copy(t[:], x[i:])
+		v0, v1 := archsimd.LoadFloat32x8Slice(t[:8]), archsimd.LoadFloat32x8Slice(t[8:])
+		acc = acc.fma(v0, v1, v0, v1)
+	}
+	scale := rmsScale(acc.sum(), n, eps)
+	sv := archsimd.BroadcastFloat32x8(scale)
+	i = 0
+	for ; i+8 <= n; i += 8 {
+		archsimd.LoadFloat32x8(f32x8At(px, i)).Mul(sv).Mul(archsimd.LoadFloat32x8(f32x8At(pw, i))).Store(f32x8At(po, i))
+	}
+	for ; i < n; i++ {
+		out[i] = float32(x[i]*scale) * weight[i]
+	}
+}
+
+var swapPairs8 = archsimd.LoadUint32x8(&[8]uint32{1, 0, 3, 2, 5, 4, 7, 6})
+
+func avx2RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool) {
+	pc, ps := f32ptr(c), f32ptr(s)
+	for h := range heads {
+		v := x[h*headDim : (h+1)*headDim]
+		pv := f32ptr(v)
+		if neox {
+			half := pairs
+			i := 0
+			for ; i+8 <= pairs; i += 8 {
+				x0 := archsimd.LoadFloat32x8(f32x8At(pv, i))
+				x1 := archsimd.LoadFloat32x8(f32x8At(pv, i+half))
+				cv, sv := archsimd.LoadFloat32x8(f32x8At(pc, i)), archsimd.LoadFloat32x8(f32x8At(ps, i))
+				x0.Mul(cv).Sub(x1.Mul(sv)).Store(f32x8At(pv, i))
+				x0.Mul(sv).Add(x1.Mul(cv)).Store(f32x8At(pv, i+half))
+			}
+			for ; i < pairs; i++ {
+				x0, x1 := v[i], v[i+half]
+				v[i] = float32(x0*c[i]) - float32(x1*s[i])
+				v[i+half] = float32(x0*s[i]) + float32(x1*c[i])
+			}
+			continue
+		}
+		n := 2 * pairs
+		j := 0
+		for ; j+8 <= n; j += 8 {
+			xv := archsimd.LoadFloat32x8(f32x8At(pv, j))
+			sw := xv.Permute(swapPairs8)
+			xv.Mul(archsimd.LoadFloat32x8(f32x8At(pc, j))).Add(sw.Mul(archsimd.LoadFloat32x8(f32x8At(ps, j)))).Store(f32x8At(pv, j))
+		}
+		for ; j < n; j += 2 {
+			x0, x1 := v[j], v[j+1]
+			ci, si := c[j], s[j+1]
+			v[j] = float32(x0*ci) - float32(x1*si)
+			v[j+1] = float32(x0*si) + float32(x1*ci)
+		}
+	}
+}
+
+// exp8 is exp512 on 8 lanes (same arithmetic).
+func exp8(x archsimd.Float32x8) archsimd.Float32x8 {
+	x = x.Max(archsimd.BroadcastFloat32x8(expLo)).Min(archsimd.BroadcastFloat32x8(expHi))
+	n := x.Mul(archsimd.BroadcastFloat32x8(log2e)).RoundToEven()
+	r := n.MulAdd(archsimd.BroadcastFloat32x8(-ln2Hi), x)
+	r = n.MulAdd(archsimd.BroadcastFloat32x8(-ln2Lo), r)
+	p := archsimd.BroadcastFloat32x8(expC5)
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(expC4))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(expC3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(expC2))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(expC1))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(expC0))
+	p = p.MulAdd(r.Mul(r), r).Add(archsimd.BroadcastFloat32x8(1))
+	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x8(127)).ShiftAllLeft(23).AsFloat32x8()
+	return p.Mul(pow)
+}
+
+func avx2SiLUMul(gate, up []float32) {
+	n := len(gate)
+	up = up[:n]
+	pg, pu := f32ptr(gate), f32ptr(up)
+	one := archsimd.BroadcastFloat32x8(1)
+	var zero archsimd.Float32x8
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		g := archsimd.LoadFloat32x8(f32x8At(pg, i))
+		g.Div(one.Add(exp8(zero.Sub(g)))).Mul(archsimd.LoadFloat32x8(f32x8At(pu, i))).Store(f32x8At(pg, i))
+	}
+	if i < n {
+		g := loadF32x8Tail(gate[i:])
+		storeF32x8Tail(g.Div(one.Add(exp8(zero.Sub(g)))).Mul(loadF32x8Tail(up[i:])), gate[i:])
+	}
+}
+
+func avx2Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	sum := avx2ExpSum(x, avx2Max(x))
+	inv := 1 / sum
+	px := f32ptr(x)
+	sv := archsimd.BroadcastFloat32x8(inv)
+	i := 0
+	for ; i+8 <= len(x); i += 8 {
+		archsimd.LoadFloat32x8(f32x8At(px, i)).Mul(sv).Store(f32x8At(px, i))
+	}
+	for ; i < len(x); i++ {
+		x[i] *= inv
+	}
+}
+
+func avx2Max(x []float32) float32 {
+	n := len(x)
+	px := f32ptr(x)
+	mv := archsimd.BroadcastFloat32x8(x[0])
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		mv = mv.Max(archsimd.LoadFloat32x8(f32x8At(px, i)))
+	}
+	q := mv.GetLo().Max(mv.GetHi())
+	m := max(max(q.GetElem(0), q.GetElem(1)), max(q.GetElem(2), q.GetElem(3)))
+	for ; i < n; i++ {
+		m = max(m, x[i])
+	}
+	return m
+}
+
+// avx2ExpSum is avx512ExpSum in two halves (same values, same sum order).
+func avx2ExpSum(x []float32, m float32) float32 {
+	n := len(x)
+	px := f32ptr(x)
+	mv := archsimd.BroadcastFloat32x8(m)
+	var acc acc16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		e0 := exp8(archsimd.LoadFloat32x8(f32x8At(px, i)).Sub(mv))
+		e1 := exp8(archsimd.LoadFloat32x8(f32x8At(px, i+8)).Sub(mv))
+		e0.Store(f32x8At(px, i))
+		e1.Store(f32x8At(px, i+8))
+		acc.lo, acc.hi = acc.lo.Add(e0), acc.hi.Add(e1)
+	}
+	if i < n {
+		var t [16]float32
+		k := copy(t[:], x[i:])
+		e0 := exp8(archsimd.LoadFloat32x8Slice(t[:8]).Sub(mv))
+		e1 := exp8(archsimd.LoadFloat32x8Slice(t[8:]).Sub(mv))
+		e0.Store((*[8]float32)(t[:8]))
+		e1.Store((*[8]float32)(t[8:]))
+		clear(t[k:])
+		copy(x[i:], t[:k])
+		acc.lo = acc.lo.Add(archsimd.LoadFloat32x8Slice(t[:8]))
+		acc.hi = acc.hi.Add(archsimd.LoadFloat32x8Slice(t[8:]))
+	}
+	return acc.sum()
+}
+
+func avx2Add(dst, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	pd, ps := f32ptr(dst), f32ptr(src)
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		archsimd.LoadFloat32x8(f32x8At(pd, i)).Add(archsimd.LoadFloat32x8(f32x8At(ps, i))).Store(f32x8At(pd, i))
+	}
+	for ; i < n; i++ {
+		dst[i] += src[i]
+	}
+}
+
+func avx2Argmax(x []float32) int {
+	m := avx2Max(x)
+	for i, v := range x {
+		if v == m {
+			return i
+		}
+	}
+	return genericArgmax(x)
+}
+
+// avx2Attention is avx512Attention with 16-lane accumulators in halves,
+// one head at a time.
+func avx2Attention(a *attnArgs, w *worker, i, h0, h1 int) {
+	for h := h0; h < h1; h++ {
+		avx2AttentionHead(a, w, i, h)
+	}
+}
+
+func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
+	hd := a.headDim
+	n := a.start + i + 1
+	g := h / (a.nHeads / a.nKV)
+	stride := a.nKV * hd
+	q := a.q[(i*a.nHeads+h)*hd:][:hd]
+	scores := w.scores[:n]
+	for p := range scores {
+		scores[p] = avx2Dot(q, a.k[p*stride+g*hd:][:hd]) * a.scale
+	}
+	sum := avx2ExpSum(scores, avx2Max(scores))
+	inv := archsimd.BroadcastFloat32x8(1 / sum)
+	o := a.out[(i*a.nHeads+h)*hd:][:hd]
+	for d := 0; d < hd; d += 8 {
+		m := min(8, hd-d)
+		var acc archsimd.Float32x8
+		for p, e := range scores {
+			acc = loadF32x8Tail(a.v[p*stride+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+		}
+		storeF32x8Tail(acc.Mul(inv), o[d:d+m])
+	}
+}

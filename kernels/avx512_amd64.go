@@ -1,0 +1,841 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// avx512 is the AVX-512 (F, BW, DQ, VL) backend. Its matmul uses the
+// assembly tiles (and VNNI for Q8_0 where the CPU has it); avx512Go is the
+// same backend with only archsimd tiles, kept as the fallback's reference:
+// the two must agree bit for bit.
+var (
+	avx512   = newAVX512("avx512", true, archsimd.X86.AVX512VNNI())
+	avx512Go = newAVX512("avx512-go", false, false)
+)
+
+func newAVX512(name string, asm, vnni bool) *backend {
+	k := avx512Tiles{f32x4: f32Tile4x4, f16x1: f16Tile4x1, cvtF16: cvtF16Row512, q8x4: q8Tile4x4, q8x1: q8Tile4x1}
+	if asm {
+		k.f32x4, k.f16x1, k.cvtF16 = f32Tile4x4asm, f16Tile4x1asm, cvtF16RowAsm
+		if vnni {
+			k.q8x4, k.q8x1 = q8VNNITile4x4, q8VNNITile4x1
+		}
+	}
+	return &backend{
+		name:        name,
+		matmul:      k.matmul,
+		quantizeAct: avx512QuantizeAct,
+		dot:         avx512Dot,
+		rmsnorm:     avx512RMSNorm,
+		rope:        avx512RoPE,
+		siluMul:     avx512SiLUMul,
+		attention:   avx512Attention,
+		softmax:     avx512Softmax,
+		add:         avx512Add,
+		argmax:      avx512Argmax,
+	}
+}
+
+// avx512Tiles is the set of matmul tiles one AVX-512 backend runs.
+type avx512Tiles struct {
+	f32x4  func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols int)
+	f16x1  func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
+	cvtF16 func(dst []float32, src unsafe.Pointer, n int)
+	q8x4   func(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int)
+	q8x1   func(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
+}
+
+func (k *avx512Tiles) matmul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
+	m := a.w
+	switch m.Type {
+	case F32:
+		k.f32Block(a, w, bptr(m.Data), a.rb, 0, r0, r1, t0, t1)
+	case F16, BF16:
+		if t1-t0 >= 4 {
+			// Convert the rows once, then run the float32 tiles over them:
+			// the products and their order are exactly those of the direct
+			// kernels below, since the conversion is exact.
+			conv := k.cvtF16
+			if m.Type == BF16 {
+				conv = cvtBF16Row512
+			}
+			w.f32 = growF32(w.f32, (r1-r0)*m.Cols)
+			packRows(w.f32, m, a.rb, r0, r1, conv)
+			k.f32Block(a, w, f32ptr(w.f32), 4*m.Cols, r0, r0, r1, t0, t1)
+			return
+		}
+		k.halfBlock(a, w, m.Type == BF16, r0, r1, t0, t1)
+	case Q8_0:
+		k.q8Block(a, w, r0, r1, t0, t1)
+	}
+}
+
+// f32Block runs the float32 tiles over rows [r0,r1) and tokens [t0,t1);
+// row r's data is at base + (r-baseRow)·rb.
+func (k *avx512Tiles) f32Block(a *mmArgs, wk *worker, base unsafe.Pointer, rb, baseRow, r0, r1, t0, t1 int) {
+	rows, cols := a.w.Rows, a.w.Cols
+	xp := f32ptr(a.x)
+	// The tiles are called through function values, so a local result
+	// array would escape; the worker's does not allocate.
+	res := &wk.res
+	t := t0
+	for ; t+4 <= t1; t += 4 {
+		x := unsafe.Add(xp, 4*t*cols)
+		for r := r0; r < r1; r += 4 {
+			p0, p1, p2, p3 := rowPtrs(base, rb, r-baseRow, r1-baseRow)
+			k.f32x4(res, p0, p1, p2, p3, x, 4*cols, cols)
+			storeTile(a.out, rows, r, r1, t, 4, res)
+		}
+	}
+	for ; t < t1; t++ {
+		x := unsafe.Add(xp, 4*t*cols)
+		for r := r0; r < r1; r += 4 {
+			p0, p1, p2, p3 := rowPtrs(base, rb, r-baseRow, r1-baseRow)
+			f32Tile4x1(res, p0, p1, p2, p3, x, cols)
+			storeTile(a.out, rows, r, r1, t, 1, res)
+		}
+	}
+}
+
+// storeTile writes res[tt*4+i] (token t+tt, row r+i) for the rows below r1.
+func storeTile(out []float32, rows, r, r1, t, nt int, res *[16]float32) {
+	nr := min(4, r1-r)
+	for tt := range nt {
+		o := out[(t+tt)*rows+r:][:nr]
+		for i := range o {
+			o[i] = res[tt*4+i]
+		}
+	}
+}
+
+// f32Tile4x4: 4 weight rows (float32, as bytes) × 4 tokens (stride ldx bytes).
+func f32Tile4x4(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols int) {
+	var a00, a01, a02, a03, a10, a11, a12, a13 archsimd.Float32x16
+	var a20, a21, a22, a23, a30, a31, a32, a33 archsimd.Float32x16
+	var wt [4][64]byte
+	var xt [4][16]float32
+	x0, x1, x2, x3 := x, unsafe.Add(x, ldx), unsafe.Add(x, 2*ldx), unsafe.Add(x, 3*ldx)
+	for c := 0; c < cols; c += 16 {
+		var q0, q1, q2, q3, y0, y1, y2, y3 unsafe.Pointer
+		if c+16 <= cols {
+			q0, q1, q2, q3 = unsafe.Add(w0, 4*c), unsafe.Add(w1, 4*c), unsafe.Add(w2, 4*c), unsafe.Add(w3, 4*c)
+			y0, y1, y2, y3 = unsafe.Add(x0, 4*c), unsafe.Add(x1, 4*c), unsafe.Add(x2, 4*c), unsafe.Add(x3, 4*c)
+		} else {
+			// Zero-padded copies of the last partial chunk.
+			n := cols - c
+			for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+				copy(wt[i][:], unsafe.Slice((*byte)(unsafe.Add(p, 4*c)), 4*n))
+			}
+			for i, p := range [4]unsafe.Pointer{x0, x1, x2, x3} {
+				copy(xt[i][:], unsafe.Slice((*float32)(unsafe.Add(p, 4*c)), n))
+			}
+			q0, q1, q2, q3 = unsafe.Pointer(&wt[0]), unsafe.Pointer(&wt[1]), unsafe.Pointer(&wt[2]), unsafe.Pointer(&wt[3])
+			y0, y1, y2, y3 = unsafe.Pointer(&xt[0]), unsafe.Pointer(&xt[1]), unsafe.Pointer(&xt[2]), unsafe.Pointer(&xt[3])
+		}
+		v0 := archsimd.LoadUint8x64(bytesAt(q0, 0)).AsFloat32x16()
+		v1 := archsimd.LoadUint8x64(bytesAt(q1, 0)).AsFloat32x16()
+		v2 := archsimd.LoadUint8x64(bytesAt(q2, 0)).AsFloat32x16()
+		v3 := archsimd.LoadUint8x64(bytesAt(q3, 0)).AsFloat32x16()
+		u := archsimd.LoadFloat32x16(f32At(y0, 0))
+		a00, a01, a02, a03 = v0.MulAdd(u, a00), v1.MulAdd(u, a01), v2.MulAdd(u, a02), v3.MulAdd(u, a03)
+		u = archsimd.LoadFloat32x16(f32At(y1, 0))
+		a10, a11, a12, a13 = v0.MulAdd(u, a10), v1.MulAdd(u, a11), v2.MulAdd(u, a12), v3.MulAdd(u, a13)
+		u = archsimd.LoadFloat32x16(f32At(y2, 0))
+		a20, a21, a22, a23 = v0.MulAdd(u, a20), v1.MulAdd(u, a21), v2.MulAdd(u, a22), v3.MulAdd(u, a23)
+		u = archsimd.LoadFloat32x16(f32At(y3, 0))
+		a30, a31, a32, a33 = v0.MulAdd(u, a30), v1.MulAdd(u, a31), v2.MulAdd(u, a32), v3.MulAdd(u, a33)
+	}
+	res[0], res[1], res[2], res[3] = hsum16(a00), hsum16(a01), hsum16(a02), hsum16(a03)
+	res[4], res[5], res[6], res[7] = hsum16(a10), hsum16(a11), hsum16(a12), hsum16(a13)
+	res[8], res[9], res[10], res[11] = hsum16(a20), hsum16(a21), hsum16(a22), hsum16(a23)
+	res[12], res[13], res[14], res[15] = hsum16(a30), hsum16(a31), hsum16(a32), hsum16(a33)
+}
+
+// f32Tile4x1: 4 weight rows × 1 token.
+func f32Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	var a0, a1, a2, a3 archsimd.Float32x16
+	c := 0
+	for ; c+16 <= cols; c += 16 {
+		u := archsimd.LoadFloat32x16(f32At(x, c))
+		a0 = archsimd.LoadUint8x64(bytesAt(w0, 4*c)).AsFloat32x16().MulAdd(u, a0)
+		a1 = archsimd.LoadUint8x64(bytesAt(w1, 4*c)).AsFloat32x16().MulAdd(u, a1)
+		a2 = archsimd.LoadUint8x64(bytesAt(w2, 4*c)).AsFloat32x16().MulAdd(u, a2)
+		a3 = archsimd.LoadUint8x64(bytesAt(w3, 4*c)).AsFloat32x16().MulAdd(u, a3)
+	}
+	if n := cols - c; n > 0 {
+		u := loadF32x16Tail(unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		a0 = loadF32Part(w0, c, n).MulAdd(u, a0)
+		a1 = loadF32Part(w1, c, n).MulAdd(u, a1)
+		a2 = loadF32Part(w2, c, n).MulAdd(u, a2)
+		a3 = loadF32Part(w3, c, n).MulAdd(u, a3)
+	}
+	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+}
+
+// loadF32Part loads n < 16 float32 weights from row bytes at column c, zero-padded.
+func loadF32Part(w unsafe.Pointer, c, n int) archsimd.Float32x16 {
+	return loadBytesTail(unsafe.Add(w, 4*c), 4*n).AsFloat32x16()
+}
+
+// halfBlock is the direct F16/BF16 kernel for fewer than 4 tokens:
+// weights are converted in registers, 16 at a time.
+func (k *avx512Tiles) halfBlock(a *mmArgs, wk *worker, bf bool, r0, r1, t0, t1 int) {
+	rows, cols := a.w.Rows, a.w.Cols
+	base, xp := bptr(a.w.Data), f32ptr(a.x)
+	res := &wk.res
+	for t := t0; t < t1; t++ {
+		x := unsafe.Add(xp, 4*t*cols)
+		for r := r0; r < r1; r += 4 {
+			p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
+			if bf {
+				bf16Tile4x1(res, p0, p1, p2, p3, x, cols)
+			} else {
+				k.f16x1(res, p0, p1, p2, p3, x, cols)
+			}
+			storeTile(a.out, rows, r, r1, t, 1, res)
+		}
+	}
+}
+
+func loadHalf(p unsafe.Pointer, c int) archsimd.Uint16x16 {
+	return archsimd.LoadUint8x32(bytes32At(p, 2*c)).AsUint16x16()
+}
+
+func loadHalfPart(p unsafe.Pointer, c, n int) archsimd.Uint16x16 {
+	return loadBytes32Tail(unsafe.Add(p, 2*c), 2*n).AsUint16x16()
+}
+
+// f16to32x16 converts 16 halves exactly: the sign-extended half shifted left
+// by 13 with bits 28-30 cleared is sign | exponent·mantissa in float32
+// position; scaling by 2^112 rebiases normals and normalizes subnormals.
+// Inf/NaN (|h| >= 0x7c00) come out as ±2^16·1.m and get their exponent set.
+// (NaN payloads are kept but not quieted.)
+func f16to32x16(h archsimd.Uint16x16) archsimd.Float32x16 {
+	v := h.AsInt16x16().ExtendToInt32().ShiftAllLeft(13).And(archsimd.BroadcastInt32x16(-0x70000001))
+	f := v.AsFloat32x16().Mul(archsimd.BroadcastFloat32x16(0x1p112))
+	bits := f.AsUint32x16()
+	big := bits.And(archsimd.BroadcastUint32x16(0x7fffffff)).GreaterEqual(archsimd.BroadcastUint32x16(0x47800000))
+	return bits.Or(archsimd.BroadcastUint32x16(0x7f800000)).Merge(bits, big).AsFloat32x16()
+}
+
+func bf16to32x16(h archsimd.Uint16x16) archsimd.Float32x16 {
+	return h.ExtendToUint32().ShiftAllLeft(16).AsFloat32x16()
+}
+
+func f16Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	var a0, a1, a2, a3 archsimd.Float32x16
+	c := 0
+	for ; c+16 <= cols; c += 16 {
+		u := archsimd.LoadFloat32x16(f32At(x, c))
+		a0 = f16to32x16(loadHalf(w0, c)).MulAdd(u, a0)
+		a1 = f16to32x16(loadHalf(w1, c)).MulAdd(u, a1)
+		a2 = f16to32x16(loadHalf(w2, c)).MulAdd(u, a2)
+		a3 = f16to32x16(loadHalf(w3, c)).MulAdd(u, a3)
+	}
+	if n := cols - c; n > 0 {
+		u := loadF32x16Tail(unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		a0 = f16to32x16(loadHalfPart(w0, c, n)).MulAdd(u, a0)
+		a1 = f16to32x16(loadHalfPart(w1, c, n)).MulAdd(u, a1)
+		a2 = f16to32x16(loadHalfPart(w2, c, n)).MulAdd(u, a2)
+		a3 = f16to32x16(loadHalfPart(w3, c, n)).MulAdd(u, a3)
+	}
+	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+}
+
+func bf16Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	var a0, a1, a2, a3 archsimd.Float32x16
+	c := 0
+	for ; c+16 <= cols; c += 16 {
+		u := archsimd.LoadFloat32x16(f32At(x, c))
+		a0 = bf16to32x16(loadHalf(w0, c)).MulAdd(u, a0)
+		a1 = bf16to32x16(loadHalf(w1, c)).MulAdd(u, a1)
+		a2 = bf16to32x16(loadHalf(w2, c)).MulAdd(u, a2)
+		a3 = bf16to32x16(loadHalf(w3, c)).MulAdd(u, a3)
+	}
+	if n := cols - c; n > 0 {
+		u := loadF32x16Tail(unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		a0 = bf16to32x16(loadHalfPart(w0, c, n)).MulAdd(u, a0)
+		a1 = bf16to32x16(loadHalfPart(w1, c, n)).MulAdd(u, a1)
+		a2 = bf16to32x16(loadHalfPart(w2, c, n)).MulAdd(u, a2)
+		a3 = bf16to32x16(loadHalfPart(w3, c, n)).MulAdd(u, a3)
+	}
+	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+}
+
+// cvtF16Row512 / cvtBF16Row512 convert n halves at src to float32.
+func cvtF16Row512(dst []float32, src unsafe.Pointer, n int) {
+	d := f32ptr(dst)
+	c := 0
+	for ; c+16 <= n; c += 16 {
+		f16to32x16(loadHalf(src, c)).Store(f32At(d, c))
+	}
+	if c < n {
+		storeF32x16Tail(f16to32x16(loadHalfPart(src, c, n-c)), dst[c:n])
+	}
+}
+
+func cvtBF16Row512(dst []float32, src unsafe.Pointer, n int) {
+	d := f32ptr(dst)
+	c := 0
+	for ; c+16 <= n; c += 16 {
+		bf16to32x16(loadHalf(src, c)).Store(f32At(d, c))
+	}
+	if c < n {
+		storeF32x16Tail(bf16to32x16(loadHalfPart(src, c, n-c)), dst[c:n])
+	}
+}
+
+// q8Block runs the Q8_0 tiles (weights × quantized activations).
+func (k *avx512Tiles) q8Block(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
+	rows := a.w.Rows
+	base := bptr(a.w.Data)
+	q := a.act
+	qp, sp := bptr(q.qs), f32ptr(q.xs)
+	res := &wk.res
+	t := t0
+	for ; t+4 <= t1; t += 4 {
+		qt, st := unsafe.Add(qp, t*q.qStride), unsafe.Add(sp, 4*t*q.sStride)
+		for r := r0; r < r1; r += 4 {
+			p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
+			k.q8x4(res, p0, p1, p2, p3, qt, q.qStride, st, 4*q.sStride, q.nb)
+			storeTile(a.out, rows, r, r1, t, 4, res)
+		}
+	}
+	for ; t < t1; t++ {
+		qt, st := unsafe.Add(qp, t*q.qStride), unsafe.Add(sp, 4*t*q.sStride)
+		for r := r0; r < r1; r += 4 {
+			p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
+			k.q8x1(res, p0, p1, p2, p3, qt, st, q.nb)
+			storeTile(a.out, rows, r, r1, t, 1, res)
+		}
+	}
+}
+
+// q8Pair loads weight blocks 2p and 2p+1 (zero if past nb) of a row as one
+// vector, and their scales as [d0 ×8, d1 ×8].
+func q8Pair(w unsafe.Pointer, p, nb int) (archsimd.Int8x64, archsimd.Float32x16) {
+	off := 2 * p * Q8BlockBytes
+	var v archsimd.Int8x64
+	v = v.SetLo(archsimd.LoadInt8x32(i8x32At(w, off+2)))
+	d0, d1 := f16Table[u16At(w, off)], float32(0)
+	if 2*p+1 < nb {
+		v = v.SetHi(archsimd.LoadInt8x32(i8x32At(w, off+Q8BlockBytes+2)))
+		d1 = f16Table[u16At(w, off+Q8BlockBytes)]
+	}
+	s := archsimd.BroadcastFloat32x16(d0).Merge(archsimd.BroadcastFloat32x16(d1), archsimd.Mask32x16FromBits(0x00ff))
+	return v, s
+}
+
+// q8Dot16 is the 16-lane partial sums of |w|·(sign(w)·x) for one block pair:
+// VPMADDUBSW takes unsigned × signed bytes, so the sign moves onto x
+// (|w| <= 128, |x| <= 127: the int16 pair sums cannot saturate).
+func q8Dot16(aw archsimd.Uint8x64, neg archsimd.Mask8x64, x, nx archsimd.Int8x64) archsimd.Float32x16 {
+	return aw.DotProductPairsSaturated(nx.Merge(x, neg)).DotProductPairs(archsimd.BroadcastInt16x32(1)).ConvertToFloat32()
+}
+
+func q8Tile4x4(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int) {
+	var a00, a01, a02, a03, a10, a11, a12, a13 archsimd.Float32x16
+	var a20, a21, a22, a23, a30, a31, a32, a33 archsimd.Float32x16
+	var zero archsimd.Int8x64
+	q1, q2, q3 := unsafe.Add(qs, qStride), unsafe.Add(qs, 2*qStride), unsafe.Add(qs, 3*qStride)
+	s1, s2, s3 := unsafe.Add(xs, sStride), unsafe.Add(xs, 2*sStride), unsafe.Add(xs, 3*sStride)
+	pairs := (nb + 1) / 2
+	for p := range pairs {
+		v0, d0 := q8Pair(w0, p, nb)
+		v1, d1 := q8Pair(w1, p, nb)
+		v2, d2 := q8Pair(w2, p, nb)
+		v3, d3 := q8Pair(w3, p, nb)
+		aw0, n0 := v0.Abs().AsUint8x64(), v0.Less(zero)
+		aw1, n1 := v1.Abs().AsUint8x64(), v1.Less(zero)
+		aw2, n2 := v2.Abs().AsUint8x64(), v2.Less(zero)
+		aw3, n3 := v3.Abs().AsUint8x64(), v3.Less(zero)
+
+		x := archsimd.LoadInt8x64(i8At(qs, 64*p))
+		nx := zero.Sub(x)
+		dx := archsimd.LoadFloat32x16(f32At(xs, 16*p))
+		a00 = q8Dot16(aw0, n0, x, nx).MulAdd(d0.Mul(dx), a00)
+		a01 = q8Dot16(aw1, n1, x, nx).MulAdd(d1.Mul(dx), a01)
+		a02 = q8Dot16(aw2, n2, x, nx).MulAdd(d2.Mul(dx), a02)
+		a03 = q8Dot16(aw3, n3, x, nx).MulAdd(d3.Mul(dx), a03)
+
+		x = archsimd.LoadInt8x64(i8At(q1, 64*p))
+		nx = zero.Sub(x)
+		dx = archsimd.LoadFloat32x16(f32At(s1, 16*p))
+		a10 = q8Dot16(aw0, n0, x, nx).MulAdd(d0.Mul(dx), a10)
+		a11 = q8Dot16(aw1, n1, x, nx).MulAdd(d1.Mul(dx), a11)
+		a12 = q8Dot16(aw2, n2, x, nx).MulAdd(d2.Mul(dx), a12)
+		a13 = q8Dot16(aw3, n3, x, nx).MulAdd(d3.Mul(dx), a13)
+
+		x = archsimd.LoadInt8x64(i8At(q2, 64*p))
+		nx = zero.Sub(x)
+		dx = archsimd.LoadFloat32x16(f32At(s2, 16*p))
+		a20 = q8Dot16(aw0, n0, x, nx).MulAdd(d0.Mul(dx), a20)
+		a21 = q8Dot16(aw1, n1, x, nx).MulAdd(d1.Mul(dx), a21)
+		a22 = q8Dot16(aw2, n2, x, nx).MulAdd(d2.Mul(dx), a22)
+		a23 = q8Dot16(aw3, n3, x, nx).MulAdd(d3.Mul(dx), a23)
+
+		x = archsimd.LoadInt8x64(i8At(q3, 64*p))
+		nx = zero.Sub(x)
+		dx = archsimd.LoadFloat32x16(f32At(s3, 16*p))
+		a30 = q8Dot16(aw0, n0, x, nx).MulAdd(d0.Mul(dx), a30)
+		a31 = q8Dot16(aw1, n1, x, nx).MulAdd(d1.Mul(dx), a31)
+		a32 = q8Dot16(aw2, n2, x, nx).MulAdd(d2.Mul(dx), a32)
+		a33 = q8Dot16(aw3, n3, x, nx).MulAdd(d3.Mul(dx), a33)
+	}
+	res[0], res[1], res[2], res[3] = hsum16(a00), hsum16(a01), hsum16(a02), hsum16(a03)
+	res[4], res[5], res[6], res[7] = hsum16(a10), hsum16(a11), hsum16(a12), hsum16(a13)
+	res[8], res[9], res[10], res[11] = hsum16(a20), hsum16(a21), hsum16(a22), hsum16(a23)
+	res[12], res[13], res[14], res[15] = hsum16(a30), hsum16(a31), hsum16(a32), hsum16(a33)
+}
+
+func q8Tile4x1(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int) {
+	var a0, a1, a2, a3 archsimd.Float32x16
+	var zero archsimd.Int8x64
+	pairs := (nb + 1) / 2
+	for p := range pairs {
+		x := archsimd.LoadInt8x64(i8At(qs, 64*p))
+		nx := zero.Sub(x)
+		dx := archsimd.LoadFloat32x16(f32At(xs, 16*p))
+		v0, d0 := q8Pair(w0, p, nb)
+		a0 = q8Dot16(v0.Abs().AsUint8x64(), v0.Less(zero), x, nx).MulAdd(d0.Mul(dx), a0)
+		v1, d1 := q8Pair(w1, p, nb)
+		a1 = q8Dot16(v1.Abs().AsUint8x64(), v1.Less(zero), x, nx).MulAdd(d1.Mul(dx), a1)
+		v2, d2 := q8Pair(w2, p, nb)
+		a2 = q8Dot16(v2.Abs().AsUint8x64(), v2.Less(zero), x, nx).MulAdd(d2.Mul(dx), a2)
+		v3, d3 := q8Pair(w3, p, nb)
+		a3 = q8Dot16(v3.Abs().AsUint8x64(), v3.Less(zero), x, nx).MulAdd(d3.Mul(dx), a3)
+	}
+	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+}
+
+// avx512QuantizeAct is genericQuantizeAct vectorized; the result is
+// identical (same block max, same products, same rounding).
+func avx512QuantizeAct(qs []byte, xs []float32, x []float32) {
+	nb := len(x) / Q8BlockSize
+	xp, qp, sp := f32ptr(x), bptr(qs), f32ptr(xs)
+	absMask := archsimd.BroadcastUint32x16(0x7fffffff)
+	for b := range nb {
+		v0 := archsimd.LoadFloat32x16(f32At(xp, 32*b))
+		v1 := archsimd.LoadFloat32x16(f32At(xp, 32*b+16))
+		m := v0.AsUint32x16().And(absMask).AsFloat32x16().Max(v1.AsUint32x16().And(absMask).AsFloat32x16())
+		h := m.GetLo().Max(m.GetHi())
+		q := h.GetLo().Max(h.GetHi())
+		amax := max(max(q.GetElem(0), q.GetElem(1)), max(q.GetElem(2), q.GetElem(3)))
+		d, id := q8Scale(amax)
+		idv := archsimd.BroadcastFloat32x16(id)
+		// |q| <= 127, so the saturating narrowing is exact.
+		v0.Mul(idv).RoundToEvenScaled(0).ConvertToInt32().SaturateToInt8().AsUint8x16().Store((*[16]uint8)(unsafe.Add(qp, 32*b)))
+		v1.Mul(idv).RoundToEvenScaled(0).ConvertToInt32().SaturateToInt8().AsUint8x16().Store((*[16]uint8)(unsafe.Add(qp, 32*b+16)))
+		archsimd.BroadcastFloat32x8(d).Store(f32x8At(sp, (b>>1)*16+(b&1)*8))
+	}
+	if nb&1 == 1 {
+		clear(qs[nb*Q8BlockSize : (nb+1)*Q8BlockSize])
+		clear(xs[(nb>>1)*16+8 : (nb>>1)*16+16])
+	}
+}
+
+func avx512Dot(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	pa, pb := f32ptr(a), f32ptr(b)
+	var acc archsimd.Float32x16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		acc = archsimd.LoadFloat32x16(f32At(pa, i)).MulAdd(archsimd.LoadFloat32x16(f32At(pb, i)), acc)
+	}
+	if i < n {
+		acc = loadF32x16Tail(a[i:]).MulAdd(loadF32x16Tail(b[i:]), acc)
+	}
+	return hsum16(acc)
+}
+
+func avx512RMSNorm(out, x, weight []float32, eps float32) {
+	n := len(x)
+	out, weight = out[:n], weight[:n]
+	px, po, pw := f32ptr(x), f32ptr(out), f32ptr(weight)
+	var acc archsimd.Float32x16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		v := archsimd.LoadFloat32x16(f32At(px, i))
+		acc = v.MulAdd(v, acc)
+	}
+	if i < n {
+		v := loadF32x16Tail(x[i:])
+		acc = v.MulAdd(v, acc)
+	}
+	scale := rmsScale(hsum16(acc), n, eps)
+	sv := archsimd.BroadcastFloat32x16(scale)
+	i = 0
+	for ; i+16 <= n; i += 16 {
+		archsimd.LoadFloat32x16(f32At(px, i)).Mul(sv).Mul(archsimd.LoadFloat32x16(f32At(pw, i))).Store(f32At(po, i))
+	}
+	for ; i < n; i++ {
+		out[i] = float32(x[i]*scale) * weight[i]
+	}
+}
+
+var swapPairs16 = archsimd.LoadUint32x16(&[16]uint32{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14})
+
+func avx512RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool) {
+	pc, ps := f32ptr(c), f32ptr(s)
+	for h := range heads {
+		v := x[h*headDim : (h+1)*headDim]
+		pv := f32ptr(v)
+		if neox {
+			half := pairs
+			i := 0
+			for ; i+16 <= pairs; i += 16 {
+				x0 := archsimd.LoadFloat32x16(f32At(pv, i))
+				x1 := archsimd.LoadFloat32x16(f32At(pv, i+half))
+				cv, sv := archsimd.LoadFloat32x16(f32At(pc, i)), archsimd.LoadFloat32x16(f32At(ps, i))
+				x0.Mul(cv).Sub(x1.Mul(sv)).Store(f32At(pv, i))
+				x0.Mul(sv).Add(x1.Mul(cv)).Store(f32At(pv, i+half))
+			}
+			for ; i < pairs; i++ {
+				x0, x1 := v[i], v[i+half]
+				v[i] = float32(x0*c[i]) - float32(x1*s[i])
+				v[i+half] = float32(x0*s[i]) + float32(x1*c[i])
+			}
+			continue
+		}
+		// Interleaved: out = x·(c,c) + swap(x)·(-s,s), pair by pair.
+		n := 2 * pairs
+		j := 0
+		for ; j+16 <= n; j += 16 {
+			xv := archsimd.LoadFloat32x16(f32At(pv, j))
+			sw := xv.Permute(swapPairs16)
+			xv.Mul(archsimd.LoadFloat32x16(f32At(pc, j))).Add(sw.Mul(archsimd.LoadFloat32x16(f32At(ps, j)))).Store(f32At(pv, j))
+		}
+		for ; j < n; j += 2 {
+			x0, x1 := v[j], v[j+1]
+			ci, si := c[j], s[j+1]
+			v[j] = float32(x0*ci) - float32(x1*si)
+			v[j+1] = float32(x0*si) + float32(x1*ci)
+		}
+	}
+}
+
+// exp512 is e^x in float32 (Cephes' expf polynomial, ~1 ulp), inputs
+// clamped to [-87.34, 88.38] so 2^n stays a normal float.
+func exp512(x archsimd.Float32x16) archsimd.Float32x16 {
+	x = x.Max(archsimd.BroadcastFloat32x16(expLo)).Min(archsimd.BroadcastFloat32x16(expHi))
+	n := x.Mul(archsimd.BroadcastFloat32x16(log2e)).RoundToEvenScaled(0)
+	r := n.MulAdd(archsimd.BroadcastFloat32x16(-ln2Hi), x)
+	r = n.MulAdd(archsimd.BroadcastFloat32x16(-ln2Lo), r)
+	p := archsimd.BroadcastFloat32x16(expC5)
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(expC4))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(expC3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(expC2))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(expC1))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(expC0))
+	p = p.MulAdd(r.Mul(r), r).Add(archsimd.BroadcastFloat32x16(1))
+	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x16(127)).ShiftAllLeft(23).AsFloat32x16()
+	return p.Mul(pow)
+}
+
+func avx512SiLUMul(gate, up []float32) {
+	n := len(gate)
+	up = up[:n]
+	pg, pu := f32ptr(gate), f32ptr(up)
+	one := archsimd.BroadcastFloat32x16(1)
+	var zero archsimd.Float32x16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		g := archsimd.LoadFloat32x16(f32At(pg, i))
+		e := exp512(zero.Sub(g))
+		g.Div(one.Add(e)).Mul(archsimd.LoadFloat32x16(f32At(pu, i))).Store(f32At(pg, i))
+	}
+	if i < n {
+		g := loadF32x16Tail(gate[i:])
+		e := exp512(zero.Sub(g))
+		storeF32x16Tail(g.Div(one.Add(e)).Mul(loadF32x16Tail(up[i:])), gate[i:])
+	}
+}
+
+// avx512Softmax: max, e^(x-max) and their 16-lane sum, then scale by 1/sum.
+func avx512Softmax(x []float32) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	m := avx512Max(x)
+	sum := avx512ExpSum(x, m)
+	avx512Scale(x, 1/sum)
+}
+
+func avx512Max(x []float32) float32 {
+	n := len(x)
+	px := f32ptr(x)
+	mv := archsimd.BroadcastFloat32x16(x[0])
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		mv = mv.Max(archsimd.LoadFloat32x16(f32At(px, i)))
+	}
+	h := mv.GetLo().Max(mv.GetHi())
+	q := h.GetLo().Max(h.GetHi())
+	m := max(max(q.GetElem(0), q.GetElem(1)), max(q.GetElem(2), q.GetElem(3)))
+	for ; i < n; i++ {
+		m = max(m, x[i])
+	}
+	return m
+}
+
+// avx512ExpSum replaces x[i] by e^(x[i]-m) and returns their sum, summed in
+// 16 lanes in index order (zero-padded tail) then by hsum16.
+func avx512ExpSum(x []float32, m float32) float32 {
+	n := len(x)
+	px := f32ptr(x)
+	mv := archsimd.BroadcastFloat32x16(m)
+	var acc archsimd.Float32x16
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		e := exp512(archsimd.LoadFloat32x16(f32At(px, i)).Sub(mv))
+		e.Store(f32At(px, i))
+		acc = acc.Add(e)
+	}
+	if i < n {
+		e := exp512(loadF32x16Tail(x[i:]).Sub(mv))
+		e = e.Masked(tailMask16(n - i))
+		storeF32x16Tail(e, x[i:])
+		acc = acc.Add(e)
+	}
+	return hsum16(acc)
+}
+
+func tailMask16(n int) archsimd.Mask32x16 { return archsimd.Mask32x16FromBits(uint16(1)<<n - 1) }
+
+func avx512Scale(x []float32, s float32) {
+	n := len(x)
+	px := f32ptr(x)
+	sv := archsimd.BroadcastFloat32x16(s)
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		archsimd.LoadFloat32x16(f32At(px, i)).Mul(sv).Store(f32At(px, i))
+	}
+	for ; i < n; i++ {
+		x[i] *= s
+	}
+}
+
+func avx512Add(dst, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	pd, ps := f32ptr(dst), f32ptr(src)
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		archsimd.LoadFloat32x16(f32At(pd, i)).Add(archsimd.LoadFloat32x16(f32At(ps, i))).Store(f32At(pd, i))
+	}
+	for ; i < n; i++ {
+		dst[i] += src[i]
+	}
+}
+
+func avx512Argmax(x []float32) int {
+	m := avx512Max(x)
+	n := len(x)
+	px := f32ptr(x)
+	mv := archsimd.BroadcastFloat32x16(m)
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		if bits := archsimd.LoadFloat32x16(f32At(px, i)).Equal(mv).ToBits(); bits != 0 {
+			return i + trailingZeros16(bits)
+		}
+	}
+	for ; i < n; i++ {
+		if x[i] == m {
+			return i
+		}
+	}
+	return genericArgmax(x) // NaNs: no element equals the max
+}
+
+// attnBlock is how many positions the head-group attention kernel handles
+// per pass, so the K or V rows it streams stay in L1 for all the heads.
+const attnBlock = 64
+
+// avx512Attention computes token i's heads [h0,h1) (one kv group). Per head
+// the arithmetic is: scores by the canonical dot product (four positions at
+// a time when headDim is a multiple of 16), scaled; softmax with the max
+// subtracted, its sum by avx512ExpSum; then Σ_p e_p·v_p in position order by
+// fused multiply-add, times 1/Σe. Blocking positions across the heads
+// changes where intermediate values live, never the operations.
+func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
+	hd := a.headDim
+	n := a.start + i + 1
+	nh := h1 - h0
+	g := h0 / (a.nHeads / a.nKV)
+	stride := a.nKV * hd
+	kbase := unsafe.Add(f32ptr(a.k), 4*g*hd)
+	vbase := unsafe.Add(f32ptr(a.v), 4*g*hd)
+	for p0 := 0; p0 < n; p0 += attnBlock {
+		p1 := min(p0+attnBlock, n)
+		j := 0
+		for ; j+2 <= nh && hd%16 == 0; j += 2 {
+			qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
+			p := attnScores2x512(w.scores[j*n:(j+1)*n], w.scores[(j+1)*n:(j+2)*n], qa, qb, kbase, stride, p0, p1, a.scale)
+			attnScores512(w.scores[j*n:(j+1)*n], qa, a.k, kbase, stride, g, p, p1, a.scale)
+			attnScores512(w.scores[(j+1)*n:(j+2)*n], qb, a.k, kbase, stride, g, p, p1, a.scale)
+		}
+		for ; j < nh; j++ {
+			q := a.q[(i*a.nHeads+h0+j)*hd:][:hd]
+			attnScores512(w.scores[j*n:(j+1)*n], q, a.k, kbase, stride, g, p0, p1, a.scale)
+		}
+	}
+	var inv [attnHeadsPerItem]float32
+	for j := range nh {
+		s := w.scores[j*n : (j+1)*n]
+		inv[j] = 1 / avx512ExpSum(s, avx512Max(s))
+	}
+	if hd%16 != 0 {
+		for j := range nh {
+			attnOutTail512(a, w.scores[j*n:(j+1)*n], g, i, h0+j, inv[j])
+		}
+		return
+	}
+	w.acc = growF32(w.acc, nh*hd)
+	acc := w.acc[:nh*hd]
+	clear(acc)
+	ap, sp := f32ptr(acc), f32ptr(w.scores)
+	for p0 := 0; p0 < n; p0 += attnBlock {
+		p1 := min(p0+attnBlock, n)
+		j := 0
+		for ; j+2 <= nh && hd%64 == 0; j += 2 {
+			attnAccumulate2x512(f32ptr(acc[j*hd:]), f32ptr(acc[(j+1)*hd:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), vbase, stride, hd, p0, p1)
+		}
+		for ; j < nh; j++ {
+			attnAccumulate512(f32ptr(acc[j*hd:]), unsafe.Add(sp, 4*j*n), vbase, stride, hd, p0, p1)
+		}
+	}
+	for j := range nh {
+		o := a.out[(i*a.nHeads+h0+j)*hd:][:hd]
+		iv := archsimd.BroadcastFloat32x16(inv[j])
+		for d := 0; d < hd; d += 16 {
+			archsimd.LoadFloat32x16(f32At(ap, j*hd+d)).Mul(iv).Store(f32At(f32ptr(o), d))
+		}
+	}
+}
+
+// attnScores512 sets s[p] = dot(q, k_p)·scale for p in [p0,p1).
+func attnScores512(s, q, k []float32, kbase unsafe.Pointer, stride, g, p0, p1 int, scale float32) {
+	hd := len(q)
+	p := p0
+	if hd%16 == 0 {
+		qp := f32ptr(q)
+		for ; p+4 <= p1; p += 4 {
+			k0 := unsafe.Add(kbase, 4*p*stride)
+			k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
+			var c0, c1, c2, c3 archsimd.Float32x16
+			for d := 0; d < hd; d += 16 {
+				qv := archsimd.LoadFloat32x16(f32At(qp, d))
+				c0 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k0, d)), c0)
+				c1 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k1, d)), c1)
+				c2 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k2, d)), c2)
+				c3 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k3, d)), c3)
+			}
+			hsum4x16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(scale)).Store((*[4]float32)(s[p : p+4]))
+		}
+	}
+	for ; p < p1; p++ {
+		s[p] = avx512Dot(q, k[p*stride+g*hd:][:hd]) * scale
+	}
+}
+
+// attnScores2x512 scores two heads (hd a multiple of 16) four positions at
+// a time from p0, sharing the K loads, and returns where it stopped.
+func attnScores2x512(sa, sb, qa, qb []float32, kbase unsafe.Pointer, stride, p0, p1 int, scale float32) int {
+	hd := len(qa)
+	pa, pb := f32ptr(qa), f32ptr(qb)
+	sv := archsimd.BroadcastFloat32x4(scale)
+	p := p0
+	for ; p+4 <= p1; p += 4 {
+		k0 := unsafe.Add(kbase, 4*p*stride)
+		k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
+		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
+		for d := 0; d < hd; d += 16 {
+			qav, qbv := archsimd.LoadFloat32x16(f32At(pa, d)), archsimd.LoadFloat32x16(f32At(pb, d))
+			kv := archsimd.LoadFloat32x16(f32At(k0, d))
+			a0, b0 = qav.MulAdd(kv, a0), qbv.MulAdd(kv, b0)
+			kv = archsimd.LoadFloat32x16(f32At(k1, d))
+			a1, b1 = qav.MulAdd(kv, a1), qbv.MulAdd(kv, b1)
+			kv = archsimd.LoadFloat32x16(f32At(k2, d))
+			a2, b2 = qav.MulAdd(kv, a2), qbv.MulAdd(kv, b2)
+			kv = archsimd.LoadFloat32x16(f32At(k3, d))
+			a3, b3 = qav.MulAdd(kv, a3), qbv.MulAdd(kv, b3)
+		}
+		hsum4x16(a0, a1, a2, a3).Mul(sv).Store((*[4]float32)(sa[p : p+4]))
+		hsum4x16(b0, b1, b2, b3).Mul(sv).Store((*[4]float32)(sb[p : p+4]))
+	}
+	return p
+}
+
+// attnAccumulate512 adds Σ_{p0<=p<p1} e_p·v_p to the hd accumulators at acc
+// (hd a multiple of 16), in position order.
+func attnAccumulate512(acc, e, vbase unsafe.Pointer, stride, hd, p0, p1 int) {
+	d := 0
+	for ; d+64 <= hd; d += 64 {
+		o0, o1 := archsimd.LoadFloat32x16(f32At(acc, d)), archsimd.LoadFloat32x16(f32At(acc, d+16))
+		o2, o3 := archsimd.LoadFloat32x16(f32At(acc, d+32)), archsimd.LoadFloat32x16(f32At(acc, d+48))
+		for p := p0; p < p1; p++ {
+			ev := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(e, 4*p)))
+			vp := unsafe.Add(vbase, 4*(p*stride+d))
+			o0 = archsimd.LoadFloat32x16(f32At(vp, 0)).MulAdd(ev, o0)
+			o1 = archsimd.LoadFloat32x16(f32At(vp, 16)).MulAdd(ev, o1)
+			o2 = archsimd.LoadFloat32x16(f32At(vp, 32)).MulAdd(ev, o2)
+			o3 = archsimd.LoadFloat32x16(f32At(vp, 48)).MulAdd(ev, o3)
+		}
+		o0.Store(f32At(acc, d))
+		o1.Store(f32At(acc, d+16))
+		o2.Store(f32At(acc, d+32))
+		o3.Store(f32At(acc, d+48))
+	}
+	for ; d < hd; d += 16 {
+		o := archsimd.LoadFloat32x16(f32At(acc, d))
+		for p := p0; p < p1; p++ {
+			ev := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(e, 4*p)))
+			o = archsimd.LoadFloat32x16(f32At(unsafe.Add(vbase, 4*(p*stride+d)), 0)).MulAdd(ev, o)
+		}
+		o.Store(f32At(acc, d))
+	}
+}
+
+// attnAccumulate2x512 is attnAccumulate512 for two heads at once (hd a
+// multiple of 64): each v_p load serves both, and the two heads' chains
+// interleave; each chain is the same as alone.
+func attnAccumulate2x512(accA, accB, eA, eB, vbase unsafe.Pointer, stride, hd, p0, p1 int) {
+	for d := 0; d < hd; d += 32 {
+		a0, a1 := archsimd.LoadFloat32x16(f32At(accA, d)), archsimd.LoadFloat32x16(f32At(accA, d+16))
+		b0, b1 := archsimd.LoadFloat32x16(f32At(accB, d)), archsimd.LoadFloat32x16(f32At(accB, d+16))
+		for p := p0; p < p1; p++ {
+			ea := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(eA, 4*p)))
+			eb := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(eB, 4*p)))
+			vp := unsafe.Add(vbase, 4*(p*stride+d))
+			v0, v1 := archsimd.LoadFloat32x16(f32At(vp, 0)), archsimd.LoadFloat32x16(f32At(vp, 16))
+			a0, a1 = v0.MulAdd(ea, a0), v1.MulAdd(ea, a1)
+			b0, b1 = v0.MulAdd(eb, b0), v1.MulAdd(eb, b1)
+		}
+		a0.Store(f32At(accA, d))
+		a1.Store(f32At(accA, d+16))
+		b0.Store(f32At(accB, d))
+		b1.Store(f32At(accB, d+16))
+	}
+}
+
+// attnOutTail512 is the output pass for a headDim that is not a multiple
+// of 16: one head, 16-dim chunks, the last one zero-padded.
+func attnOutTail512(a *attnArgs, scores []float32, g, i, h int, inv float32) {
+	hd := a.headDim
+	stride := a.nKV * hd
+	o := a.out[(i*a.nHeads+h)*hd:][:hd]
+	iv := archsimd.BroadcastFloat32x16(inv)
+	for d := 0; d < hd; d += 16 {
+		m := min(16, hd-d)
+		var acc archsimd.Float32x16
+		for p, e := range scores {
+			acc = loadF32x16Tail(a.v[p*stride+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x16(e), acc)
+		}
+		storeF32x16Tail(acc.Mul(iv), o[d:d+m])
+	}
+}

@@ -1,0 +1,88 @@
+package kernels
+
+// backend is one code path's set of kernels. The CPU type does validation,
+// scratch management and the parallel split; a backend does the arithmetic
+// on the pieces it is handed. Every function must compute each output
+// element in an order that depends only on the shapes, never on which piece
+// (rows, tokens, heads) it was handed together with: that is what makes
+// MatMul and Attention batch-invariant.
+type backend struct {
+	name string
+
+	// matmul computes out[t*Rows+r] for r in [r0,r1), t in [t0,t1).
+	matmul func(a *mmArgs, w *worker, r0, r1, t0, t1 int)
+	// quantizeAct encodes one activation row (len(x) a multiple of 32) into
+	// the q8Act layout: qs gets the int8 values padded to whole block pairs,
+	// xs each block's float32 scale repeated 8 times (see q8Act).
+	quantizeAct func(qs []byte, xs []float32, x []float32)
+
+	dot     func(a, b []float32) float32
+	rmsnorm func(out, x, weight []float32, eps float32) // one row of len(x)
+	// rope rotates one token's heads. Neox: c, s hold cos, sin per pair.
+	// Interleaved: c holds each cos twice, s holds (-sin, +sin) per pair.
+	rope    func(x []float32, heads, headDim, pairs int, c, s []float32, neox bool)
+	siluMul func(gate, up []float32)
+	// attention computes token i's heads [h0,h1), which share one kv head;
+	// w.scores holds at least (h1-h0)·(start+i+1) floats.
+	attention func(a *attnArgs, w *worker, i, h0, h1 int)
+	softmax   func(x []float32)
+	add       func(dst, src []float32)
+	argmax    func(x []float32) int
+}
+
+// mmArgs is one MatMul call.
+type mmArgs struct {
+	out, x []float32
+	T      int
+	w      *Matrix
+	rb     int    // bytes per weight row
+	act    *q8Act // quantized x, for Q8_0
+}
+
+// q8Act holds T activation rows quantized to Q8_0 with float32 scales. Row t
+// has its int8 values at qs[t*qStride:], zero-padded to a whole number of
+// block pairs (64 bytes), and at xs[t*sStride:] 16 floats per block pair:
+// the even block's scale 8 times, then the odd block's (0 past the end).
+// This is the shape the SIMD kernels consume directly: one 512-bit vector
+// holds a pair of blocks and its 16 lanes of partial sums.
+type q8Act struct {
+	qs               []byte
+	xs               []float32
+	nb               int // blocks per row
+	qStride, sStride int
+}
+
+func (q *q8Act) row(t int) ([]byte, []float32) {
+	return q.qs[t*q.qStride : (t+1)*q.qStride], q.xs[t*q.sStride : (t+1)*q.sStride]
+}
+
+// attnArgs is one Attention call.
+type attnArgs struct {
+	out, q, k, v                      []float32
+	nTok, start, nHeads, nKV, headDim int
+	scale                             float32
+	groupChunk, chunks                int // heads per work item, items per kv head
+}
+
+// worker is one thread's scratch, grown on demand and then reused.
+type worker struct {
+	f32    []float32   // dequantized / packed weight rows
+	scores []float32   // attention scores of one token's head group
+	acc    []float32   // attention output accumulators of a head group
+	rope   []float32   // cos/sin of one token
+	res    [16]float32 // one tile's results
+}
+
+func growF32(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+func growBytes(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}

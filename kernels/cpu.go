@@ -1,0 +1,361 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+)
+
+// CPU runs the kernels on this machine's cores: a persistent worker pool
+// (threads-1 helper goroutines started by NewCPU, fed per call, plus the
+// calling goroutine) and the fastest code path the CPU supports.
+//
+// Calls are serialized by an internal mutex, so a CPU may be shared, but one
+// call at a time uses all its threads; slices passed in must not be modified
+// concurrently. Steady-state calls do not allocate. Close stops the helpers;
+// a closed CPU still works, on the calling goroutine alone.
+type CPU struct {
+	mu      sync.Mutex
+	be      *backend
+	threads int
+	pool    *pool
+	workers []worker
+
+	// The call in progress, read by the workers.
+	mm              mmArgs
+	mmRows, mmToks  int // rows and tokens per work item
+	mmRowItems      int // work items across the rows
+	act             q8Act
+	actX            []float32
+	actCols         int
+	att             attnArgs
+	norm            normArgs
+	rope            ropeArgs
+	silu            [2][]float32
+	fnMatMul        func(worker, lo, hi int)
+	fnQuant         func(worker, lo, hi int)
+	fnAttn          func(worker, lo, hi int)
+	fnNorm          func(worker, lo, hi int)
+	fnRoPE          func(worker, lo, hi int)
+	fnSiLU          func(worker, lo, hi int)
+	parallelMinWork int
+}
+
+type normArgs struct {
+	out, x, weight []float32
+	dim            int
+	eps            float32
+}
+
+type ropeArgs struct {
+	x                   []float32
+	heads, headDim      int
+	pos                 []int32
+	invFreq             []float32
+	neox                bool
+	tokenStride, ropeN2 int
+}
+
+// NewCPU starts a CPU with threads threads (runtime.NumCPU() if threads <= 0)
+// on the best code path for this machine.
+func NewCPU(threads int) *CPU { return newCPU(threads, best) }
+
+func newCPU(threads int, be *backend) *CPU {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	c := &CPU{be: be, threads: threads, pool: newPool(threads), workers: make([]worker, threads)}
+	c.fnMatMul = c.matmulItems
+	c.fnQuant = c.quantItems
+	c.fnAttn = c.attnItems
+	c.fnNorm = c.normItems
+	c.fnRoPE = c.ropeItems
+	c.fnSiLU = c.siluItems
+	// Below this many elements of simple work a call runs on one thread:
+	// waking helpers would cost more than it saves.
+	c.parallelMinWork = 1 << 15
+	return c
+}
+
+// Close stops the worker goroutines. Later calls run single-threaded.
+func (c *CPU) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pool.close()
+}
+
+// Name describes the code path and thread count, e.g. "cpu avx512 x2".
+func (c *CPU) Name() string { return fmt.Sprintf("cpu %s x%d", c.be.name, c.threads) }
+
+// Threads is the number of threads a call runs on.
+func (c *CPU) Threads() int { return c.threads }
+
+// MatMul computes out[t*w.Rows+r] = Σ_c x[t*w.Cols+c]·W[r][c] for t in
+// [0,T). len(x) must be at least T·Cols and len(out) at least T·Rows; out
+// must not overlap x.
+//
+// Each output element is reduced in the same order whatever T is and however
+// the work is split, so a token's row is bit-identical alone or batched. F32,
+// F16 and BF16 accumulate exact products in float32. Q8_0 quantizes each x
+// row to Q8_0 first (see the package doc for the resulting error bound).
+func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
+	rb := w.check()
+	if T < 0 || len(x) < T*w.Cols || len(out) < T*w.Rows {
+		panic(fmt.Sprintf("kernels: MatMul T=%d with %dx%d weights: len(x)=%d len(out)=%d", T, w.Rows, w.Cols, len(x), len(out)))
+	}
+	if T == 0 || w.Rows == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mm = mmArgs{out: out, x: x, T: T, w: w, rb: rb}
+	if w.Type == Q8_0 {
+		c.quantizeActs(x, T, w.Cols)
+		c.mm.act = &c.act
+	}
+	c.planMatMul(w.Rows, T, rb)
+	tokItems := (T + c.mmToks - 1) / c.mmToks
+	c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
+	c.mm = mmArgs{}
+}
+
+// planMatMul cuts a MatMul into work items of mmRows rows × mmToks tokens:
+// the rows of an item stay in L2 while its tokens stream past them, and
+// there are enough items for the threads to balance.
+func (c *CPU) planMatMul(rows, T, rb int) {
+	toks := min(T, 64)
+	budget := 64 << 10 // weight bytes per item
+	if T > 1 {
+		budget = 128 << 10
+	}
+	per := max(budget/max(rb, 1), 4)
+	tokItems := (T + toks - 1) / toks
+	if want := 8 * c.threads; c.threads > 1 && ((rows+per-1)/per)*tokItems < want {
+		per = max((rows*tokItems+want-1)/want, 4)
+	}
+	per = (per + 3) &^ 3
+	c.mmRows, c.mmToks = per, toks
+	c.mmRowItems = (rows + per - 1) / per
+}
+
+func (c *CPU) matmulItems(wk, lo, hi int) {
+	rows := c.mm.w.Rows
+	for it := lo; it < hi; it++ {
+		rc, tc := it%c.mmRowItems, it/c.mmRowItems
+		r0, t0 := rc*c.mmRows, tc*c.mmToks
+		c.be.matmul(&c.mm, &c.workers[wk], r0, min(r0+c.mmRows, rows), t0, min(t0+c.mmToks, c.mm.T))
+	}
+}
+
+// quantizeActs fills c.act with x's T rows quantized to Q8_0.
+func (c *CPU) quantizeActs(x []float32, T, cols int) {
+	nb := cols / Q8BlockSize
+	pairs := (nb + 1) / 2
+	a := &c.act
+	a.nb, a.qStride, a.sStride = nb, pairs*64, pairs*16
+	a.qs = growBytes(a.qs, T*a.qStride)
+	a.xs = growF32(a.xs, T*a.sStride)
+	c.actX, c.actCols = x, cols
+	if T*cols >= c.parallelMinWork {
+		c.pool.run(T, 1, c.fnQuant)
+	} else {
+		c.quantItems(0, 0, T)
+	}
+	c.actX = nil
+}
+
+func (c *CPU) quantItems(_, lo, hi int) {
+	for t := lo; t < hi; t++ {
+		qs, xs := c.act.row(t)
+		c.be.quantizeAct(qs, xs, c.actX[t*c.actCols:(t+1)*c.actCols])
+	}
+}
+
+// RMSNorm normalizes each row of dim values: out = x/sqrt(mean(x²)+eps)·weight,
+// over len(x)/dim rows (len(x) must be a multiple of dim). out may alias x.
+func (c *CPU) RMSNorm(out, x, weight []float32, dim int, eps float32) {
+	if dim <= 0 || len(x)%dim != 0 || len(out) < len(x) || len(weight) < dim {
+		panic(fmt.Sprintf("kernels: RMSNorm dim=%d len(x)=%d len(out)=%d len(weight)=%d", dim, len(x), len(out), len(weight)))
+	}
+	rows := len(x) / dim
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.norm = normArgs{out: out, x: x, weight: weight[:dim], dim: dim, eps: eps}
+	if len(x) >= c.parallelMinWork && rows > 1 {
+		c.pool.run(rows, max(1, rows/(4*c.threads)), c.fnNorm)
+	} else {
+		c.normItems(0, 0, rows)
+	}
+	c.norm = normArgs{}
+}
+
+func (c *CPU) normItems(_, lo, hi int) {
+	a := &c.norm
+	for r := lo; r < hi; r++ {
+		c.be.rmsnorm(a.out[r*a.dim:(r+1)*a.dim], a.x[r*a.dim:(r+1)*a.dim], a.weight, a.eps)
+	}
+}
+
+// RoPE rotates x, laid out [T][heads][headDim], in place: token t at position
+// pos[t], pair i by the angle pos[t]·invFreq[i]. Only the first
+// 2·len(invFreq) dimensions of each head rotate. neox=false rotates adjacent
+// pairs (x[2i], x[2i+1]) (GGUF llama, llama2.c); neox=true rotates
+// (x[i], x[i+ropeDim/2]) (Hugging Face, qwen2). The angle is the float32
+// product, as Hugging Face computes it; its cosine and sine are computed in
+// float64 and rounded.
+func (c *CPU) RoPE(x []float32, T, heads, headDim int, pos []int32, invFreq []float32, neox bool) {
+	if T < 0 || heads < 0 || headDim < 0 || 2*len(invFreq) > headDim || len(pos) < T || len(x) < T*heads*headDim {
+		panic(fmt.Sprintf("kernels: RoPE T=%d heads=%d headDim=%d len(invFreq)=%d len(pos)=%d len(x)=%d",
+			T, heads, headDim, len(invFreq), len(pos), len(x)))
+	}
+	if T == 0 || len(invFreq) == 0 || heads == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rope = ropeArgs{x: x, heads: heads, headDim: headDim, pos: pos, invFreq: invFreq, neox: neox,
+		tokenStride: heads * headDim, ropeN2: 2 * len(invFreq)}
+	if T*heads*headDim >= c.parallelMinWork && T > 1 {
+		c.pool.run(T, max(1, T/(4*c.threads)), c.fnRoPE)
+	} else {
+		c.ropeItems(0, 0, T)
+	}
+	c.rope = ropeArgs{}
+}
+
+func (c *CPU) ropeItems(wk, lo, hi int) {
+	a := &c.rope
+	w := &c.workers[wk]
+	n := len(a.invFreq)
+	w.rope = growF32(w.rope, 4*n)
+	cs, sn := w.rope[:2*n], w.rope[2*n:]
+	for t := lo; t < hi; t++ {
+		p := float32(a.pos[t])
+		for i, f := range a.invFreq {
+			s, co := math.Sincos(float64(p * f))
+			if a.neox {
+				cs[i], sn[i] = float32(co), float32(s)
+			} else {
+				cs[2*i], cs[2*i+1] = float32(co), float32(co)
+				sn[2*i], sn[2*i+1] = -float32(s), float32(s)
+			}
+		}
+		c.be.rope(a.x[t*a.tokenStride:(t+1)*a.tokenStride], a.heads, a.headDim, n, cs, sn, a.neox)
+	}
+}
+
+// SiLUMul sets gate[i] = silu(gate[i])·up[i], silu(g) = g/(1+e^-g).
+func (c *CPU) SiLUMul(gate, up []float32) {
+	if len(up) < len(gate) {
+		panic(fmt.Sprintf("kernels: SiLUMul len(gate)=%d len(up)=%d", len(gate), len(up)))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(gate) < c.parallelMinWork {
+		c.be.siluMul(gate, up)
+		return
+	}
+	c.silu = [2][]float32{gate, up}
+	const chunk = 4096
+	c.pool.run((len(gate)+chunk-1)/chunk, 1, c.fnSiLU)
+	c.silu = [2][]float32{}
+}
+
+func (c *CPU) siluItems(_, lo, hi int) {
+	const chunk = 4096
+	g := c.silu[0]
+	a, b := lo*chunk, min(hi*chunk, len(g))
+	c.be.siluMul(g[a:b], c.silu[1][a:b])
+}
+
+// Attention is causal grouped-query attention over one sequence. q holds
+// nTok tokens' queries [nTok][nHeads][headDim] at positions start..start+nTok-1;
+// k and v are the sequence's cache [>= start+nTok][nKVHeads][headDim] (row p is
+// position p); out gets [nTok][nHeads][headDim]. Query head h reads kv head
+// h/(nHeads/nKVHeads); token i attends to positions 0..start+i with weights
+// softmax(scale·q·k) computed in float32 with the max subtracted. out must
+// not overlap q, k or v.
+//
+// A token's result depends only on its query and the cache rows it attends
+// to, reduced in position order: prefilling a prompt in one call, in chunks
+// or token by token gives bit-identical outputs.
+func (c *CPU) Attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, headDim int, scale float32) {
+	if nTok < 0 || start < 0 || nHeads <= 0 || nKVHeads <= 0 || headDim <= 0 || nHeads%nKVHeads != 0 {
+		panic(fmt.Sprintf("kernels: Attention nTok=%d start=%d heads=%d kvHeads=%d headDim=%d", nTok, start, nHeads, nKVHeads, headDim))
+	}
+	qn, kvn := nTok*nHeads*headDim, (start+nTok)*nKVHeads*headDim
+	if len(q) < qn || len(out) < qn || len(k) < kvn || len(v) < kvn {
+		panic(fmt.Sprintf("kernels: Attention needs len(q), len(out) >= %d and len(k), len(v) >= %d; have %d, %d, %d, %d",
+			qn, kvn, len(q), len(out), len(k), len(v)))
+	}
+	if nTok == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := start + nTok
+	// A work item is one token's query heads that share a kv head (up to 4
+	// of them), so the K/V rows it streams are read once for all of them.
+	group := nHeads / nKVHeads
+	chunk := min(group, attnHeadsPerItem)
+	for i := range c.workers {
+		c.workers[i].scores = growF32(c.workers[i].scores, chunk*n)
+	}
+	c.att = attnArgs{out: out, q: q, k: k, v: v, nTok: nTok, start: start, nHeads: nHeads, nKV: nKVHeads, headDim: headDim, scale: scale,
+		groupChunk: chunk, chunks: (group + chunk - 1) / chunk}
+	items := nTok * nKVHeads * c.att.chunks
+	if items > 1 && n*headDim*nTok*nHeads >= c.parallelMinWork/4 {
+		c.pool.run(items, 1, c.fnAttn)
+	} else {
+		c.attnItems(0, 0, items)
+	}
+	c.att = attnArgs{}
+}
+
+// attnHeadsPerItem caps the query heads of one attention work item.
+const attnHeadsPerItem = 4
+
+func (c *CPU) attnItems(wk, lo, hi int) {
+	a := &c.att
+	w := &c.workers[wk]
+	group := a.nHeads / a.nKV
+	perTok := a.nKV * a.chunks
+	for it := lo; it < hi; it++ {
+		i, rem := it/perTok, it%perTok
+		g, ch := rem/a.chunks, rem%a.chunks
+		h0 := g*group + ch*a.groupChunk
+		c.be.attention(a, w, i, h0, min(h0+a.groupChunk, (g+1)*group))
+	}
+}
+
+// The package-level kernels run on the calling goroutine with the best code
+// path for this machine.
+
+// Add sets dst[i] += src[i] for i < len(dst); src must be at least as long.
+func Add(dst, src []float32) {
+	if len(src) < len(dst) {
+		panic(fmt.Sprintf("kernels: Add len(dst)=%d len(src)=%d", len(dst), len(src)))
+	}
+	best.add(dst, src)
+}
+
+// Softmax replaces x by softmax(x), in float32 with the max subtracted.
+func Softmax(x []float32) { best.softmax(x) }
+
+// Argmax returns the first index of the largest value (-1 for an empty slice).
+func Argmax(x []float32) int {
+	if len(x) == 0 {
+		return -1
+	}
+	return best.argmax(x)
+}
+
+// Dot returns Σ a[i]·b[i] over len(a) (b must be at least as long), reduced
+// in an order fixed by len(a).
+func Dot(a, b []float32) float32 {
+	if len(b) < len(a) {
+		panic(fmt.Sprintf("kernels: Dot len(a)=%d len(b)=%d", len(a), len(b)))
+	}
+	return best.dot(a, b[:len(a)])
+}

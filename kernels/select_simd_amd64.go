@@ -1,0 +1,29 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import "math/bits"
+
+// best is the backend NewCPU and the package-level kernels use; init in
+// simd_amd64.go upgrades it from the CPU's features.
+var best = portable
+
+// simdBackends lists the SIMD backends this machine can run, fastest first.
+var simdBackends []*backend
+
+func trailingZeros16(x uint16) int { return bits.TrailingZeros16(x) }
+
+// Constants of the float32 exp (Cephes expf).
+const (
+	expLo = -87.33654
+	expHi = 88.3762626647949
+	log2e = 1.44269504088896341
+	ln2Hi = 0.693359375
+	ln2Lo = -2.12194440e-4
+	expC5 = 1.9875691500e-4
+	expC4 = 1.3981999507e-3
+	expC3 = 8.3334519073e-3
+	expC2 = 4.1665795894e-2
+	expC1 = 1.6666665459e-1
+	expC0 = 5.0000001201e-1
+)

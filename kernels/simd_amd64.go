@@ -1,0 +1,144 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// This file holds what the AVX-512 and AVX2 backends share: the choice
+// between them, pointer helpers and the reduction order both implement.
+//
+// The reduction order, which makes the two backends agree bit for bit and
+// every MatMul element independent of its tile:
+//   - A float dot product accumulates 16 lanes: lane l sums, by fused
+//     multiply-add in column order, the products of columns c ≡ l (mod 16);
+//     a tail shorter than 16 is zero-padded.
+//   - A Q8_0 dot product processes blocks in pairs (2p, 2p+1); lanes 0-7 take
+//     block 2p, lanes 8-15 block 2p+1, lane 8h+j holding the exact int32 sum
+//     of bytes 4j..4j+3 of its block; lane += float32(sum)·(dw·dx) by fused
+//     multiply-add. A missing odd last block contributes zeros.
+//   - The 16 lanes are then summed as ((l+h8) pairwise to 8, to 4, then
+//     (a0+a1)+(a2+a3)), see hsum16.
+// AVX2 keeps each 16-lane accumulator as two 8-lane halves.
+
+func init() {
+	switch {
+	case archsimd.X86.AVX512():
+		best = avx512
+		simdBackends = []*backend{avx512, avx512Go, avx2}
+	case archsimd.X86.AVX2() && archsimd.X86.FMA():
+		best = avx2
+		simdBackends = []*backend{avx2}
+	}
+}
+
+// hsum16 sums a 16-lane accumulator in the fixed order described above.
+func hsum16(v archsimd.Float32x16) float32 {
+	return hsum8(v.GetLo().Add(v.GetHi()))
+}
+
+// hsum8 finishes hsum16 from the pairwise sum of its halves.
+func hsum8(h archsimd.Float32x8) float32 {
+	q := h.GetLo().Add(h.GetHi())
+	q = q.AddPairs(q)
+	q = q.AddPairs(q)
+	return q.GetElem(0)
+}
+
+// hsum4x16 is [hsum16(a), hsum16(b), hsum16(c), hsum16(d)], the same
+// additions with the horizontal adds shared.
+func hsum4x16(a, b, c, d archsimd.Float32x16) archsimd.Float32x4 {
+	qa, qb := quarter(a), quarter(b)
+	qc, qd := quarter(c), quarter(d)
+	return qa.AddPairs(qb).AddPairs(qc.AddPairs(qd))
+}
+
+// quarter is the first two steps of hsum16: lo8+hi8, then lo4+hi4.
+func quarter(v archsimd.Float32x16) archsimd.Float32x4 {
+	h := v.GetLo().Add(v.GetHi())
+	return h.GetLo().Add(h.GetHi())
+}
+
+// Pointer helpers. Callers guarantee the ranges are in bounds; weight bytes
+// are always loaded as bytes so that no alignment is assumed.
+
+func bytesAt(p unsafe.Pointer, off int) *[64]uint8 { return (*[64]uint8)(unsafe.Add(p, off)) }
+func bytes32At(p unsafe.Pointer, off int) *[32]uint8 {
+	return (*[32]uint8)(unsafe.Add(p, off))
+}
+func f32At(p unsafe.Pointer, i int) *[16]float32 { return (*[16]float32)(unsafe.Add(p, 4*i)) }
+func f32x8At(p unsafe.Pointer, i int) *[8]float32 {
+	return (*[8]float32)(unsafe.Add(p, 4*i))
+}
+func i8At(p unsafe.Pointer, off int) *[64]int8 { return (*[64]int8)(unsafe.Add(p, off)) }
+func i8x32At(p unsafe.Pointer, off int) *[32]int8 {
+	return (*[32]int8)(unsafe.Add(p, off))
+}
+func u16At(p unsafe.Pointer, off int) uint16 {
+	b := (*[2]byte)(unsafe.Add(p, off))
+	return uint16(b[0]) | uint16(b[1])<<8
+}
+
+func f32ptr(s []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+func bptr(s []byte) unsafe.Pointer      { return unsafe.Pointer(unsafe.SliceData(s)) }
+
+// rowPtrs returns the addresses of rows r..r+3, repeating the last row below
+// r1 for the missing ones (their results are computed and dropped).
+func rowPtrs(base unsafe.Pointer, rb, r, r1 int) (p0, p1, p2, p3 unsafe.Pointer) {
+	last := r1 - 1
+	return unsafe.Add(base, r*rb), unsafe.Add(base, min(r+1, last)*rb),
+		unsafe.Add(base, min(r+2, last)*rb), unsafe.Add(base, min(r+3, last)*rb)
+}
+
+// packRows converts rows [r0,r1) of an F16 or BF16 matrix to float32 in dst,
+// cols values per row, so the float32 tiles can reuse them across tokens.
+func packRows(dst []float32, m *Matrix, rb, r0, r1 int, conv func(dst []float32, src unsafe.Pointer, n int)) {
+	base := bptr(m.Data)
+	for r := r0; r < r1; r++ {
+		conv(dst[(r-r0)*m.Cols:(r-r0+1)*m.Cols], unsafe.Add(base, r*rb), m.Cols)
+	}
+}
+
+// Partial vectors go through a full-size local copy: archsimd's *SlicePart
+// helpers convert the short slice to a full-array pointer, which checkptr
+// (on under -race) rejects at the end of an allocation.
+
+func loadF32x16Tail(s []float32) archsimd.Float32x16 {
+	var t [16]float32
+	copy(t[:], s)
+	return archsimd.LoadFloat32x16(&t)
+}
+
+func storeF32x16Tail(v archsimd.Float32x16, s []float32) {
+	var t [16]float32
+	v.Store(&t)
+	copy(s, t[:])
+}
+
+func loadF32x8Tail(s []float32) archsimd.Float32x8 {
+	var t [8]float32
+	copy(t[:], s)
+	return archsimd.LoadFloat32x8(&t)
+}
+
+func storeF32x8Tail(v archsimd.Float32x8, s []float32) {
+	var t [8]float32
+	v.Store(&t)
+	copy(s, t[:])
+}
+
+// loadBytesTail loads n < 64 bytes at p, zero-padded.
+func loadBytesTail(p unsafe.Pointer, n int) archsimd.Uint8x64 {
+	var t [64]uint8
+	copy(t[:], unsafe.Slice((*byte)(p), n))
+	return archsimd.LoadUint8x64(&t)
+}
+
+// loadBytes32Tail loads n < 32 bytes at p, zero-padded.
+func loadBytes32Tail(p unsafe.Pointer, n int) archsimd.Uint8x32 {
+	var t [32]uint8
+	copy(t[:], unsafe.Slice((*byte)(p), n))
+	return archsimd.LoadUint8x32(&t)
+}

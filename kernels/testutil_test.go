@@ -1,0 +1,81 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// backendsUnderTest is the portable backend plus every SIMD backend this
+// machine can run.
+func backendsUnderTest() []*backend { return append([]*backend{portable}, simdBackends...) }
+
+func randF32(r *rand.Rand, n int, scale float32) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64()) * scale
+	}
+	return x
+}
+
+// encodeMatrix builds a rows×cols matrix of type t from float values
+// (quantized or rounded as the type requires).
+func encodeMatrix(t *testing.T, dt DType, rows, cols int, vals []float32) *Matrix {
+	t.Helper()
+	rb, err := dt.RowBytes(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, rows*rb)
+	for r := range rows {
+		row := vals[r*cols : (r+1)*cols]
+		dst := data[r*rb : (r+1)*rb]
+		switch dt {
+		case F32:
+			for i, v := range row {
+				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+			}
+		case F16:
+			for i, v := range row {
+				binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(v))
+			}
+		case BF16:
+			for i, v := range row {
+				binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+			}
+		case Q8_0:
+			if err := QuantizeQ8_0(dst, row); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m, err := NewMatrix(dt, rows, cols, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// dequantized returns the matrix as float32 rows via Matrix.Row.
+func dequantized(m *Matrix) []float32 {
+	out := make([]float32, m.Rows*m.Cols)
+	for r := range m.Rows {
+		m.Row(r, out[r*m.Cols:(r+1)*m.Cols])
+	}
+	return out
+}
+
+var allTypes = []DType{F32, F16, BF16, Q8_0}
+
+func bitsEqual(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+func sleepMicro(us int) { time.Sleep(time.Duration(us) * time.Microsecond) }
