@@ -257,18 +257,19 @@ func (d *Daemon) receive(ctx context.Context) {
 
 // handleCancel handles NAME.cancel: it cancels NAME if it runs, makes it start
 // cancelled if its input waits, and is dropped (file removed) otherwise, so
-// a stale request never cancels a later batch of the same name.
+// a stale request never cancels a later batch of the same name. A cancel
+// file older than the waiting input was meant for an earlier batch.
 func (d *Daemon) handleCancel(ev watcher.Event) {
 	if d.pipe.Cancel(ev.Name) {
 		d.log.Info("cancel requested", "name", ev.Name)
 		return
 	}
-	d.mu.Lock()
-	waiting := d.active[ev.Name]
-	d.mu.Unlock()
-	for _, ext := range []string{".jsonl", ".json"} {
-		if _, err := os.Stat(filepath.Join(d.dirs.Inbox, ev.Name+ext)); err == nil {
-			waiting = true
+	waiting := false
+	if cst, err := os.Stat(ev.Path); err == nil {
+		for _, ext := range []string{".jsonl", ".json"} {
+			if ist, err := os.Stat(filepath.Join(d.dirs.Inbox, ev.Name+ext)); err == nil && !cst.ModTime().Before(ist.ModTime()) {
+				waiting = true
+			}
 		}
 	}
 	if waiting {
