@@ -163,7 +163,11 @@ func demoVocab(merges int) (tokens []string, mergeList []string, types []int32) 
 
 // DemoShape is the architecture of a demo model.
 type DemoShape struct {
-	Name                                         string
+	Name string
+	// Arch is the architecture written: qwen2 (the default: q/k/v biases,
+	// tied embeddings), qwen3 (q/k RMSNorm, tied) or llama (adjacent-pair
+	// RoPE, separate output weight).
+	Arch                                         string
 	Dim, Layers, Heads, KVHeads, FFNDim, Context int
 	// Vocab pads the trained vocabulary with unused tokens up to this size
 	// (0: the trained size), to match a real model's output layer.
@@ -174,6 +178,9 @@ type DemoShape struct {
 var DemoShapes = map[string]DemoShape{
 	// tiny: small enough to answer in milliseconds; the default.
 	"tiny": {Name: "tiny", Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048},
+	// tiny-qwen3 and tiny-llama exercise the other architectures' paths.
+	"tiny-qwen3": {Name: "tiny-qwen3", Arch: "qwen3", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048},
+	"tiny-llama": {Name: "tiny-llama", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, FFNDim: 352, Context: 2048},
 	// qwen2.5-0.5b: Qwen2.5-0.5B's shape, for benchmarks.
 	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
 }
@@ -201,8 +208,7 @@ func (d DemoShape) String() string {
 }
 
 // WriteDemoModel writes a demo model of the given shape and weight type to
-// w as GGUF: architecture qwen2 (q/k/v biases, rotate-half RoPE, tied
-// embeddings), weights drawn from N(0, 0.02²) by a generator seeded with
+// w as GGUF: architecture shape.Arch (default qwen2), weights drawn from N(0, 0.02²) by a generator seeded with
 // seed, norms 1, a byte-level BPE tokenizer trained on demoCorpus and the
 // ChatML template. The same arguments always give the same bytes.
 func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint64) error {
@@ -215,7 +221,10 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 	}
 	vocab := len(tokens)
 	headDim := shape.Dim / shape.Heads
-	const arch = "qwen2"
+	arch := shape.Arch
+	if arch == "" {
+		arch = "qwen2"
+	}
 	meta := []gguf.KV{
 		{Key: "general.architecture", Value: gguf.MustValue(arch)},
 		{Key: "general.name", Value: gguf.MustValue("batchd demo " + shape.Name + " (random weights: its text is noise)")},
@@ -227,6 +236,8 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 		{Key: arch + ".attention.head_count_kv", Value: gguf.MustValue(uint32(shape.KVHeads))},
 		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-6))},
 		{Key: arch + ".rope.freq_base", Value: gguf.MustValue(float32(1e6))},
+		{Key: arch + ".attention.key_length", Value: gguf.MustValue(uint32(headDim))},
+		{Key: arch + ".attention.value_length", Value: gguf.MustValue(uint32(headDim))},
 		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("gpt2")},
 		{Key: "tokenizer.ggml.pre", Value: gguf.MustValue("qwen2")},
 		{Key: "tokenizer.ggml.tokens", Value: gguf.MustValue(tokens)},
@@ -265,6 +276,11 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 		return err
 	}
 	vector("output_norm.weight", shape.Dim, ones)
+	if arch == "llama" {
+		if err := matrix("output.weight", vocab, shape.Dim); err != nil {
+			return err
+		}
+	}
 	qDim, kvDim := shape.Heads*headDim, shape.KVHeads*headDim
 	for l := range shape.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
@@ -282,9 +298,15 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 				return err
 			}
 		}
-		vector(p+"attn_q.bias", qDim, small)
-		vector(p+"attn_k.bias", kvDim, small)
-		vector(p+"attn_v.bias", kvDim, small)
+		switch arch {
+		case "qwen2":
+			vector(p+"attn_q.bias", qDim, small)
+			vector(p+"attn_k.bias", kvDim, small)
+			vector(p+"attn_v.bias", kvDim, small)
+		case "qwen3":
+			vector(p+"attn_q_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.normal() })
+			vector(p+"attn_k_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.normal() })
+		}
 	}
 	return gguf.Write(w, meta, tensors)
 }
