@@ -457,11 +457,10 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	hd := a.headDim
 	n := a.start + i + 1
 	g := h / (a.nHeads / a.nKV)
-	stride := a.nKV * hd
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
 	scores := w.scores[:n]
 	for p := range scores {
-		scores[p] = avx2Dot(q, a.k[p*stride+g*hd:][:hd]) * a.scale
+		scores[p] = avx2Dot(q, a.kRow(p, g)) * a.scale
 	}
 	sum := avx2ExpSum(scores, avx2Max(scores))
 	inv := archsimd.BroadcastFloat32x8(1 / sum)
@@ -470,7 +469,8 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		m := min(8, hd-d)
 		var acc archsimd.Float32x8
 		for p, e := range scores {
-			acc = loadF32x8Tail(a.v[p*stride+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+			off, _ := a.kvRun(p)
+			acc = loadF32x8Tail(a.v[off+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
 		}
 		storeF32x8Tail(acc.Mul(inv), o[d:d+m])
 	}

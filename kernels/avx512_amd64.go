@@ -668,20 +668,29 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	nh := h1 - h0
 	g := h0 / (a.nHeads / a.nKV)
 	stride := a.nKV * hd
-	kbase := unsafe.Add(f32ptr(a.k), 4*g*hd)
-	vbase := unsafe.Add(f32ptr(a.v), 4*g*hd)
+	kp, vp := f32ptr(a.k), f32ptr(a.v)
 	for p0 := 0; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
-		j := 0
-		for ; j+2 <= nh && hd%16 == 0; j += 2 {
-			qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
-			p := attnScores2x512(w.scores[j*n:(j+1)*n], w.scores[(j+1)*n:(j+2)*n], qa, qb, kbase, stride, p0, p1, a.scale)
-			attnScores512(w.scores[j*n:(j+1)*n], qa, a.k, kbase, stride, g, p, p1, a.scale)
-			attnScores512(w.scores[(j+1)*n:(j+2)*n], qb, a.k, kbase, stride, g, p, p1, a.scale)
-		}
-		for ; j < nh; j++ {
-			q := a.q[(i*a.nHeads+h0+j)*hd:][:hd]
-			attnScores512(w.scores[j*n:(j+1)*n], q, a.k, kbase, stride, g, p0, p1, a.scale)
+		// [p0,p1) in runs of positions stored contiguously (one run when
+		// the cache is contiguous, one per block when it is paged).
+		for r0 := p0; r0 < p1; {
+			off, end := a.kvRun(r0)
+			r1 := min(p1, end)
+			cnt := r1 - r0
+			kbase := unsafe.Add(kp, 4*(off+g*hd))
+			j := 0
+			for ; j+2 <= nh && hd%16 == 0; j += 2 {
+				qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
+				sa, sb := w.scores[j*n+r0:(j+1)*n], w.scores[(j+1)*n+r0:(j+2)*n]
+				p := attnScores2x512(sa, sb, qa, qb, kbase, stride, 0, cnt, a.scale)
+				attnScores512(sa, qa, kbase, stride, p, cnt, a.scale)
+				attnScores512(sb, qb, kbase, stride, p, cnt, a.scale)
+			}
+			for ; j < nh; j++ {
+				q := a.q[(i*a.nHeads+h0+j)*hd:][:hd]
+				attnScores512(w.scores[j*n+r0:(j+1)*n], q, kbase, stride, 0, cnt, a.scale)
+			}
+			r0 = r1
 		}
 	}
 	var inv [attnHeadsPerItem]float32
@@ -701,12 +710,19 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	ap, sp := f32ptr(acc), f32ptr(w.scores)
 	for p0 := 0; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
-		j := 0
-		for ; j+2 <= nh && hd%64 == 0; j += 2 {
-			attnAccumulate2x512(f32ptr(acc[j*hd:]), f32ptr(acc[(j+1)*hd:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), vbase, stride, hd, p0, p1)
-		}
-		for ; j < nh; j++ {
-			attnAccumulate512(f32ptr(acc[j*hd:]), unsafe.Add(sp, 4*j*n), vbase, stride, hd, p0, p1)
+		for r0 := p0; r0 < p1; {
+			off, end := a.kvRun(r0)
+			r1 := min(p1, end)
+			cnt := r1 - r0
+			vbase := unsafe.Add(vp, 4*(off+g*hd))
+			j := 0
+			for ; j+2 <= nh && hd%64 == 0; j += 2 {
+				attnAccumulate2x512(f32ptr(acc[j*hd:]), f32ptr(acc[(j+1)*hd:]), unsafe.Add(sp, 4*(j*n+r0)), unsafe.Add(sp, 4*((j+1)*n+r0)), vbase, stride, hd, 0, cnt)
+			}
+			for ; j < nh; j++ {
+				attnAccumulate512(f32ptr(acc[j*hd:]), unsafe.Add(sp, 4*(j*n+r0)), vbase, stride, hd, 0, cnt)
+			}
+			r0 = r1
 		}
 	}
 	for j := range nh {
@@ -718,8 +734,9 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	}
 }
 
-// attnScores512 sets s[p] = dot(q, k_p)·scale for p in [p0,p1).
-func attnScores512(s, q, k []float32, kbase unsafe.Pointer, stride, g, p0, p1 int, scale float32) {
+// attnScores512 sets s[p] = dot(q, k_p)·scale for p in [p0,p1), where k_p
+// is the row at kbase + p·stride.
+func attnScores512(s, q []float32, kbase unsafe.Pointer, stride, p0, p1 int, scale float32) {
 	hd := len(q)
 	p := p0
 	if hd%16 == 0 {
@@ -739,7 +756,7 @@ func attnScores512(s, q, k []float32, kbase unsafe.Pointer, stride, g, p0, p1 in
 		}
 	}
 	for ; p < p1; p++ {
-		s[p] = avx512Dot(q, k[p*stride+g*hd:][:hd]) * scale
+		s[p] = avx512Dot(q, unsafe.Slice((*float32)(unsafe.Add(kbase, 4*p*stride)), hd)) * scale
 	}
 }
 
@@ -827,14 +844,14 @@ func attnAccumulate2x512(accA, accB, eA, eB, vbase unsafe.Pointer, stride, hd, p
 // of 16: one head, 16-dim chunks, the last one zero-padded.
 func attnOutTail512(a *attnArgs, scores []float32, g, i, h int, inv float32) {
 	hd := a.headDim
-	stride := a.nKV * hd
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
 	iv := archsimd.BroadcastFloat32x16(inv)
 	for d := 0; d < hd; d += 16 {
 		m := min(16, hd-d)
 		var acc archsimd.Float32x16
 		for p, e := range scores {
-			acc = loadF32x16Tail(a.v[p*stride+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x16(e), acc)
+			off, _ := a.kvRun(p)
+			acc = loadF32x16Tail(a.v[off+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x16(e), acc)
 		}
 		storeF32x16Tail(acc.Mul(iv), o[d:d+m])
 	}

@@ -181,11 +181,10 @@ func genericAttentionHead(a *attnArgs, w *worker, i, h int) {
 	hd := a.headDim
 	n := a.start + i + 1
 	g := h / (a.nHeads / a.nKV)
-	stride := a.nKV * hd
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
 	scores := w.scores[:n]
 	for p := range scores {
-		scores[p] = genericDot(q, a.k[p*stride+g*hd:][:hd]) * a.scale
+		scores[p] = genericDot(q, a.kRow(p, g)) * a.scale
 	}
 	m := scores[0]
 	for _, s := range scores[1:] {
@@ -200,7 +199,7 @@ func genericAttentionHead(a *attnArgs, w *worker, i, h int) {
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
 	clear(o)
 	for p, e := range scores {
-		v := a.v[p*stride+g*hd:][:hd]
+		v := a.vRow(p, g)
 		for d := range o {
 			o[d] += e * v[d]
 		}

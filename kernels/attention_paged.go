@@ -1,0 +1,37 @@
+package kernels
+
+import "fmt"
+
+// PagedAttention is Attention over a paged KV cache. k and v are one
+// layer's block pools, laid out [block][blockSize][nKVHeads][headDim];
+// blocks is the sequence's block table: position p lives in block
+// blocks[p/blockSize] at row p%blockSize. The other arguments are as for
+// Attention, and so is the arithmetic: each position's score, the softmax
+// and the position-ordered sum of values are the same operations in the same
+// order, so when blockSize is a multiple of 4 the result is bit-identical to
+// Attention over the same rows stored contiguously (and therefore
+// independent of chunking and of which blocks hold the rows).
+func (c *CPU) PagedAttention(out, q, k, v []float32, blocks []int32, blockSize, nTok, start, nHeads, nKVHeads, headDim int, scale float32) {
+	if nTok < 0 || start < 0 || nHeads <= 0 || nKVHeads <= 0 || headDim <= 0 || nHeads%nKVHeads != 0 || blockSize <= 0 {
+		panic(fmt.Sprintf("kernels: PagedAttention nTok=%d start=%d heads=%d kvHeads=%d headDim=%d blockSize=%d", nTok, start, nHeads, nKVHeads, headDim, blockSize))
+	}
+	n := start + nTok
+	qn, stride := nTok*nHeads*headDim, nKVHeads*headDim
+	nb := (n + blockSize - 1) / blockSize
+	if len(q) < qn || len(out) < qn || len(blocks) < nb || len(k) != len(v) || len(k)%(blockSize*stride) != 0 {
+		panic(fmt.Sprintf("kernels: PagedAttention needs len(q), len(out) >= %d, %d blocks and k, v of whole blocks; have %d, %d, %d, %d, %d",
+			qn, nb, len(q), len(out), len(blocks), len(k), len(v)))
+	}
+	pool := int32(len(k) / (blockSize * stride))
+	for _, b := range blocks[:nb] {
+		if b < 0 || b >= pool {
+			panic(fmt.Sprintf("kernels: PagedAttention block %d outside the pool of %d", b, pool))
+		}
+	}
+	if nTok == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, blocks[:nb], blockSize)
+}
