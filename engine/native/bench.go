@@ -54,41 +54,64 @@ func Bench(path string, o BenchOptions) (*BenchResult, error) {
 	tok := func(i int) int32 { return int32((i*7919 + 13) % int(vocab)) }
 	var s scratch
 
+	// Each sequence gets its own run of blocks in one store, sized for the
+	// longest measurement.
+	maxSeqs := 1
+	for _, n := range o.Seqs {
+		maxSeqs = max(maxSeqs, n)
+	}
+	perSeq := blocksFor(max(o.PromptTokens, 32+o.DecodeSteps)+16, kvBlockSize)
+	kv := m.newKVStore(kvBlockSize, maxSeqs*perSeq)
+	type benchSeq struct {
+		table []int32
+		n     int
+	}
+	newSeqs := func(n int) []*benchSeq {
+		out := make([]*benchSeq, n)
+		for i := range out {
+			out[i] = &benchSeq{table: make([]int32, perSeq)}
+			for j := range perSeq {
+				out[i].table[j] = int32(i*perSeq + j)
+			}
+		}
+		return out
+	}
 	// Prefill: one sequence's prompt in chunks of up to 512 tokens.
-	run := func(caches []*kvCache, perSeq int, first int) {
-		var b batch
-		for si, c := range caches {
+	run := func(seqs []*benchSeq, per int, first int) {
+		b := batch{kv: kv}
+		for si, c := range seqs {
 			f := len(b.tokens)
-			for i := range perSeq {
+			for i := range per {
 				b.tokens = append(b.tokens, tok(first+si*31+i))
 				b.pos = append(b.pos, int32(c.n+i))
 			}
-			b.segs = append(b.segs, segment{cache: c, first: f, n: perSeq, start: c.n})
-			b.logitRows = append(b.logitRows, f+perSeq-1)
+			b.segs = append(b.segs, segment{blocks: c.table, first: f, n: per, start: c.n})
+			b.logitRows = append(b.logitRows, f+per-1)
 		}
 		m.forward(&b, &s)
+		for _, c := range seqs {
+			c.n += per
+		}
 	}
-	warm := []*kvCache{newKVCache(len(m.layers))}
-	run(warm, 16, 0)
+	run(newSeqs(1), 16, 0)
 
-	cache := newKVCache(len(m.layers))
+	one := newSeqs(1)
 	start := time.Now()
 	for done := 0; done < o.PromptTokens; {
 		n := min(512, o.PromptTokens-done)
-		run([]*kvCache{cache}, n, done)
+		run(one, n, done)
 		done += n
 	}
 	res.PrefillTPS = float64(o.PromptTokens) / time.Since(start).Seconds()
 
 	for _, n := range o.Seqs {
-		caches := make([]*kvCache, n)
-		for i := range caches {
-			caches[i] = newKVCache(len(m.layers))
-			run(caches[i:i+1], 32, i*97) // a short prompt each, not timed
+		seqs := newSeqs(n)
+		for i := range seqs {
+			run(seqs[i:i+1], 32, i*97) // a short prompt each, not timed
 		}
 		start := time.Now()
 		for step := range o.DecodeSteps {
-			run(caches, 1, step)
+			run(seqs, 1, step)
 		}
 		res.DecodeTPS[n] = float64(n*o.DecodeSteps) / time.Since(start).Seconds()
 	}

@@ -17,8 +17,8 @@ import (
 // logitsAt runs tokens through m in one pass and returns every position's
 // logits, [len(tokens)][vocab].
 func logitsAt(m *Model, tokens []int32) []float32 {
-	cache := newKVCache(len(m.layers))
-	b := batch{tokens: tokens, segs: []segment{{cache: cache, n: len(tokens)}}}
+	kv, table := m.scratchKV(len(tokens))
+	b := batch{kv: kv, tokens: tokens, segs: []segment{{blocks: table, n: len(tokens)}}}
 	for i := range tokens {
 		b.pos = append(b.pos, int32(i))
 		b.logitRows = append(b.logitRows, i)

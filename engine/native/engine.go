@@ -50,7 +50,14 @@ type Config struct {
 	// StrictModel makes a request naming an unknown model a 400
 	// model_not_found line instead of running on the only model.
 	StrictModel bool
-	Logger      *slog.Logger
+	// KVCacheBytes is the KV cache of each model, in bytes (0: 25% of
+	// physical memory, at most 4 GiB). It bounds how many sequences run at
+	// once and how much of the prefix cache survives.
+	KVCacheBytes int64
+	// DisablePrefixCache turns off reuse of cached prompt blocks (tests,
+	// benchmarks).
+	DisablePrefixCache bool
+	Logger             *slog.Logger
 }
 
 // DefaultConfig returns the defaults; Models must still be set.
@@ -76,6 +83,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatchTokens < 1 {
 		return fmt.Errorf("native.max_batch_tokens: must be at least 1, got %d", c.MaxBatchTokens)
+	}
+	if c.KVCacheBytes < 0 {
+		return fmt.Errorf("native.kv_cache_bytes: must not be negative, got %d", c.KVCacheBytes)
 	}
 	if c.MaxSeqs < 1 {
 		return fmt.Errorf("native.max_seqs: must be at least 1, got %d", c.MaxSeqs)

@@ -117,27 +117,35 @@ func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
 // Config returns the model's configuration.
 func (m *Model) Config() weights.Config { return m.cfg }
 
-// kvCache is one sequence's keys and values, per layer, row p = position p.
-type kvCache struct {
-	k, v [][]float32 // [layer][pos*kvDim + ...]
-	n    int         // positions filled
+// newKVStore returns K/V storage for this model: nBlocks blocks of bs
+// positions.
+func (m *Model) newKVStore(bs, nBlocks int) *kvStore {
+	return newKVStore(len(m.layers), m.cfg.KVHeads*m.cfg.HeadDim, bs, nBlocks)
 }
 
-func newKVCache(layers int) *kvCache {
-	return &kvCache{k: make([][]float32, layers), v: make([][]float32, layers)}
+// scratchKV returns storage and a block table for one sequence of up to n
+// positions, for passes that keep no cache (embeddings, tests).
+func (m *Model) scratchKV(n int) (*kvStore, []int32) {
+	nb := blocksFor(max(n, 1), kvBlockSize)
+	table := make([]int32, nb)
+	for i := range table {
+		table[i] = int32(i)
+	}
+	return m.newKVStore(kvBlockSize, nb), table
 }
 
 // segment is a run of consecutive tokens of one sequence in a batch.
 type segment struct {
-	cache *kvCache
-	first int // index of its first token in the batch
-	n     int // tokens
-	start int // position of its first token
+	blocks []int32 // the sequence's block table, covering start+n positions
+	first  int     // index of its first token in the batch
+	n      int     // tokens
+	start  int     // position of its first token
 }
 
 // batch is one forward pass: tokens of many sequences, each sequence's
 // tokens contiguous and in position order.
 type batch struct {
+	kv     *kvStore
 	tokens []int32
 	pos    []int32
 	segs   []segment
@@ -196,14 +204,7 @@ func (m *Model) hidden(b *batch, s *scratch) {
 	for t, tok := range b.tokens {
 		m.embd.Row(int(tok), s.x[t*dim:(t+1)*dim])
 	}
-	// Make room in every cache for this step's positions.
-	for _, sg := range b.segs {
-		need := (sg.start + sg.n) * kvDim
-		for l := range m.layers {
-			sg.cache.k[l] = growKeep(sg.cache.k[l], need)
-			sg.cache.v[l] = growKeep(sg.cache.v[l], need)
-		}
-	}
+	kv := b.kv
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
 	cpu := m.cpu
 	for li := range m.layers {
@@ -223,11 +224,15 @@ func (m *Model) hidden(b *batch, s *scratch) {
 		}
 		cpu.RoPE(s.q, T, c.Heads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
 		cpu.RoPE(s.k, T, c.KVHeads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
+		kp, vp := kv.k[li], kv.v[li]
 		for _, sg := range b.segs {
-			copy(sg.cache.k[li][sg.start*kvDim:], s.k[sg.first*kvDim:(sg.first+sg.n)*kvDim])
-			copy(sg.cache.v[li][sg.start*kvDim:], s.v[sg.first*kvDim:(sg.first+sg.n)*kvDim])
-			cpu.Attention(s.att[sg.first*qDim:(sg.first+sg.n)*qDim], s.q[sg.first*qDim:(sg.first+sg.n)*qDim],
-				sg.cache.k[li], sg.cache.v[li], sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
+			for i := range sg.n {
+				off, t := kv.row(sg.blocks, sg.start+i), sg.first+i
+				copy(kp[off:off+kvDim], s.k[t*kvDim:(t+1)*kvDim])
+				copy(vp[off:off+kvDim], s.v[t*kvDim:(t+1)*kvDim])
+			}
+			cpu.PagedAttention(s.att[sg.first*qDim:(sg.first+sg.n)*qDim], s.q[sg.first*qDim:(sg.first+sg.n)*qDim],
+				kp, vp, sg.blocks, kv.bs, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
 		}
 		cpu.MatMul(s.o, s.att, T, L.wo)
 		kernels.Add(s.x, s.o)
@@ -238,15 +243,13 @@ func (m *Model) hidden(b *batch, s *scratch) {
 		cpu.MatMul(s.down, s.gate, T, L.wDown)
 		kernels.Add(s.x, s.down)
 	}
-	for _, sg := range b.segs {
-		sg.cache.n = sg.start + sg.n
-	}
 }
 
 // embed returns the final-normed hidden states of one sequence's tokens,
 // [len(tokens)][dim], computed in one pass with a throwaway cache.
 func (m *Model) embed(tokens []int32, s *scratch) []float32 {
-	b := batch{tokens: tokens, segs: []segment{{cache: newKVCache(len(m.layers)), n: len(tokens)}}}
+	kv, table := m.scratchKV(len(tokens))
+	b := batch{kv: kv, tokens: tokens, segs: []segment{{blocks: table, n: len(tokens)}}}
 	for i := range tokens {
 		b.pos = append(b.pos, int32(i))
 	}
@@ -261,17 +264,4 @@ func addBias(x, bias []float32) {
 	for i := 0; i+n <= len(x); i += n {
 		kernels.Add(x[i:i+n], bias)
 	}
-}
-
-// growKeep returns b with length at least n, keeping its contents.
-func growKeep(b []float32, n int) []float32 {
-	if len(b) >= n {
-		return b
-	}
-	if cap(b) >= n {
-		return b[:n]
-	}
-	nb := make([]float32, n, max(n, 2*cap(b)))
-	copy(nb, b)
-	return nb
 }

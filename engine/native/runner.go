@@ -33,10 +33,17 @@ type runner struct {
 	active  atomic.Int64
 	scratch scratch
 	cands   []candidate
+	// The paged KV cache (see kvcache.go, sched.go); the scheduler
+	// goroutine alone uses kv and bm.
+	kv    *kvStore
+	bm    *blockManager
+	stats cacheCounters
 }
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
-	return &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean}
+	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean}
+	r.initKV()
+	return r
 }
 
 func (r *runner) inFlight() int { return int(r.active.Load()) }
@@ -47,10 +54,21 @@ type seq struct {
 	index     int     // choice index
 	tokens    []int32 // prompt then generated tokens
 	promptLen int
-	cache     *kvCache
 	dec       *tokenizer.Decoder
 	text      strings.Builder
 	finish    string
+
+	// KV cache and scheduling state (sched.go).
+	blocks     []int32     // block table
+	n          int         // positions whose K/V are in blocks
+	hashes     []blockHash // chained hashes of tokens' first full blocks, computed on demand
+	registered int         // leading blocks entered in the prefix cache
+	cached     int         // prompt tokens found in the prefix cache at first admission
+	admitted   bool        // admitted at least once
+	running    bool        // in runner.running
+	leader     *seq        // the first choice of the same prompt (n > 1), or nil
+	sched      bool        // in the step being built
+	chunk      int         // its tokens in that step
 }
 
 // job is one request: its sequences and where its result goes.
@@ -117,8 +135,17 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 		if ctxLen > 0 && len(pr) >= ctxLen {
 			return badRequest(fmt.Sprintf("This model's maximum context length is %d tokens, but the prompt has %d tokens.", ctxLen, len(pr)), "messages", "context_length_exceeded"), nil
 		}
+		if limit := r.kv.nBlocks * r.kv.bs; len(pr) > limit {
+			return badRequest(fmt.Sprintf("The KV cache holds at most %d tokens, but the prompt has %d tokens.", limit, len(pr)), "messages", "context_length_exceeded"), nil
+		}
+		// The requests document's save_system_prompt_kv_cache needs nothing
+		// more: the prefix cache keeps every full block of a shared prompt.
+		var leader *seq
 		for k := range p.n {
-			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), cache: newKVCache(len(r.model.layers)), dec: r.tok.NewDecoder()}
+			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder(), leader: leader}
+			if k == 0 {
+				leader = s
+			}
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
 			s.tokens = append(make([]int32, 0, len(pr)+p.maxTokens), pr...)
 			j.seqs = append(j.seqs, s)
@@ -135,27 +162,24 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 	return r.response(req, j), nil
 }
 
-// loop is the model's scheduler: every step it builds one batch of decode
-// tokens and prefill chunks from the running sequences, runs it, samples,
-// and retires finished sequences.
+// loop is the model's scheduler: it drops cancelled sequences and runs
+// steps (sched.go) while there is work.
 func (r *runner) loop(ctx context.Context) {
 	for {
-		r.mu.Lock()
-		for len(r.running) < r.e.cfg.MaxSeqs && len(r.waiting) > 0 {
-			r.running = append(r.running, r.waiting[0])
-			r.waiting = r.waiting[1:]
-		}
 		// Drop sequences whose request went away.
 		kept := r.running[:0]
 		for _, s := range r.running {
 			if s.job.cancelled.Load() {
+				r.releaseBlocks(s)
+				s.running = false
 				r.active.Add(-1)
 				continue
 			}
 			kept = append(kept, s)
 		}
 		r.running = kept
-		idle := len(r.running) == 0
+		r.mu.Lock()
+		idle := len(r.running) == 0 && len(r.waiting) == 0
 		r.mu.Unlock()
 		if idle {
 			select {
@@ -170,52 +194,6 @@ func (r *runner) loop(ctx context.Context) {
 		}
 		r.step()
 	}
-}
-
-// step runs one forward pass over the running sequences.
-func (r *runner) step() {
-	budget := r.e.cfg.MaxBatchTokens
-	var b batch
-	var owners []*seq // the sequence of each logits row
-	add := func(s *seq, n int) {
-		start := s.cache.n
-		first := len(b.tokens)
-		b.tokens = append(b.tokens, s.tokens[start:start+n]...)
-		for i := range n {
-			b.pos = append(b.pos, int32(start+i))
-		}
-		b.segs = append(b.segs, segment{cache: s.cache, first: first, n: n, start: start})
-		if start+n == len(s.tokens) {
-			b.logitRows = append(b.logitRows, first+n-1)
-			owners = append(owners, s)
-		}
-		budget -= n
-	}
-	// Decodes first: each costs one token and keeps its sequence moving.
-	for _, s := range r.running {
-		if s.cache.n >= s.promptLen && budget > 0 {
-			add(s, len(s.tokens)-s.cache.n)
-		}
-	}
-	// Then prompt chunks with what the budget leaves.
-	for _, s := range r.running {
-		if s.cache.n < s.promptLen && budget > 0 {
-			add(s, min(s.promptLen-s.cache.n, budget))
-		}
-	}
-	if len(b.tokens) == 0 {
-		return
-	}
-	r.e.compute.Lock()
-	logits := r.model.forward(&b, &r.scratch)
-	r.e.compute.Unlock()
-	vocab := r.model.cfg.VocabSize
-	for i, s := range owners {
-		row := logits[i*vocab : (i+1)*vocab]
-		tok := sample(row, s.job.p.sampling, len(s.tokens), &r.cands)
-		r.advance(s, tok)
-	}
-	r.retire()
 }
 
 // advance appends a sampled token and decides whether the sequence ends.
@@ -263,7 +241,8 @@ func (r *runner) retire() {
 			kept = append(kept, s)
 			continue
 		}
-		s.cache = nil
+		r.releaseBlocks(s)
+		s.running = false
 		r.active.Add(-1)
 		s.job.remaining--
 		if s.job.remaining == 0 {
@@ -274,9 +253,12 @@ func (r *runner) retire() {
 }
 
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
 }
 
 func (r *runner) response(req *engine.Request, j *job) *engine.Response {
@@ -287,6 +269,7 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 		if !counted[s.index/j.p.n] {
 			counted[s.index/j.p.n] = true
 			u.PromptTokens += s.promptLen
+			u.PromptTokensDetails.CachedTokens += min(s.cached, s.promptLen)
 		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens

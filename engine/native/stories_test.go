@@ -57,11 +57,12 @@ func goldenIDs(t *testing.T) []int32 {
 
 // greedy runs one sequence token by token from prompt, n steps.
 func greedy(m *Model, prompt []int32, n int) []int32 {
-	cache := newKVCache(len(m.layers))
+	kv, table := m.scratchKV(len(prompt) + n)
 	var s scratch
 	toks := append([]int32(nil), prompt...)
 	// Prefill the whole prompt in one pass.
-	b := batch{tokens: toks, segs: []segment{{cache: cache, n: len(toks)}}, logitRows: []int{len(toks) - 1}}
+	b := batch{kv: kv, tokens: toks, segs: []segment{{blocks: table, n: len(toks)}}, logitRows: []int{len(toks) - 1}}
+	pos := len(toks)
 	for i := range toks {
 		b.pos = append(b.pos, int32(i))
 	}
@@ -70,8 +71,8 @@ func greedy(m *Model, prompt []int32, n int) []int32 {
 		logits := m.forward(&b, &s)
 		next := int32(argmax(logits[:m.cfg.VocabSize]))
 		out = append(out, next)
-		pos := cache.n
-		b = batch{tokens: []int32{next}, pos: []int32{int32(pos)}, segs: []segment{{cache: cache, n: 1, start: pos}}, logitRows: []int{0}}
+		b = batch{kv: kv, tokens: []int32{next}, pos: []int32{int32(pos)}, segs: []segment{{blocks: table, n: 1, start: pos}}, logitRows: []int{0}}
+		pos++
 	}
 	return out
 }
@@ -90,9 +91,9 @@ func TestStoriesGreedyFromBOSMatchesGolden(t *testing.T) {
 func TestStoriesLogitsAtPositionZero(t *testing.T) {
 	m, _ := loadStories(t)
 	want := []float64{-6.222911, 8.404342, -6.223737, -6.222542, -6.221951, -6.222875, -6.221880, -6.223416}
-	cache := newKVCache(len(m.layers))
+	kv, table := m.scratchKV(1)
 	var s scratch
-	b := batch{tokens: []int32{1}, pos: []int32{0}, segs: []segment{{cache: cache, n: 1}}, logitRows: []int{0}}
+	b := batch{kv: kv, tokens: []int32{1}, pos: []int32{0}, segs: []segment{{blocks: table, n: 1}}, logitRows: []int{0}}
 	logits := m.forward(&b, &s)
 	for i, w := range want {
 		if d := math.Abs(float64(logits[i]) - w); d > 1e-4 {
