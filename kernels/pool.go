@@ -31,7 +31,10 @@ type pool struct {
 	left    atomic.Int32 // helpers not yet done with the current job
 	parked  []atomic.Int32
 	wake    []chan struct{}
-	waiting atomic.Int32 // 1 while the caller is parked on done
+	// waiting is the gen of the job whose caller is parked on done (0:
+	// none). Keying it by job keeps a helper still finishing the previous
+	// job from waking the caller of the next one before it has run.
+	waiting atomic.Uint64
 	done    chan struct{}
 	quit    atomic.Bool
 	wg      sync.WaitGroup
@@ -70,7 +73,7 @@ func (p *pool) run(size, grain int, fn func(worker, lo, hi int)) {
 	p.fn, p.size, p.grain = fn, size, grain
 	p.next.Store(0)
 	p.left.Store(int32(p.helpers))
-	p.gen.Add(1)
+	g := p.gen.Add(1)
 	for i := range p.parked {
 		if p.parked[i].CompareAndSwap(1, 0) {
 			p.wake[i] <- struct{}{}
@@ -78,7 +81,7 @@ func (p *pool) run(size, grain int, fn func(worker, lo, hi int)) {
 	}
 	p.work(0)
 	if p.left.Load() != 0 {
-		p.waitHelpers()
+		p.waitHelpers(g)
 	}
 	p.fn = nil
 }
@@ -94,7 +97,7 @@ func (p *pool) work(worker int) {
 	}
 }
 
-func (p *pool) waitHelpers() {
+func (p *pool) waitHelpers(g uint64) {
 	start := time.Now()
 	for i := 0; ; i++ {
 		if p.left.Load() == 0 {
@@ -105,9 +108,9 @@ func (p *pool) waitHelpers() {
 		}
 		runtime.Gosched()
 	}
-	p.waiting.Store(1)
+	p.waiting.Store(g)
 	if p.left.Load() == 0 {
-		if p.waiting.CompareAndSwap(1, 0) {
+		if p.waiting.CompareAndSwap(g, 0) {
 			return
 		}
 		// The last helper saw us waiting and is sending.
@@ -123,7 +126,7 @@ func (p *pool) helper(id int) {
 			return
 		}
 		p.work(id + 1)
-		if p.left.Add(-1) == 0 && p.waiting.CompareAndSwap(1, 0) {
+		if p.left.Add(-1) == 0 && p.waiting.CompareAndSwap(seen, 0) {
 			p.done <- struct{}{}
 		}
 	}
