@@ -1,0 +1,221 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/batchd/batchd/engine"
+)
+
+func openEngineWith(t testing.TB, set func(*Config), models ...ModelConfig) *Engine {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Models = models
+	set(&cfg)
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+// idsPrompt is a deterministic token-id prompt of n tokens from seed.
+func idsPrompt(seed, n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(3 + (seed*7919+i*104729)%200)
+	}
+	return out
+}
+
+func completion(t *testing.T, e *Engine, prompt []int32, maxTokens, n int) map[string]any {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true, "n": n})
+	return do(t, e, engine.EndpointCompletions, string(raw))
+}
+
+func choiceText(m map[string]any, i int) string {
+	return m["choices"].([]any)[i].(map[string]any)["text"].(string)
+}
+
+func cachedTokens(m map[string]any) int {
+	return int(m["usage"].(map[string]any)["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64))
+}
+
+func TestBlockManagerLRU(t *testing.T) {
+	m := newBlockManager(4, false)
+	h := func(i byte) blockHash { return blockHash{i} }
+	var got []int32
+	for range 4 {
+		got = append(got, m.alloc())
+	}
+	if m.alloc() != -1 || m.numFree() != 0 {
+		t.Fatalf("a full pool allocated a fifth block")
+	}
+	for i, b := range got {
+		m.register(b, h(byte(i)))
+	}
+	// Free 2, 0, 3 in that order: they stay cached, LRU order 2, 0, 3.
+	m.release(got[2])
+	m.release(got[0])
+	m.release(got[3])
+	if m.numFree() != 3 || m.cachedFree() != 3 {
+		t.Fatalf("free %d, cached free %d; want 3, 3", m.numFree(), m.cachedFree())
+	}
+	// Reuse by hash takes block 0 out of the free list.
+	if b, ok := m.lookup(h(0)); !ok || b != got[0] {
+		t.Fatalf("lookup(0) = %d, %v", b, ok)
+	}
+	m.acquire(got[0])
+	if m.numFree() != 2 || m.ref[got[0]] != 1 {
+		t.Fatalf("after reuse: free %d, ref %d", m.numFree(), m.ref[got[0]])
+	}
+	// A new block evicts the least recently freed: 2, then 3.
+	if b := m.alloc(); b != got[2] {
+		t.Fatalf("evicted %d, want %d", b, got[2])
+	}
+	if _, ok := m.lookup(h(2)); ok {
+		t.Fatal("an evicted block is still found by hash")
+	}
+	if _, ok := m.lookup(h(3)); !ok {
+		t.Fatal("block 3 was evicted out of order")
+	}
+	if b := m.alloc(); b != got[3] {
+		t.Fatalf("evicted %d, want %d", b, got[3])
+	}
+	// A second block computing the same hash is not registered over the first.
+	m.register(got[2], h(0))
+	if b, _ := m.lookup(h(0)); b != got[0] {
+		t.Fatalf("hash 0 moved to block %d", b)
+	}
+	// Shared blocks are freed at their last release only.
+	m.acquire(got[0])
+	m.release(got[0])
+	if m.numFree() != 0 {
+		t.Fatalf("a block with a reference left is free")
+	}
+	m.release(got[0])
+	if m.numFree() != 1 {
+		t.Fatalf("free %d, want 1", m.numFree())
+	}
+	// With caching disabled nothing is found.
+	d := newBlockManager(2, true)
+	d.register(d.alloc(), h(1))
+	if _, ok := d.lookup(h(1)); ok {
+		t.Fatal("a disabled prefix cache found a block")
+	}
+}
+
+// A second request sharing a 64-token system prompt takes its full blocks
+// from the prefix cache and generates what an engine without the cache
+// does; n > 1 choices share the prompt's blocks.
+func TestPrefixCacheSharedSystemPrompt(t *testing.T) {
+	path := demoPath(t)
+	on := openEngine(t, ModelConfig{Path: path})
+	off := openEngineWith(t, func(c *Config) { c.DisablePrefixCache = true }, ModelConfig{Path: path})
+	system := idsPrompt(1, 64)
+	a := append(append([]int32(nil), system...), idsPrompt(2, 9)...)
+	b := append(append([]int32(nil), system...), idsPrompt(3, 13)...)
+
+	first := completion(t, on, a, 16, 1)
+	if c := cachedTokens(first); c != 0 {
+		t.Fatalf("first request: cached_tokens %d, want 0", c)
+	}
+	second := completion(t, on, b, 16, 1)
+	if c := cachedTokens(second); c < 48 {
+		t.Fatalf("second request: cached_tokens %d, want >= 48", c)
+	}
+	if want := choiceText(completion(t, off, b, 16, 1), 0); choiceText(second, 0) != want {
+		t.Fatalf("with the prefix cache %q, without %q", choiceText(second, 0), want)
+	}
+	if c := cachedTokens(completion(t, off, b, 16, 1)); c != 0 {
+		t.Fatalf("disabled cache reported %d cached tokens", c)
+	}
+	// The same prompt again: everything but the last partial block.
+	if c := cachedTokens(completion(t, on, b, 16, 1)); c != 64 {
+		t.Fatalf("repeat: cached_tokens %d, want 64", c)
+	}
+
+	// n = 4 on a new 40-token prompt: the three later choices reuse the
+	// first one's two full blocks.
+	before := on.CacheStats()
+	p := idsPrompt(4, 40)
+	m := completion(t, on, p, 8, 4)
+	want := choiceText(completion(t, off, p, 8, 1), 0)
+	for i := range 4 {
+		if choiceText(m, i) != want {
+			t.Fatalf("choice %d: %q, want %q", i, choiceText(m, i), want)
+		}
+	}
+	if d := on.CacheStats().CachedTokens - before.CachedTokens; d != 3*32 {
+		t.Fatalf("n=4: %d cached tokens across the choices, want %d", d, 3*32)
+	}
+}
+
+// A KV cache for about two sequences and sixteen concurrent requests:
+// sequences are preempted and recomputed, and every request gets exactly
+// the tokens it gets alone.
+func TestPreemptionUnderTinyKVBudget(t *testing.T) {
+	path := demoPath(t)
+	alone := openEngine(t, ModelConfig{Path: path})
+	var e *Engine
+	e = openEngineWith(t, func(c *Config) {
+		c.KVCacheBytes = 1 // replaced below once the shape is known
+	}, ModelConfig{Path: path})
+	mc := e.runners[e.order[0]].model.cfg
+	bb := blockBytes(mc.Layers, mc.KVHeads*mc.HeadDim, kvBlockSize)
+	e.Close(context.Background())
+	// Each request needs 3 blocks (20 prompt + 24 generated tokens); 7 blocks
+	// hold two of them.
+	e = openEngineWith(t, func(c *Config) { c.KVCacheBytes = 7 * bb }, ModelConfig{Path: path})
+	if n := e.CacheStats().Blocks; n != 7 {
+		t.Fatalf("%d blocks, want 7", n)
+	}
+	const reqs = 16
+	want := make([]string, reqs)
+	for i := range reqs {
+		want[i] = choiceText(completion(t, alone, idsPrompt(100+i, 20), 24, 1), 0)
+	}
+	got := make([]string, reqs)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() { got[i] = choiceText(completion(t, e, idsPrompt(100+i, 20), 24, 1), 0) })
+	}
+	wg.Wait()
+	for i := range reqs {
+		if got[i] != want[i] {
+			t.Errorf("request %d: %q under preemption, %q alone", i, got[i], want[i])
+		}
+	}
+	st := e.CacheStats()
+	if st.Preemptions == 0 {
+		t.Errorf("no preemption with %d blocks and %d requests", st.Blocks, reqs)
+	}
+	if st.BlocksPeak > st.Blocks {
+		t.Errorf("peak %d blocks of %d", st.BlocksPeak, st.Blocks)
+	}
+	t.Logf("%d preemptions, peak %d of %d blocks", st.Preemptions, st.BlocksPeak, st.Blocks)
+
+	// A prompt larger than the whole cache is a 400, not a wait.
+	raw, _ := json.Marshal(map[string]any{"prompt": idsPrompt(7, 7*kvBlockSize+1), "max_tokens": 2})
+	resp, err := e.Do(context.Background(), &engine.Request{Endpoint: engine.EndpointCompletions, Body: raw})
+	if err != nil || resp.StatusCode != 400 || !bytes.Contains(resp.Body, []byte("context_length_exceeded")) {
+		t.Fatalf("%v %d %s", err, resp.StatusCode, resp.Body)
+	}
+	// One that fits but then outgrows the cache ends with "length".
+	m := completion(t, e, idsPrompt(8, 6*kvBlockSize), 40, 1)
+	ch := m["choices"].([]any)[0].(map[string]any)
+	if ch["finish_reason"] != "length" {
+		t.Fatalf("finish_reason %v", ch["finish_reason"])
+	}
+	if u := m["usage"].(map[string]any)["completion_tokens"].(float64); u < 1 || u > kvBlockSize+1 {
+		t.Fatalf("completion_tokens %v, want 1..%d", u, kvBlockSize+1)
+	}
+}
