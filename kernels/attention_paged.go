@@ -1,18 +1,22 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // PagedAttention is Attention over a paged KV cache. k and v are one
-// layer's block pools, laid out [block][blockSize][nKVHeads][headDim];
-// blocks is the sequence's block table: position p lives in block
-// blocks[p/blockSize] at row p%blockSize. The other arguments are as for
+// layer's block pools, laid out [block][blockSize][nKVHeads][headDim] (each
+// block a small contiguous cache); blockSize must be a power of two, at
+// least 4. blocks is the sequence's block table: position p
+// lives in block blocks[p/blockSize] at row p%blockSize. The other arguments are as for
 // Attention, and so is the arithmetic: each position's score, the softmax
 // and the position-ordered sum of values are the same operations in the same
-// order, so when blockSize is a multiple of 4 the result is bit-identical to
+// order, so the result is bit-identical to
 // Attention over the same rows stored contiguously (and therefore
 // independent of chunking and of which blocks hold the rows).
 func (c *CPU) PagedAttention(out, q, k, v []float32, blocks []int32, blockSize, nTok, start, nHeads, nKVHeads, headDim int, scale float32) {
-	if nTok < 0 || start < 0 || nHeads <= 0 || nKVHeads <= 0 || headDim <= 0 || nHeads%nKVHeads != 0 || blockSize <= 0 {
+	if nTok < 0 || start < 0 || nHeads <= 0 || nKVHeads <= 0 || headDim <= 0 || nHeads%nKVHeads != 0 || blockSize < 4 || blockSize&(blockSize-1) != 0 {
 		panic(fmt.Sprintf("kernels: PagedAttention nTok=%d start=%d heads=%d kvHeads=%d headDim=%d blockSize=%d", nTok, start, nHeads, nKVHeads, headDim, blockSize))
 	}
 	n := start + nTok
@@ -33,5 +37,5 @@ func (c *CPU) PagedAttention(out, q, k, v []float32, blocks []int32, blockSize, 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, blocks[:nb], blockSize)
+	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, blocks[:nb], uint(bits.TrailingZeros(uint(blockSize))))
 }

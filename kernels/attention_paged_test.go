@@ -3,12 +3,17 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 )
 
-// scatter stores contiguous rows [n][stride] into a pool of nBlocks blocks
-// of bs rows through a shuffled block table, returning the pool and table.
-func scatter(r *rand.Rand, k, v []float32, n, stride, bs, nBlocks int) (kp, vp []float32, table []int32) {
+// scatter stores contiguous rows [n][nKV][hd] into a pool of nBlocks
+// blocks [bs][nKV][hd] through a shuffled block table, returning the pool
+// and table.
+func scatter(r *rand.Rand, k, v []float32, n, nKV, hd, bs, nBlocks int) (kp, vp []float32, table []int32) {
+	stride := nKV * hd
 	perm := r.Perm(nBlocks)
 	need := (n + bs - 1) / bs
 	for i := range need {
@@ -16,9 +21,12 @@ func scatter(r *rand.Rand, k, v []float32, n, stride, bs, nBlocks int) (kp, vp [
 	}
 	kp, vp = randF32(r, nBlocks*bs*stride, 9), randF32(r, nBlocks*bs*stride, 9) // garbage elsewhere
 	for p := range n {
-		dst := (int(table[p/bs])*bs + p%bs) * stride
-		copy(kp[dst:dst+stride], k[p*stride:(p+1)*stride])
-		copy(vp[dst:dst+stride], v[p*stride:(p+1)*stride])
+		for g := range nKV {
+			dst := ((int(table[p/bs])*bs+p%bs)*nKV + g) * hd
+			src := (p*nKV + g) * hd
+			copy(kp[dst:dst+hd], k[src:src+hd])
+			copy(vp[dst:dst+hd], v[src:src+hd])
+		}
 	}
 	return kp, vp, table
 }
@@ -40,8 +48,8 @@ func TestPagedAttentionEqualsContiguous(t *testing.T) {
 			want := make([]float32, len(q))
 			cpu := newCPU(2, be)
 			cpu.Attention(want, q, k, v, N, 0, c.heads, c.kv, c.hd, 0.2)
-			for _, bs := range []int{16, 32, 128, 4} {
-				kp, vp, table := scatter(r, k, v, N, stride, bs, (N+bs-1)/bs+3)
+			for _, bs := range []int{16, 32, 128, 4, 64} {
+				kp, vp, table := scatter(r, k, v, N, c.kv, c.hd, bs, (N+bs-1)/bs+3)
 				for _, chunk := range []int{N, 17, 1} {
 					got := make([]float32, len(q))
 					for s := 0; s < N; s += chunk {
@@ -65,18 +73,90 @@ func BenchmarkPagedAttention(b *testing.B) {
 	cpu := NewCPU(0)
 	defer cpu.Close()
 	for _, tc := range []struct{ nTok, start int }{{1, 511}, {1, 4095}, {128, 384}} {
+		for _, order := range []string{"shuffled", "inorder"} {
+			b.Run(fmt.Sprintf("nTok=%d/start=%d/%s", tc.nTok, tc.start, order), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(4, 5))
+				n := tc.start + tc.nTok
+				q := randF32(r, tc.nTok*heads*hd, 1)
+				k, v := randF32(r, n*kv*hd, 1), randF32(r, n*kv*hd, 1)
+				kp, vp, table := scatter(r, k, v, n, kv, hd, bs, (n+bs-1)/bs+8)
+				if order == "inorder" {
+					kp, vp = append([]float32(nil), k...), append([]float32(nil), v...)
+					kp = append(kp, make([]float32, ((n+bs-1)/bs*bs-n)*kv*hd)...)
+					vp = append(vp, make([]float32, ((n+bs-1)/bs*bs-n)*kv*hd)...)
+					for i := range table {
+						table[i] = int32(i)
+					}
+				}
+				out := make([]float32, len(q))
+				cpu.PagedAttention(out, q, kp, vp, table, bs, tc.nTok, tc.start, heads, kv, hd, 0.125)
+				b.ResetTimer()
+				for range b.N {
+					cpu.PagedAttention(out, q, kp, vp, table, bs, tc.nTok, tc.start, heads, kv, hd, 0.125)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPagedVsContiguous runs Attention and PagedAttention (shuffled
+// 16-position blocks) on the same rows, alternating in short rounds, and
+// reports each one's best round in µs per call: on a noisy machine the
+// paired minimum is what compares the kernels.
+func BenchmarkPagedVsContiguous(b *testing.B) {
+	const heads, kv, hd = 14, 2, 64
+	bs := 16
+	if x, err := strconv.Atoi(os.Getenv("PAGED_BS")); err == nil {
+		bs = x
+	}
+	cpu := NewCPU(0)
+	defer cpu.Close()
+	for _, tc := range []struct{ nTok, start int }{{1, 511}, {1, 4095}, {128, 384}} {
 		b.Run(fmt.Sprintf("nTok=%d/start=%d", tc.nTok, tc.start), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(4, 5))
 			n := tc.start + tc.nTok
 			q := randF32(r, tc.nTok*heads*hd, 1)
 			k, v := randF32(r, n*kv*hd, 1), randF32(r, n*kv*hd, 1)
-			kp, vp, table := scatter(r, k, v, n, kv*hd, bs, (n+bs-1)/bs+8)
-			out := make([]float32, len(q))
-			cpu.PagedAttention(out, q, kp, vp, table, bs, tc.nTok, tc.start, heads, kv, hd, 0.125)
-			b.ResetTimer()
-			for range b.N {
-				cpu.PagedAttention(out, q, kp, vp, table, bs, tc.nTok, tc.start, heads, kv, hd, 0.125)
+			kp, vp, table := scatter(r, k, v, n, kv, hd, bs, (n+bs-1)/bs+8)
+			if os.Getenv("PAGED_INORDER") != "" {
+				kp, vp, table = scatterInOrder(k, v, n, kv, hd, bs)
 			}
+			out := make([]float32, len(q))
+			round := max(1, 20_000_000/(n*tc.nTok*heads*hd))
+			best := [2]float64{1e18, 1e18}
+			for range b.N {
+				for which := range 2 {
+					start := time.Now()
+					for range round {
+						if which == 0 {
+							cpu.Attention(out, q, k, v, tc.nTok, tc.start, heads, kv, hd, 0.125)
+						} else {
+							cpu.PagedAttention(out, q, kp, vp, table, bs, tc.nTok, tc.start, heads, kv, hd, 0.125)
+						}
+					}
+					best[which] = min(best[which], float64(time.Since(start).Microseconds())/float64(round))
+				}
+			}
+			b.ReportMetric(best[0], "contig-µs")
+			b.ReportMetric(best[1], "paged-µs")
+			b.ReportMetric(best[1]/best[0], "paged/contig")
 		})
 	}
+}
+
+// scatterInOrder is scatter with blocks in order: 0, 1, 2, ...
+func scatterInOrder(k, v []float32, n, nKV, hd, bs int) (kp, vp []float32, table []int32) {
+	nb := (n + bs - 1) / bs
+	kp, vp = make([]float32, nb*bs*nKV*hd), make([]float32, nb*bs*nKV*hd)
+	for b := range nb {
+		table = append(table, int32(b))
+	}
+	for p := range n {
+		for g := range nKV {
+			dst, src := (p*nKV+g)*hd, (p*nKV+g)*hd
+			copy(kp[dst:dst+hd], k[src:src+hd])
+			copy(vp[dst:dst+hd], v[src:src+hd])
+		}
+	}
+	return kp, vp, table
 }

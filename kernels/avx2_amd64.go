@@ -469,8 +469,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		m := min(8, hd-d)
 		var acc archsimd.Float32x8
 		for p, e := range scores {
-			off, _ := a.kvRun(p)
-			acc = loadF32x8Tail(a.v[off+g*hd+d:][:m]).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+			acc = loadF32x8Tail(a.v[a.rowOff(p, g)+d:][:m]).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
 		}
 		storeF32x8Tail(acc.Mul(inv), o[d:d+m])
 	}

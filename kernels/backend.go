@@ -1,7 +1,5 @@
 package kernels
 
-import "math"
-
 // backend is one code path's set of kernels. The CPU type does validation,
 // scratch management and the parallel split; a backend does the arithmetic
 // on the pieces it is handed. Every function must compute each output
@@ -64,34 +62,27 @@ type attnArgs struct {
 	nTok, start, nHeads, nKV, headDim int
 	scale                             float32
 	groupChunk, chunks                int // heads per work item, items per kv head
-	// Paged K/V: blocks is the sequence's block table, bs positions per
-	// block; nil for one contiguous cache.
-	blocks []int32
-	bs     int
+	// Paged K/V: blocks is the sequence's block table, 1<<bsShift
+	// positions per block; nil for one contiguous cache.
+	blocks  []int32
+	bsShift uint
 }
 
-// kvRun returns the offset in k and v of position p's row and the end
-// (exclusive) of the run of positions stored contiguously from p: the
-// whole cache when it is contiguous, the rest of p's block when paged.
-func (a *attnArgs) kvRun(p int) (off, end int) {
-	stride := a.nKV * a.headDim
-	if a.blocks == nil {
-		return p * stride, math.MaxInt
+// rowOff is the offset in k and v of position p's row of kv head g:
+// contiguous caches are [pos][nKV][headDim], paged pools
+// [block][1<<bsShift][nKV][headDim] (a block is a contiguous cache of its
+// positions).
+func (a *attnArgs) rowOff(p, g int) int {
+	if a.blocks != nil {
+		p = int(a.blocks[p>>a.bsShift])<<a.bsShift | p&(1<<a.bsShift-1)
 	}
-	b := p / a.bs
-	return (int(a.blocks[b])*a.bs + p - b*a.bs) * stride, (b + 1) * a.bs
+	return (p*a.nKV + g) * a.headDim
 }
 
 // kRow and vRow are position p's key and value rows of kv head g.
-func (a *attnArgs) kRow(p, g int) []float32 {
-	off, _ := a.kvRun(p)
-	return a.k[off+g*a.headDim:][:a.headDim]
-}
+func (a *attnArgs) kRow(p, g int) []float32 { return a.k[a.rowOff(p, g):][:a.headDim] }
 
-func (a *attnArgs) vRow(p, g int) []float32 {
-	off, _ := a.kvRun(p)
-	return a.v[off+g*a.headDim:][:a.headDim]
-}
+func (a *attnArgs) vRow(p, g int) []float32 { return a.v[a.rowOff(p, g):][:a.headDim] }
 
 // worker is one thread's scratch, grown on demand and then reused.
 type worker struct {

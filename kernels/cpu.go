@@ -298,7 +298,7 @@ func (c *CPU) Attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, h
 }
 
 // attention runs a checked Attention or PagedAttention call (c.mu held).
-func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, blocks []int32, bs int) {
+func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, blocks []int32, bsShift uint) {
 	n := start + nTok
 	// A work item is one token's query heads that share a kv head (up to 4
 	// of them), so the K/V rows it streams are read once for all of them.
@@ -308,7 +308,7 @@ func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, h
 		c.workers[i].scores = growF32(c.workers[i].scores, chunk*n)
 	}
 	c.att = attnArgs{out: out, q: q, k: k, v: v, nTok: nTok, start: start, nHeads: nHeads, nKV: nKVHeads, headDim: headDim, scale: scale,
-		groupChunk: chunk, chunks: (group + chunk - 1) / chunk, blocks: blocks, bs: bs}
+		groupChunk: chunk, chunks: (group + chunk - 1) / chunk, blocks: blocks, bsShift: bsShift}
 	items := nTok * nKVHeads * c.att.chunks
 	if items > 1 && n*headDim*nTok*nHeads >= c.parallelMinWork/4 {
 		c.pool.run(items, 1, c.fnAttn)

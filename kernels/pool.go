@@ -27,10 +27,10 @@ type pool struct {
 	grain int
 	next  atomic.Int64
 
-	gen     atomic.Uint64
-	left    atomic.Int32 // helpers not yet done with the current job
-	parked  []atomic.Int32
-	wake    []chan struct{}
+	gen    atomic.Uint64
+	left   atomic.Int32 // helpers not yet done with the current job
+	parked []atomic.Int32
+	wake   []chan struct{}
 	// waiting is the gen of the job whose caller is parked on done (0:
 	// none). Keying it by job keeps a helper still finishing the previous
 	// job from waking the caller of the next one before it has run.

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"sync"
 	"testing"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/kernels"
 )
 
 func openEngineWith(t testing.TB, set func(*Config), models ...ModelConfig) *Engine {
@@ -114,7 +117,7 @@ func TestBlockManagerLRU(t *testing.T) {
 }
 
 // A second request sharing a 64-token system prompt takes its full blocks
-// from the prefix cache and generates what an engine without the cache
+// (48+ tokens for blocks of 16; all 64 for blocks of 32 or 64) from the prefix cache and generates what an engine without the cache
 // does; n > 1 choices share the prompt's blocks.
 func TestPrefixCacheSharedSystemPrompt(t *testing.T) {
 	path := demoPath(t)
@@ -138,13 +141,14 @@ func TestPrefixCacheSharedSystemPrompt(t *testing.T) {
 	if c := cachedTokens(completion(t, off, b, 16, 1)); c != 0 {
 		t.Fatalf("disabled cache reported %d cached tokens", c)
 	}
-	// The same prompt again: everything but the last partial block.
-	if c := cachedTokens(completion(t, on, b, 16, 1)); c != 64 {
-		t.Fatalf("repeat: cached_tokens %d, want 64", c)
+	// The same prompt again: every full block (the last token is always
+	// computed).
+	if c, want := cachedTokens(completion(t, on, b, 16, 1)), (len(b)-1)/kvBlockSize*kvBlockSize; c != want {
+		t.Fatalf("repeat: cached_tokens %d, want %d", c, want)
 	}
 
 	// n = 4 on a new 40-token prompt: the three later choices reuse the
-	// first one's two full blocks.
+	// first one's full blocks.
 	before := on.CacheStats()
 	p := idsPrompt(4, 40)
 	m := completion(t, on, p, 8, 4)
@@ -154,8 +158,8 @@ func TestPrefixCacheSharedSystemPrompt(t *testing.T) {
 			t.Fatalf("choice %d: %q, want %q", i, choiceText(m, i), want)
 		}
 	}
-	if d := on.CacheStats().CachedTokens - before.CachedTokens; d != 3*32 {
-		t.Fatalf("n=4: %d cached tokens across the choices, want %d", d, 3*32)
+	if d, want := on.CacheStats().CachedTokens-before.CachedTokens, int64(3*(39/kvBlockSize*kvBlockSize)); d != want {
+		t.Fatalf("n=4: %d cached tokens across the choices, want %d", d, want)
 	}
 }
 
@@ -172,11 +176,11 @@ func TestPreemptionUnderTinyKVBudget(t *testing.T) {
 	mc := e.runners[e.order[0]].model.cfg
 	bb := blockBytes(mc.Layers, mc.KVHeads*mc.HeadDim, kvBlockSize)
 	e.Close(context.Background())
-	// Each request needs 3 blocks (20 prompt + 24 generated tokens); 7 blocks
-	// hold two of them.
-	e = openEngineWith(t, func(c *Config) { c.KVCacheBytes = 7 * bb }, ModelConfig{Path: path})
-	if n := e.CacheStats().Blocks; n != 7 {
-		t.Fatalf("%d blocks, want 7", n)
+	// Room for about two requests of 20 prompt + 24 generated tokens.
+	blocks := 2*blocksFor(20+24, kvBlockSize) + 1
+	e = openEngineWith(t, func(c *Config) { c.KVCacheBytes = int64(blocks) * bb }, ModelConfig{Path: path})
+	if n := e.CacheStats().Blocks; n != blocks {
+		t.Fatalf("%d blocks, want %d", n, blocks)
 	}
 	const reqs = 16
 	want := make([]string, reqs)
@@ -204,18 +208,57 @@ func TestPreemptionUnderTinyKVBudget(t *testing.T) {
 	t.Logf("%d preemptions, peak %d of %d blocks", st.Preemptions, st.BlocksPeak, st.Blocks)
 
 	// A prompt larger than the whole cache is a 400, not a wait.
-	raw, _ := json.Marshal(map[string]any{"prompt": idsPrompt(7, 7*kvBlockSize+1), "max_tokens": 2})
+	raw, _ := json.Marshal(map[string]any{"prompt": idsPrompt(7, blocks*kvBlockSize+1), "max_tokens": 2})
 	resp, err := e.Do(context.Background(), &engine.Request{Endpoint: engine.EndpointCompletions, Body: raw})
 	if err != nil || resp.StatusCode != 400 || !bytes.Contains(resp.Body, []byte("context_length_exceeded")) {
 		t.Fatalf("%v %d %s", err, resp.StatusCode, resp.Body)
 	}
 	// One that fits but then outgrows the cache ends with "length".
-	m := completion(t, e, idsPrompt(8, 6*kvBlockSize), 40, 1)
+	m := completion(t, e, idsPrompt(8, (blocks-1)*kvBlockSize), 2*kvBlockSize, 1)
 	ch := m["choices"].([]any)[0].(map[string]any)
 	if ch["finish_reason"] != "length" {
 		t.Fatalf("finish_reason %v", ch["finish_reason"])
 	}
 	if u := m["usage"].(map[string]any)["completion_tokens"].(float64); u < 1 || u > kvBlockSize+1 {
 		t.Fatalf("completion_tokens %v, want 1..%d", u, kvBlockSize+1)
+	}
+}
+
+// A sequence that reuses another's cached prefix blocks (in a shuffled
+// block table) gets bit-identical logits to one pass over its whole prompt
+// in a private cache.
+func TestSharedPrefixBlocksGiveSameLogits(t *testing.T) {
+	w, err := weights.Load(demoPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	cpu := kernels.NewCPU(2)
+	t.Cleanup(cpu.Close)
+	m, err := NewModel(w, cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := kvBlockSize
+	shared := 2 * bs
+	a := append(idsPrompt(1, shared), idsPrompt(2, 5)...)
+	b := append(idsPrompt(1, shared), idsPrompt(3, 7)...)
+	kv := m.newKVStore(bs, 6)
+	var s scratch
+	run := func(toks []int32, table []int32, start int) []float32 {
+		bt := batch{kv: kv, tokens: toks[start:], segs: []segment{{blocks: table, n: len(toks) - start, start: start}}}
+		for i := range bt.tokens {
+			bt.pos = append(bt.pos, int32(start+i))
+			bt.logitRows = append(bt.logitRows, i)
+		}
+		return append([]float32(nil), m.forward(&bt, &s)...)
+	}
+	run(a, []int32{4, 1, 5}, 0)             // a fills blocks 4, 1 (its prefix) and 5
+	got := run(b, []int32{4, 1, 2}, shared) // b computes only its own tokens
+	want := logitsAt(m, b)[shared*m.cfg.VocabSize:]
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("logit %d (token %d): %g with shared blocks, %g alone", i, shared+i/m.cfg.VocabSize, got[i], want[i])
+		}
 	}
 }
