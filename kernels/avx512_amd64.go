@@ -765,8 +765,9 @@ func attnScores512(s, q []float32, rows *kvRows, p0, p1 int, scale float32) {
 	if hd%16 == 0 {
 		qp := f32ptr(q)
 		for p+4 <= p1 {
-			end, k0 := rows.runEnd(p, p1), rows.at(p)
+			end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
 			for ; p+4 <= end; p += 4 {
+				k0 := unsafe.Add(rb, 4*(p-r0)*stride)
 				k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
 				var c0, c1, c2, c3 archsimd.Float32x16
 				for d := 0; d < hd; d += 16 {
@@ -777,7 +778,6 @@ func attnScores512(s, q []float32, rows *kvRows, p0, p1 int, scale float32) {
 					c3 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k3, d)), c3)
 				}
 				hsum4x16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(scale)).Store((*[4]float32)(s[p : p+4]))
-				k0 = unsafe.Add(k0, 16*stride)
 			}
 		}
 	}
@@ -795,8 +795,9 @@ func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale f
 	sv := archsimd.BroadcastFloat32x4(scale)
 	p := p0
 	for p+4 <= p1 {
-		end, k0 := rows.runEnd(p, p1), rows.at(p)
+		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
 		for ; p+4 <= end; p += 4 {
+			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
 			k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
 			var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
 			for d := 0; d < hd; d += 16 {
@@ -812,7 +813,6 @@ func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale f
 			}
 			hsum4x16(a0, a1, a2, a3).Mul(sv).Store((*[4]float32)(sa[p : p+4]))
 			hsum4x16(b0, b1, b2, b3).Mul(sv).Store((*[4]float32)(sb[p : p+4]))
-			k0 = unsafe.Add(k0, 16*stride)
 		}
 	}
 	return p
@@ -827,14 +827,14 @@ func attnAccumulate512(acc, e unsafe.Pointer, rows *kvRows, hd, p0, p1 int) {
 		o0, o1 := archsimd.LoadFloat32x16(f32At(acc, d)), archsimd.LoadFloat32x16(f32At(acc, d+16))
 		o2, o3 := archsimd.LoadFloat32x16(f32At(acc, d+32)), archsimd.LoadFloat32x16(f32At(acc, d+48))
 		for p := p0; p < p1; {
-			end, vp := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d)
+			end, rb, r0 := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d), p
 			for ; p < end; p++ {
+				vp := unsafe.Add(rb, 4*(p-r0)*stride)
 				ev := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(e, 4*p)))
 				o0 = archsimd.LoadFloat32x16(f32At(vp, 0)).MulAdd(ev, o0)
 				o1 = archsimd.LoadFloat32x16(f32At(vp, 16)).MulAdd(ev, o1)
 				o2 = archsimd.LoadFloat32x16(f32At(vp, 32)).MulAdd(ev, o2)
 				o3 = archsimd.LoadFloat32x16(f32At(vp, 48)).MulAdd(ev, o3)
-				vp = unsafe.Add(vp, 4*stride)
 			}
 		}
 		o0.Store(f32At(acc, d))
@@ -845,11 +845,11 @@ func attnAccumulate512(acc, e unsafe.Pointer, rows *kvRows, hd, p0, p1 int) {
 	for ; d < hd; d += 16 {
 		o := archsimd.LoadFloat32x16(f32At(acc, d))
 		for p := p0; p < p1; {
-			end, vp := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d)
+			end, rb, r0 := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d), p
 			for ; p < end; p++ {
+				vp := unsafe.Add(rb, 4*(p-r0)*stride)
 				ev := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(e, 4*p)))
 				o = archsimd.LoadFloat32x16(f32At(vp, 0)).MulAdd(ev, o)
-				vp = unsafe.Add(vp, 4*stride)
 			}
 		}
 		o.Store(f32At(acc, d))
@@ -865,14 +865,14 @@ func attnAccumulate2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, hd, p0
 		a0, a1 := archsimd.LoadFloat32x16(f32At(accA, d)), archsimd.LoadFloat32x16(f32At(accA, d+16))
 		b0, b1 := archsimd.LoadFloat32x16(f32At(accB, d)), archsimd.LoadFloat32x16(f32At(accB, d+16))
 		for p := p0; p < p1; {
-			end, vp := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d)
+			end, rb, r0 := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d), p
 			for ; p < end; p++ {
+				vp := unsafe.Add(rb, 4*(p-r0)*stride)
 				ea := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(eA, 4*p)))
 				eb := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(eB, 4*p)))
 				v0, v1 := archsimd.LoadFloat32x16(f32At(vp, 0)), archsimd.LoadFloat32x16(f32At(vp, 16))
 				a0, a1 = v0.MulAdd(ea, a0), v1.MulAdd(ea, a1)
 				b0, b1 = v0.MulAdd(eb, b0), v1.MulAdd(eb, b1)
-				vp = unsafe.Add(vp, 4*stride)
 			}
 		}
 		a0.Store(f32At(accA, d))
