@@ -176,8 +176,8 @@ func TestPreemptionUnderTinyKVBudget(t *testing.T) {
 	mc := e.runners[e.order[0]].model.cfg
 	bb := blockBytes(mc.Layers, mc.KVHeads*mc.HeadDim, kvBlockSize)
 	e.Close(context.Background())
-	// Room for about two requests of 20 prompt + 24 generated tokens.
-	blocks := 2*blocksFor(20+24, kvBlockSize) + 1
+	// Room for about two requests of 24 prompt + 16 generated tokens.
+	blocks := 2*blocksFor(24+16, kvBlockSize) + 1
 	e = openEngineWith(t, func(c *Config) { c.KVCacheBytes = int64(blocks) * bb }, ModelConfig{Path: path})
 	if n := e.CacheStats().Blocks; n != blocks {
 		t.Fatalf("%d blocks, want %d", n, blocks)
@@ -185,12 +185,12 @@ func TestPreemptionUnderTinyKVBudget(t *testing.T) {
 	const reqs = 16
 	want := make([]string, reqs)
 	for i := range reqs {
-		want[i] = choiceText(completion(t, alone, idsPrompt(100+i, 20), 24, 1), 0)
+		want[i] = choiceText(completion(t, alone, idsPrompt(100+i, 24), 16, 1), 0)
 	}
 	got := make([]string, reqs)
 	var wg sync.WaitGroup
 	for i := range reqs {
-		wg.Go(func() { got[i] = choiceText(completion(t, e, idsPrompt(100+i, 20), 24, 1), 0) })
+		wg.Go(func() { got[i] = choiceText(completion(t, e, idsPrompt(100+i, 24), 16, 1), 0) })
 	}
 	wg.Wait()
 	for i := range reqs {
