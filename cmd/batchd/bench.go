@@ -220,6 +220,11 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	prompt := fs.Int("prompt", 256, "prefill length in tokens")
 	steps := fs.Int("steps", 32, "decode steps measured")
 	seqs := fs.String("seqs", "1,8,32", "sequence counts for aggregate decode")
+	prefixReqs := fs.Int("prefix-requests", 0, "instead, run this many requests sharing a system prompt through the engine, with and without prefix caching")
+	system := fs.Int("system", 200, "--prefix-requests: shared system prompt tokens")
+	user := fs.Int("user", 50, "--prefix-requests: per-request prompt tokens")
+	output := fs.Int("output", 64, "--prefix-requests: output tokens per request")
+	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -238,6 +243,15 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return code
 		}
 		path = strings.TrimSpace(out.String())
+	}
+	if *prefixReqs > 0 {
+		res, err := native.BenchPrefix(path, native.PrefixBenchOptions{Threads: *threads, Requests: *prefixReqs,
+			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes})
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		return exitOK
 	}
 	res, err := native.Bench(path, native.BenchOptions{Threads: *threads, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
 	if err != nil {

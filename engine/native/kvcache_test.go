@@ -262,3 +262,23 @@ func TestSharedPrefixBlocksGiveSameLogits(t *testing.T) {
 		}
 	}
 }
+
+// Requests arriving together with the same system prompt compute it once:
+// the later ones wait for the blocks the first is computing.
+func TestPrefixComputedOnceForConcurrentRequests(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	system := idsPrompt(9, 3*kvBlockSize)
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { completion(t, e, append(append([]int32(nil), system...), idsPrompt(20+i, 5)...), 4, 1) })
+	}
+	wg.Wait()
+	st := e.CacheStats()
+	if want := int64((n - 1) * len(system)); st.CachedTokens != want {
+		t.Errorf("cached %d prompt tokens, want %d", st.CachedTokens, want)
+	}
+	if want := int64(len(system) + n*5); st.PrefillTokens != want {
+		t.Errorf("computed %d prompt tokens, want %d", st.PrefillTokens, want)
+	}
+}

@@ -66,7 +66,6 @@ type seq struct {
 	cached     int         // prompt tokens found in the prefix cache at first admission
 	admitted   bool        // admitted at least once
 	running    bool        // in runner.running
-	leader     *seq        // the first choice of the same prompt (n > 1), or nil
 	sched      bool        // in the step being built
 	chunk      int         // its tokens in that step
 }
@@ -140,12 +139,8 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 		}
 		// The requests document's save_system_prompt_kv_cache needs nothing
 		// more: the prefix cache keeps every full block of a shared prompt.
-		var leader *seq
 		for k := range p.n {
-			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder(), leader: leader}
-			if k == 0 {
-				leader = s
-			}
+			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder()}
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
 			s.tokens = append(make([]int32, 0, len(pr)+p.maxTokens), pr...)
 			j.seqs = append(j.seqs, s)

@@ -158,14 +158,14 @@ func (r *runner) grow(s *seq, want int, shrink bool) int {
 			r.finishLength(s) // its next position fits in no cache of this size
 			return 0
 		}
-		var victim *seq
+		var victim *seq // finished sequences free their blocks at retire
 		for i := len(r.running) - 1; i >= 0; i-- {
-			if x := r.running[i]; !x.sched {
+			if x := r.running[i]; !x.sched && x.finish == "" {
 				victim = x
 				break
 			}
 		}
-		r.preempt(victim) // s is unscheduled, so there is one
+		r.preempt(victim) // s is unscheduled and unfinished, so there is one
 		if victim == s {
 			return 0
 		}
@@ -213,12 +213,55 @@ func (r *runner) admit(s *seq, budget int) int {
 	return k
 }
 
+// pendingBlocks is the hashes of the full blocks that running sequences
+// have still to compute from tokens they already have (nil when prefix
+// caching is off).
+func (r *runner) pendingBlocks() map[blockHash]bool {
+	if r.bm.noCache {
+		return nil
+	}
+	pending := map[blockHash]bool{}
+	for _, s := range r.running {
+		if s.finish == "" {
+			r.addPending(s, pending)
+		}
+	}
+	return pending
+}
+
+func (r *runner) addPending(s *seq, pending map[blockHash]bool) {
+	if pending == nil {
+		return
+	}
+	bs := r.kv.bs
+	for bi := s.registered; (bi+1)*bs <= len(s.tokens); bi++ {
+		pending[s.hashAt(bi, bs)] = true
+	}
+}
+
+// waitsForPending says whether s's first block missing from the prefix
+// cache is one a running sequence is computing.
+func (r *runner) waitsForPending(s *seq, pending map[blockHash]bool) bool {
+	if len(pending) == 0 {
+		return false
+	}
+	bs := r.kv.bs
+	for bi := range (len(s.tokens) - 1) / bs {
+		h := s.hashAt(bi, bs)
+		if _, ok := r.bm.lookup(h); !ok {
+			return pending[h]
+		}
+	}
+	return false
+}
+
 // step runs one forward pass over the running sequences.
 func (r *runner) step() {
 	bs := r.kv.bs
 	budget := r.e.cfg.MaxBatchTokens
 	b := batch{kv: r.kv}
 	var owners, sched []*seq // the sequence of each logits row; the batch's sequences
+	preempted := r.stats.preemptions.Load()
 	add := func(s *seq, n int) {
 		start := s.n
 		first := len(b.tokens)
@@ -252,18 +295,22 @@ func (r *runner) step() {
 			}
 		}
 	}
-	// Then admit waiting sequences, in order, while blocks and budget last.
+	// Then admit waiting sequences, in order, while blocks and budget last
+	// (not in a step that had to preempt: memory is short).
+	pending := r.pendingBlocks()
 	r.mu.Lock()
-	for i := 0; i < len(r.waiting) && budget > 0 && len(r.running) < r.e.cfg.MaxSeqs; {
+	for i := 0; i < len(r.waiting) && budget > 0 && len(r.running) < r.e.cfg.MaxSeqs && r.stats.preemptions.Load() == preempted; {
 		s := r.waiting[i]
 		if s.job.cancelled.Load() {
 			r.waiting = slices.Delete(r.waiting, i, i+1)
 			r.active.Add(-1)
 			continue
 		}
-		// The other choices of an n > 1 request wait for the first one's
-		// prompt, then share its full blocks through the prefix cache.
-		if l := s.leader; l != nil && l.running && l.finish == "" && l.n < l.promptLen {
+		// A sequence whose next uncached block another running sequence is
+		// computing waits for it, then shares it through the prefix cache:
+		// the other choices of an n > 1 request, requests arriving together
+		// with the same system prompt.
+		if r.waitsForPending(s, pending) {
 			i++
 			continue
 		}
@@ -274,6 +321,7 @@ func (r *runner) step() {
 		r.waiting = slices.Delete(r.waiting, i, i+1)
 		r.running = append(r.running, s)
 		add(s, k)
+		r.addPending(s, pending)
 	}
 	r.mu.Unlock()
 	r.stats.blocksUsed.Store(int64(r.bm.used()))
