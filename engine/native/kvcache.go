@@ -34,9 +34,10 @@ import (
 
 // kvBlockSize is the positions per block: a power of two of at least 4,
 // as kernels.PagedAttention needs. 32 rather than vLLM's GPU default of 16:
-// on the CPU kernel, block runs of 16 cost 10-25% over contiguous attention
-// (decode at 512-4K context, blocks in shuffled order), 32 costs 6-15%, 64
-// costs 2-7% (kernels BenchmarkPagedVsContiguous), while prefix reuse at
+// in the CPU kernel (BenchmarkPagedVsContiguous, 14/2 heads of 64, decode
+// at 512 and 4K context, a 128-token prefill chunk) blocks of 16 cost
+// 3-7% over contiguous attention in allocation order and 9-23% shuffled;
+// blocks of 32 cost 0-2% in order and 4-11% shuffled. Prefix reuse at
 // 32-token granularity loses little on real system prompts.
 const kvBlockSize = 32
 
