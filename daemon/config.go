@@ -58,6 +58,10 @@ type NativeConfig struct {
 	Threads        int                  `yaml:"threads"`
 	MaxBatchTokens int                  `yaml:"max_batch_tokens"`
 	MaxSeqs        int                  `yaml:"max_seqs"`
+	// KVCacheBytes is each model's paged KV cache (0: 25% of memory, at
+	// most 4 GiB); DisablePrefixCache turns off reuse of cached prompt blocks.
+	KVCacheBytes       int64 `yaml:"kv_cache_bytes"`
+	DisablePrefixCache bool  `yaml:"disable_prefix_cache"`
 	// StrictModel makes a request naming an unknown model a model_not_found
 	// line instead of running on the only model.
 	StrictModel bool `yaml:"strict_model"`

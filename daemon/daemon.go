@@ -105,6 +105,8 @@ func (c Config) nativeConfig() native.Config {
 		nc.MaxSeqs = c.Native.MaxSeqs
 	}
 	nc.StrictModel = c.Native.StrictModel
+	nc.KVCacheBytes = c.Native.KVCacheBytes
+	nc.DisablePrefixCache = c.Native.DisablePrefixCache
 	return nc
 }
 
