@@ -32,7 +32,7 @@ type runner struct {
 	running []*seq
 	active  atomic.Int64
 	scratch scratch
-	cands   []candidate
+	samp    sampler
 }
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
@@ -51,6 +51,7 @@ type seq struct {
 	dec       *tokenizer.Decoder
 	text      strings.Builder
 	finish    string
+	samp      *seqSampling // penalties and logprobs (sample.go)
 }
 
 // job is one request: its sequences and where its result goes.
@@ -108,6 +109,9 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 				prompts = append(prompts, r.tok.Encode(pi.text, true, false))
 			}
 		}
+	}
+	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
+		return resp, nil
 	}
 	j := &job{p: p, done: make(chan struct{})}
 	for pi, pr := range prompts {
@@ -212,7 +216,7 @@ func (r *runner) step() {
 	vocab := r.model.cfg.VocabSize
 	for i, s := range owners {
 		row := logits[i*vocab : (i+1)*vocab]
-		tok := sample(row, s.job.p.sampling, len(s.tokens), &r.cands)
+		tok := r.pick(s, row)
 		r.advance(s, tok)
 	}
 	r.retire()
@@ -222,25 +226,26 @@ func (r *runner) step() {
 func (r *runner) advance(s *seq, tok int32) {
 	p := s.job.p
 	generated := len(s.tokens) - s.promptLen
-	if r.tok.IsEOG(tok) && !p.ignoreEOS {
-		s.finish = "stop"
+	if (r.tok.IsEOG(tok) && !p.ignoreEOS) || p.isStopID(tok) {
+		s.finish = "stop" // the token is not part of the output
 		return
 	}
 	s.tokens = append(s.tokens, tok)
 	generated++
-	s.text.WriteString(s.dec.Next(tok))
-	if len(p.stop) > 0 {
-		text := s.text.String()
-		for _, st := range p.stop {
-			if st == "" {
-				continue
-			}
-			if i := strings.Index(text, st); i >= 0 {
-				s.text.Reset()
-				s.text.WriteString(text[:i])
-				s.finish = "stop"
-				return
-			}
+	old := s.text.Len()
+	piece := s.dec.Next(tok)
+	s.text.WriteString(piece)
+	r.noteToken(s, tok, piece)
+	// Stop strings count once min_tokens are out (vLLM's rule); only a
+	// match ending in the new text can be new.
+	if len(p.stop) > 0 && generated > p.minTokens {
+		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
+			text := s.text.String()
+			s.text.Reset()
+			s.text.WriteString(text[:i])
+			cutLogprobs(s, i)
+			s.finish = "stop"
+			return
 		}
 	}
 	if generated >= p.maxTokens {
@@ -299,14 +304,15 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 			Content string `json:"content"`
 		}
 		type choice struct {
-			Index        int     `json:"index"`
-			Message      msg     `json:"message"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
+			Index        int    `json:"index"`
+			Message      msg    `json:"message"`
+			Logprobs     any    `json:"logprobs"`
+			FinishReason string `json:"finish_reason"`
 		}
 		cs := make([]choice, len(j.seqs))
 		for i, s := range j.seqs {
-			cs[i] = choice{Index: s.index, Message: msg{Role: "assistant", Content: s.text.String()}, FinishReason: s.finish}
+			cs[i] = choice{Index: s.index, Message: msg{Role: "assistant", Content: s.text.String()},
+				Logprobs: r.chatLogprobs(j.p, s), FinishReason: s.finish}
 		}
 		body = struct {
 			ID      string   `json:"id"`
@@ -318,18 +324,20 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 		}{"chatcmpl-" + id, "chat.completion", created, r.name, cs, u}
 	} else {
 		type choice struct {
-			Index        int     `json:"index"`
-			Text         string  `json:"text"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
+			Index        int    `json:"index"`
+			Text         string `json:"text"`
+			Logprobs     any    `json:"logprobs"`
+			FinishReason string `json:"finish_reason"`
 		}
 		cs := make([]choice, len(j.seqs))
 		for i, s := range j.seqs {
-			text := s.text.String()
+			text, prompt := s.text.String(), ""
 			if j.p.echo {
-				text = r.tok.Decode(s.tokens[:s.promptLen]) + text
+				prompt = r.tok.Decode(s.tokens[:s.promptLen])
+				text = prompt + text
 			}
-			cs[i] = choice{Index: s.index, Text: text, FinishReason: s.finish}
+			cs[i] = choice{Index: s.index, Text: text, FinishReason: s.finish,
+				Logprobs: r.legacyLogprobs(j.p, s, text, prompt)}
 		}
 		body = struct {
 			ID      string   `json:"id"`
