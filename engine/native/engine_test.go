@@ -279,3 +279,17 @@ func TestSeedReproducesAndStopCuts(t *testing.T) {
 		t.Fatalf("stop %q: got %q (%v), want %q", stop, ch["text"], ch["finish_reason"], want)
 	}
 }
+
+// Integer fields written as integral floats (2.0), which the pipeline's
+// validator accepts, are accepted here too.
+func TestIntegralFloatsAreIntegers(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	m := do(t, e, engine.EndpointCompletions, `{"prompt":"Once","max_tokens":3.0,"n":2.0,"seed":7.0,"temperature":0.5}`)
+	if len(m["choices"].([]any)) != 2 {
+		t.Fatalf("choices %v", m["choices"])
+	}
+	resp, err := e.Do(context.Background(), &engine.Request{Endpoint: engine.EndpointCompletions, Body: json.RawMessage(`{"prompt":"x","max_tokens":2.5}`)})
+	if err != nil || resp.StatusCode != 400 {
+		t.Fatalf("max_tokens 2.5: %v %d %s", err, resp.StatusCode, resp.Body)
+	}
+}

@@ -32,7 +32,7 @@ type runner struct {
 	running []*seq
 	active  atomic.Int64
 	scratch scratch
-	cands   []candidate
+	samp    sampler
 	// The paged KV cache (see kvcache.go, sched.go); the scheduler
 	// goroutine alone uses kv and bm.
 	kv    *kvStore
@@ -57,6 +57,7 @@ type seq struct {
 	dec       *tokenizer.Decoder
 	text      strings.Builder
 	finish    string
+	samp      *seqSampling // penalties and logprobs (sample.go)
 
 	// KV cache and scheduling state (sched.go).
 	blocks     []int32     // block table
@@ -125,6 +126,9 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 				prompts = append(prompts, r.tok.Encode(pi.text, true, false))
 			}
 		}
+	}
+	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
+		return resp, nil
 	}
 	j := &job{p: p, done: make(chan struct{})}
 	for pi, pr := range prompts {
@@ -195,25 +199,26 @@ func (r *runner) loop(ctx context.Context) {
 func (r *runner) advance(s *seq, tok int32) {
 	p := s.job.p
 	generated := len(s.tokens) - s.promptLen
-	if r.tok.IsEOG(tok) && !p.ignoreEOS {
-		s.finish = "stop"
+	if (r.tok.IsEOG(tok) && !p.ignoreEOS) || p.isStopID(tok) {
+		s.finish = "stop" // the token is not part of the output
 		return
 	}
 	s.tokens = append(s.tokens, tok)
 	generated++
-	s.text.WriteString(s.dec.Next(tok))
-	if len(p.stop) > 0 {
-		text := s.text.String()
-		for _, st := range p.stop {
-			if st == "" {
-				continue
-			}
-			if i := strings.Index(text, st); i >= 0 {
-				s.text.Reset()
-				s.text.WriteString(text[:i])
-				s.finish = "stop"
-				return
-			}
+	old := s.text.Len()
+	piece := s.dec.Next(tok)
+	s.text.WriteString(piece)
+	r.noteToken(s, tok, piece)
+	// Stop strings count once min_tokens are out (vLLM's rule); only a
+	// match ending in the new text can be new.
+	if len(p.stop) > 0 && generated > p.minTokens {
+		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
+			text := s.text.String()
+			s.text.Reset()
+			s.text.WriteString(text[:i])
+			cutLogprobs(s, i)
+			s.finish = "stop"
+			return
 		}
 	}
 	if generated >= p.maxTokens {
@@ -277,14 +282,15 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 			Content string `json:"content"`
 		}
 		type choice struct {
-			Index        int     `json:"index"`
-			Message      msg     `json:"message"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
+			Index        int    `json:"index"`
+			Message      msg    `json:"message"`
+			Logprobs     any    `json:"logprobs"`
+			FinishReason string `json:"finish_reason"`
 		}
 		cs := make([]choice, len(j.seqs))
 		for i, s := range j.seqs {
-			cs[i] = choice{Index: s.index, Message: msg{Role: "assistant", Content: s.text.String()}, FinishReason: s.finish}
+			cs[i] = choice{Index: s.index, Message: msg{Role: "assistant", Content: s.text.String()},
+				Logprobs: r.chatLogprobs(j.p, s), FinishReason: s.finish}
 		}
 		body = struct {
 			ID      string   `json:"id"`
@@ -296,18 +302,20 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 		}{"chatcmpl-" + id, "chat.completion", created, r.name, cs, u}
 	} else {
 		type choice struct {
-			Index        int     `json:"index"`
-			Text         string  `json:"text"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
+			Index        int    `json:"index"`
+			Text         string `json:"text"`
+			Logprobs     any    `json:"logprobs"`
+			FinishReason string `json:"finish_reason"`
 		}
 		cs := make([]choice, len(j.seqs))
 		for i, s := range j.seqs {
-			text := s.text.String()
+			text, prompt := s.text.String(), ""
 			if j.p.echo {
-				text = r.tok.Decode(s.tokens[:s.promptLen]) + text
+				prompt = r.tok.Decode(s.tokens[:s.promptLen])
+				text = prompt + text
 			}
-			cs[i] = choice{Index: s.index, Text: text, FinishReason: s.finish}
+			cs[i] = choice{Index: s.index, Text: text, FinishReason: s.finish,
+				Logprobs: r.legacyLogprobs(j.p, s, text, prompt)}
 		}
 		body = struct {
 			ID      string   `json:"id"`

@@ -348,7 +348,7 @@ func (r *runner) step() {
 	vocab := r.model.cfg.VocabSize
 	for i, s := range owners {
 		row := logits[i*vocab : (i+1)*vocab]
-		tok := sample(row, s.job.p.sampling, len(s.tokens), &r.cands)
+		tok := r.pick(s, row)
 		r.advance(s, tok)
 	}
 	r.retire()
