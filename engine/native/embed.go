@@ -15,6 +15,7 @@ import (
 const (
 	PoolMean = "mean"
 	PoolLast = "last"
+	PoolCLS  = "cls"
 )
 
 type embedBody struct {
@@ -103,8 +104,12 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 // pool reduces [n][dim] hidden states to one vector.
 func pool(h []float32, n, dim int, method string) []float32 {
 	v := make([]float32, dim)
-	if method == PoolLast {
+	switch method {
+	case PoolLast:
 		copy(v, h[(n-1)*dim:n*dim])
+		return v
+	case PoolCLS:
+		copy(v, h[:dim])
 		return v
 	}
 	for t := range n {

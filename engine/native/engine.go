@@ -36,6 +36,10 @@ type ModelConfig struct {
 	// ChatTemplate overrides the model's template: a builtin name (chatml,
 	// llama3, llama2) or template text.
 	ChatTemplate string `yaml:"chat_template"`
+	// Pooling overrides how embeddings pool token states: mean, last or
+	// cls. Default: what the model file says (Qwen3-Embedding-style models
+	// say last), else mean.
+	Pooling string `yaml:"pooling"`
 }
 
 // Config configures the engine.
@@ -80,6 +84,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("native.models[%d].name: %q is used twice", i, n)
 		}
 		seen[n] = true
+		switch m.Pooling {
+		case "", PoolMean, PoolLast, PoolCLS:
+		default:
+			return fmt.Errorf("native.models[%d].pooling: must be mean, last or cls, got %q", i, m.Pooling)
+		}
 	}
 	if c.MaxBatchTokens < 1 {
 		return fmt.Errorf("native.max_batch_tokens: must be at least 1, got %d", c.MaxBatchTokens)
@@ -180,7 +189,14 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	c := w.Config
 	e.log.Info("model loaded", "name", mc.modelName(), "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,
 		"vocab", c.VocabSize, "context", c.ContextLength, "chat_template", tmpl != nil)
-	return newRunner(e, mc.modelName(), m, tok, tmpl), nil
+	r := newRunner(e, mc.modelName(), m, tok, tmpl)
+	switch {
+	case mc.Pooling != "":
+		r.pooling = mc.Pooling
+	case c.Pooling == PoolLast || c.Pooling == PoolCLS:
+		r.pooling = c.Pooling
+	}
+	return r, nil
 }
 
 func newTokenizer(s weights.TokenizerSpec, eosIDs []int) (*tokenizer.Tokenizer, error) {

@@ -293,3 +293,73 @@ func TestIntegralFloatsAreIntegers(t *testing.T) {
 		t.Fatalf("max_tokens 2.5: %v %d %s", err, resp.StatusCode, resp.Body)
 	}
 }
+
+// Pooling: config overrides the default mean; last-token pooling of "a b"
+// differs from mean pooling and equals the embedding the last token's state
+// gives, so it is not ignored.
+func TestEmbeddingPoolingOverride(t *testing.T) {
+	vec := func(pooling string) []float64 {
+		e := openEngine(t, ModelConfig{Path: demoPath(t), Pooling: pooling})
+		m := do(t, e, engine.EndpointEmbeddings, `{"input":"a red ball under a tree"}`)
+		var out []float64
+		for _, x := range m["data"].([]any)[0].(map[string]any)["embedding"].([]any) {
+			out = append(out, x.(float64))
+		}
+		return out
+	}
+	mean, last, def := vec("mean"), vec("last"), vec("")
+	if fmt.Sprint(def) != fmt.Sprint(mean) {
+		t.Fatal("the demo model's default pooling is not mean")
+	}
+	if fmt.Sprint(mean) == fmt.Sprint(last) {
+		t.Fatal("last-token pooling gave the same vector as mean pooling")
+	}
+	if _, err := New(Config{Models: []ModelConfig{{Path: "x.gguf", Pooling: "max"}}, MaxBatchTokens: 1, MaxSeqs: 1}); err == nil || !strings.Contains(err.Error(), "pooling") {
+		t.Fatalf("a bad pooling name: %v", err)
+	}
+}
+
+// Batch invariance: 64 mixed greedy requests (chat and completions, short
+// and long prompts, different lengths, with logprobs) give identical tokens
+// and logprobs alone, all together, and after a restart.
+func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
+	bodies := make([]struct{ endpoint, body string }, 64)
+	words := strings.Fields(demoCorpus)
+	for i := range bodies {
+		prompt := strings.Join(words[i%17:i%17+3+(i*7)%40], " ")
+		if i%2 == 0 {
+			bodies[i].endpoint = engine.EndpointChat
+			bodies[i].body = fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":%d,"logprobs":true,"top_logprobs":3,"ignore_eos":true}`, prompt, 4+i%13)
+		} else {
+			bodies[i].endpoint = engine.EndpointCompletions
+			bodies[i].body = fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"logprobs":2,"ignore_eos":true}`, prompt, 4+i%11)
+		}
+	}
+	choices := func(e *Engine, i int) string {
+		m := do(t, e, bodies[i].endpoint, bodies[i].body)
+		b, _ := json.Marshal(m["choices"])
+		return string(b)
+	}
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	alone := make([]string, len(bodies))
+	for i := range bodies {
+		alone[i] = choices(e, i)
+	}
+	together := make([]string, len(bodies))
+	var wg sync.WaitGroup
+	for i := range bodies {
+		wg.Go(func() { together[i] = choices(e, i) })
+	}
+	wg.Wait()
+	restarted := openEngine(t, ModelConfig{Path: demoPath(t)})
+	for i := range bodies {
+		if together[i] != alone[i] {
+			t.Errorf("request %d batched differs from alone:\n%s\n%s", i, together[i], alone[i])
+		}
+		if i%8 == 0 {
+			if got := choices(restarted, i); got != alone[i] {
+				t.Errorf("request %d after a restart differs:\n%s\n%s", i, got, alone[i])
+			}
+		}
+	}
+}

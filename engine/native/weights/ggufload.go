@@ -189,6 +189,15 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	if n > c.VocabSize {
 		return invalid("tokenizer has %d tokens, more than the vocabulary size %d", n, c.VocabSize)
 	}
+	// llama.cpp's pooling types: 1 mean, 2 cls, 3 last.
+	switch r.uint(k("pooling_type"), 0) {
+	case 1:
+		c.Pooling = "mean"
+	case 2:
+		c.Pooling = "cls"
+	case 3:
+		c.Pooling = "last"
+	}
 	c.ContextLength = r.uint(k("context_length"), -1)
 	c.Dim = r.uint(k("embedding_length"), -1)
 	c.Layers = r.uint(k("block_count"), -1)

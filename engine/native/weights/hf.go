@@ -97,6 +97,24 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 		return nil, err
 	}
 	c, err := configFromHF(&cfg, &gen, log)
+	if err == nil {
+		// sentence-transformers models say how they pool in 1_Pooling/config.json.
+		var pool struct {
+			Mean bool `json:"pooling_mode_mean_tokens"`
+			Last bool `json:"pooling_mode_lasttoken"`
+			CLS  bool `json:"pooling_mode_cls_token"`
+		}
+		if perr := readJSON(filepath.Join(dir, "1_Pooling"), "config.json", maxConfigJSON, false, &pool); perr == nil {
+			switch {
+			case pool.Last:
+				c.Pooling = "last"
+			case pool.CLS:
+				c.Pooling = "cls"
+			case pool.Mean:
+				c.Pooling = "mean"
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}

@@ -70,6 +70,9 @@ type Config struct {
 	QKVBias        bool // attn_q/k/v biases (qwen2)
 	QKNorm         bool // per-head RMSNorm of q and k with HeadDim weights (qwen3)
 	BOS, EOS       int  // -1 when unknown
+	// Pooling is how an embedding model pools its token states, as the
+	// file says: "mean", "last", "cls", or "" when it does not say.
+	Pooling string
 	// EOSIDs are all the ids that end generation, EOS first (HF
 	// generation_config eos_token_id lists; GGUF eos plus eot/eom ids).
 	EOSIDs []int
