@@ -120,42 +120,9 @@ func (h bpeHeap) before(i, j int) bool {
 	return h[i].left < h[j].left
 }
 
-func (h *bpeHeap) push(p bpePair) {
-	*h = append(*h, p)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		q := (i - 1) / 2
-		if !s.before(i, q) {
-			break
-		}
-		s[i], s[q] = s[q], s[i]
-		i = q
-	}
-}
+func (h *bpeHeap) push(p bpePair) { heapPush((*[]bpePair)(h), p, bpeHeap.before) }
 
-func (h *bpeHeap) pop() bpePair {
-	s := *h
-	top := s[0]
-	last := len(s) - 1
-	s[0] = s[last]
-	s = s[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(s) && s.before(l, m) {
-			m = l
-		}
-		if r < len(s) && s.before(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
-}
+func (h *bpeHeap) pop() bpePair { return heapPop((*[]bpePair)(h), bpeHeap.before) }
 
 type bpeScratch struct {
 	words, tmp []string

@@ -31,42 +31,9 @@ func (h spmHeap) before(i, j int) bool {
 	return h[i].left < h[j].left
 }
 
-func (h *spmHeap) push(b spmBigram) {
-	*h = append(*h, b)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s.before(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
+func (h *spmHeap) push(b spmBigram) { heapPush((*[]spmBigram)(h), b, spmHeap.before) }
 
-func (h *spmHeap) pop() spmBigram {
-	s := *h
-	top := s[0]
-	last := len(s) - 1
-	s[0] = s[last]
-	s = s[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(s) && s.before(l, m) {
-			m = l
-		}
-		if r < len(s) && s.before(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	*h = s
-	return top
-}
+func (h *spmHeap) pop() spmBigram { return heapPop((*[]spmBigram)(h), spmHeap.before) }
 
 type spmScratch struct {
 	buf  []byte
