@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -280,5 +282,55 @@ func TestPrefixComputedOnceForConcurrentRequests(t *testing.T) {
 	}
 	if want := int64(len(system) + n*5); st.PrefillTokens != want {
 		t.Errorf("computed %d prompt tokens, want %d", st.PrefillTokens, want)
+	}
+}
+
+// orderWaiting groups waiting requests by cached prefix: those whose
+// leading blocks are cached go first (longest first), preempted ones keep
+// the front, one passed over too long goes first, the rest keep their order.
+func TestOrderWaitingGroupsByCachedPrefix(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	r := e.runners["demo-tiny"]
+	bs := r.kv.bs
+	mk := func(first int32) *seq {
+		s := &seq{tokens: make([]int32, 2*bs+3)}
+		for i := range s.tokens {
+			s.tokens[i] = first + int32(i%7)
+		}
+		return s
+	}
+	cache := func(s *seq, blocks int) {
+		for bi := range blocks {
+			b := r.bm.alloc()
+			r.bm.register(b, s.hashAt(bi, bs))
+			r.bm.release(b)
+		}
+	}
+	a, b, c, d, pre := mk(10), mk(20), mk(30), mk(40), mk(50)
+	cache(b, 1)
+	cache(d, 2)
+	pre.admitted = true // a preempted sequence
+	r.mu.Lock()
+	r.waiting = []*seq{a, b, pre, c, d}
+	r.orderWaiting()
+	got := slices.Clone(r.waiting)
+	r.mu.Unlock()
+	name := map[*seq]string{a: "a", b: "b", c: "c", d: "d", pre: "preempted"}
+	var order []string
+	for _, s := range got {
+		order = append(order, name[s])
+	}
+	if want := "preempted d b a c"; strings.Join(order, " ") != want {
+		t.Fatalf("order %v, want %s", order, want)
+	}
+	// A sequence passed over for too long goes before cached ones.
+	c.waitSteps = maxWaitSteps
+	r.mu.Lock()
+	r.waiting = []*seq{a, b, c, d}
+	r.orderWaiting()
+	first := r.waiting[0]
+	r.mu.Unlock()
+	if first != c {
+		t.Fatalf("an aged sequence is not first: %s", name[first])
 	}
 }

@@ -69,6 +69,7 @@ type seq struct {
 	running    bool        // in runner.running
 	sched      bool        // in the step being built
 	chunk      int         // its tokens in that step
+	waitSteps  int         // steps spent waiting since it arrived (orderWaiting)
 }
 
 // job is one request: its sequences and where its result goes.

@@ -213,6 +213,52 @@ func (r *runner) admit(s *seq, budget int) int {
 	return k
 }
 
+// maxWaitSteps is how many steps a waiting sequence may be passed over by
+// ones whose prompt prefix is cached before it goes first regardless.
+const maxWaitSteps = 64
+
+// orderWaiting groups the waiting queue by shared prefix: sequences whose
+// leading prompt blocks are in the prefix cache go before those whose are
+// not, longest cached prefix first, so requests sharing a system prompt run
+// while its blocks are cached instead of letting other prompts evict them.
+// Preempted sequences keep the front, a sequence passed over for
+// maxWaitSteps steps goes first, and the order is otherwise kept.
+func (r *runner) orderWaiting() {
+	if r.bm.noCache || len(r.waiting) < 2 {
+		return
+	}
+	bs := r.kv.bs
+	type key struct {
+		class, hits int
+	}
+	keys := make(map[*seq]key, len(r.waiting))
+	for _, s := range r.waiting {
+		s.waitSteps++
+		k := key{class: 2}
+		switch {
+		case s.admitted: // preempted: recompute first
+			k.class = 0
+		case s.waitSteps > maxWaitSteps:
+			k.class = 1
+		default:
+			for bi := range (len(s.tokens) - 1) / bs {
+				if _, ok := r.bm.lookup(s.hashAt(bi, bs)); !ok {
+					break
+				}
+				k.hits++
+			}
+		}
+		keys[s] = k
+	}
+	slices.SortStableFunc(r.waiting, func(a, b *seq) int {
+		ka, kb := keys[a], keys[b]
+		if ka.class != kb.class {
+			return ka.class - kb.class
+		}
+		return kb.hits - ka.hits
+	})
+}
+
 // pendingBlocks is the hashes of the full blocks that running sequences
 // have still to compute from tokens they already have (nil when prefix
 // caching is off).
@@ -299,6 +345,7 @@ func (r *runner) step() {
 	// (not in a step that had to preempt: memory is short).
 	pending := r.pendingBlocks()
 	r.mu.Lock()
+	r.orderWaiting()
 	for i := 0; i < len(r.waiting) && budget > 0 && len(r.running) < r.e.cfg.MaxSeqs && r.stats.preemptions.Load() == preempted; {
 		s := r.waiting[i]
 		if s.job.cancelled.Load() {
