@@ -31,6 +31,30 @@ func openEngineWith(t testing.TB, set func(*Config), models ...ModelConfig) *Eng
 	return e
 }
 
+// idleRunner loads a model's runner without starting its scheduler, so
+// that a test may set its queues by hand: a live scheduler would pick the
+// hand-made sequences up (they have no job) and race on the block manager.
+func idleRunner(t testing.TB, mc ModelConfig) *runner {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Models = []ModelConfig{mc}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cpu = kernels.NewCPU(1)
+	r, err := e.load(mc)
+	if err != nil {
+		e.cpu.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.model.src.Close()
+		e.cpu.Close()
+	})
+	return r
+}
+
 // idsPrompt is a deterministic token-id prompt of n tokens from seed.
 func idsPrompt(seed, n int) []int32 {
 	out := make([]int32, n)
@@ -289,8 +313,7 @@ func TestPrefixComputedOnceForConcurrentRequests(t *testing.T) {
 // leading blocks are cached go first (longest first), preempted ones keep
 // the front, one passed over too long goes first, the rest keep their order.
 func TestOrderWaitingGroupsByCachedPrefix(t *testing.T) {
-	e := openEngine(t, ModelConfig{Path: demoPath(t)})
-	r := e.runners["demo-tiny"]
+	r := idleRunner(t, ModelConfig{Path: demoPath(t)})
 	bs := r.kv.bs
 	mk := func(first int32) *seq {
 		s := &seq{tokens: make([]int32, 2*bs+3)}
