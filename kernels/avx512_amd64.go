@@ -17,9 +17,9 @@ var (
 )
 
 func newAVX512(name string, asm, vnni bool) *backend {
-	k := avx512Tiles{f32x4: f32Tile4x4, f16x1: f16Tile4x1, cvtF16: cvtF16Row512, q8x4: q8Tile4x4, q8x1: q8Tile4x1}
+	k := avx512Tiles{f32x4: f32Tile4x4, f16x1: f16Tile4x1, bf16x1: bf16Tile4x1, cvtF16: cvtF16Row512, q8x4: q8Tile4x4, q8x1: q8Tile4x1}
 	if asm {
-		k.f32x4, k.f16x1, k.cvtF16 = f32Tile4x4asm, f16Tile4x1asm, cvtF16RowAsm
+		k.f32x4, k.f16x1, k.bf16x1, k.cvtF16 = f32Tile4x4asm, f16Tile4x1asm, bf16Tile4x1asm, cvtF16RowAsm
 		if vnni {
 			k.q8x4, k.q8x1 = q8VNNITile4x4, q8VNNITile4x1
 		}
@@ -43,6 +43,7 @@ func newAVX512(name string, asm, vnni bool) *backend {
 type avx512Tiles struct {
 	f32x4  func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols int)
 	f16x1  func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
+	bf16x1 func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
 	cvtF16 func(dst []float32, src unsafe.Pointer, n int)
 	q8x4   func(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int)
 	q8x1   func(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
@@ -191,7 +192,7 @@ func (k *avx512Tiles) halfBlock(a *mmArgs, wk *worker, bf bool, r0, r1, t0, t1 i
 		for r := r0; r < r1; r += 4 {
 			p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
 			if bf {
-				bf16Tile4x1(res, p0, p1, p2, p3, x, cols)
+				k.bf16x1(res, p0, p1, p2, p3, x, cols)
 			} else {
 				k.f16x1(res, p0, p1, p2, p3, x, cols)
 			}

@@ -125,13 +125,13 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 // there are enough items for the threads to balance.
 func (c *CPU) planMatMul(rows, T, rb int) {
 	toks := min(T, 64)
-	budget := 64 << 10 // weight bytes per item
+	budget := 512 << 10 // weight bytes per item
 	if T > 1 {
 		budget = 128 << 10
 	}
 	per := max(budget/max(rb, 1), 4)
 	tokItems := (T + toks - 1) / toks
-	if want := 8 * c.threads; c.threads > 1 && ((rows+per-1)/per)*tokItems < want {
+	if want := 4 * c.threads; c.threads > 1 && ((rows+per-1)/per)*tokItems < want {
 		per = max((rows*tokItems+want-1)/want, 4)
 	}
 	per = (per + 3) &^ 3

@@ -100,7 +100,7 @@ func TestMatMulBatchInvariance(t *testing.T) {
 	}
 	const T = 64
 	for _, dt := range allTypes {
-		for _, sh := range [][2]int{{70, 256}, {45, 96}, {16, 50}} {
+		for _, sh := range [][2]int{{70, 256}, {45, 96}, {16, 50}, {9, 112}} {
 			rows, cols := sh[0], sh[1]
 			if dt == Q8_0 && cols%32 != 0 {
 				continue

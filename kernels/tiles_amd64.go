@@ -20,6 +20,9 @@ func f32Tile4x4asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols
 func f16Tile4x1asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
 
 //go:noescape
+func bf16Tile4x1asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
+
+//go:noescape
 func cvtF16asm(dst *float32, src unsafe.Pointer, n int)
 
 func cvtF16RowAsm(dst []float32, src unsafe.Pointer, n int) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -225,8 +226,20 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	user := fs.Int("user", 50, "--prefix-requests: per-request prompt tokens")
 	output := fs.Int("output", 64, "--prefix-requests: output tokens per request")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return errorf(stderr, exitFailure, "bench engine: cpu profile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var counts []int
 	for _, f := range strings.Split(*seqs, ",") {
