@@ -16,6 +16,7 @@ import (
 
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/watcher/s3"
 )
 
 // Config is batchd's one configuration struct. A YAML file fills it (unknown
@@ -35,8 +36,34 @@ type Config struct {
 	// Batch holds batch-level defaults; NAME.options.json overrides them per batch.
 	Batch   pipeline.Options `yaml:"batch"`
 	Watcher WatcherConfig    `yaml:"watcher"`
-	Log     LogConfig        `yaml:"log"`
+	// Source is where inputs come from: "" (or "dir") for DATA/inbox, or
+	// s3://BUCKET/PREFIX for a MinIO/S3 bucket (configured by S3).
+	Source string    `yaml:"source"`
+	S3     S3Config  `yaml:"s3"`
+	Log    LogConfig `yaml:"log"`
 }
+
+// S3Config configures the bucket source (source: s3://BUCKET/PREFIX).
+type S3Config struct {
+	Endpoint           string `yaml:"endpoint"`
+	Region             string `yaml:"region"`
+	TLS                bool   `yaml:"tls"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	AccessKey          string `yaml:"access_key"`
+	SecretKey          string `yaml:"secret_key"`
+	SessionToken       string `yaml:"session_token"`
+	CredentialsFile    string `yaml:"credentials_file"`
+	Profile            string `yaml:"profile"`
+	// Owner names this daemon in leases (default: host, pid, random).
+	Owner              string        `yaml:"owner"`
+	LeaseTTL           time.Duration `yaml:"lease_ttl"`
+	ListInterval       time.Duration `yaml:"list_interval"`
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	Notifications      bool          `yaml:"notifications"`
+}
+
+// IsBucket tells whether the source is a bucket.
+func (c Config) IsBucket() bool { return strings.HasPrefix(c.Source, "s3://") }
 
 // OpenAIConfig configures the remote engine.
 type OpenAIConfig struct {
@@ -120,7 +147,9 @@ func DefaultConfig() Config {
 		},
 		Batch:   pipeline.Options{OnInvalid: pipeline.OnInvalidContinue},
 		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, PollInterval: 2 * time.Second},
-		Log:     LogConfig{Level: "info", Format: "text"},
+		S3: S3Config{LeaseTTL: s3.DefaultConfig("").LeaseTTL, ListInterval: s3.DefaultConfig("").ListInterval,
+			CheckpointInterval: 5 * time.Second, Notifications: true},
+		Log: LogConfig{Level: "info", Format: "text"},
 	}
 }
 
@@ -178,6 +207,12 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	}
 	str("BATCHD_OPENAI_API_KEY", &cfg.OpenAI.APIKey)
 	str("BATCHD_OPENAI_MODEL", &cfg.OpenAI.Model)
+	str("BATCHD_SOURCE", &cfg.Source)
+	str("BATCHD_S3_ENDPOINT", &cfg.S3.Endpoint)
+	str("BATCHD_S3_REGION", &cfg.S3.Region)
+	str("BATCHD_S3_ACCESS_KEY", &cfg.S3.AccessKey)
+	str("BATCHD_S3_SECRET_KEY", &cfg.S3.SecretKey)
+	str("BATCHD_S3_OWNER", &cfg.S3.Owner)
 	str("BATCHD_LOG_LEVEL", &cfg.Log.Level)
 	str("BATCHD_LOG_FORMAT", &cfg.Log.Format)
 	if err := num("BATCHD_MAX_CONCURRENT_BATCHES", &cfg.Pipeline.MaxConcurrentBatches); err != nil {
@@ -239,7 +274,29 @@ func (c Config) Validate() error {
 	if err := c.pipelineConfig().Validate(); err != nil {
 		return fmt.Errorf("pipeline.%w", err)
 	}
+	switch {
+	case c.Source == "" || c.Source == "dir":
+	case c.IsBucket():
+		if err := c.s3Config().Validate(); err != nil {
+			return err
+		}
+		if c.S3.CheckpointInterval <= 0 {
+			return fmt.Errorf("s3.checkpoint_interval: must be positive, got %s", c.S3.CheckpointInterval)
+		}
+	default:
+		return fmt.Errorf("source: %q is neither dir nor s3://BUCKET/PREFIX", c.Source)
+	}
 	return nil
+}
+
+func (c Config) s3Config() s3.Config {
+	sc := s3.DefaultConfig(c.Source)
+	x := c.S3
+	sc.Endpoint, sc.Region, sc.TLS, sc.InsecureSkipVerify = x.Endpoint, x.Region, x.TLS, x.InsecureSkipVerify
+	sc.AccessKey, sc.SecretKey, sc.SessionToken = x.AccessKey, x.SecretKey, x.SessionToken
+	sc.CredentialsFile, sc.Profile, sc.Owner = x.CredentialsFile, x.Profile, x.Owner
+	sc.LeaseTTL, sc.ListInterval, sc.Notifications = x.LeaseTTL, x.ListInterval, x.Notifications
+	return sc
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -24,6 +24,7 @@ import (
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
+	"github.com/batchd/batchd/watcher/s3"
 )
 
 // Dirs are the folders of a data directory.
@@ -52,7 +53,8 @@ type Daemon struct {
 	lock     *os.File
 	eng      engine.Engine
 	pipe     *pipeline.Pipeline
-	watch    *dir.Watcher
+	watch    source
+	bucket   *bucketRunner // nil unless the source is a bucket
 	http     *http.Server
 	httpAddr net.Addr
 
@@ -64,6 +66,13 @@ type Daemon struct {
 	queue   []watcher.Event
 	active  map[string]bool // names queued or running
 	closing bool
+}
+
+// source is where events come from: a folder or a bucket.
+type source interface {
+	Events() <-chan watcher.Event
+	Forget(path string)
+	Close(ctx context.Context) error
 }
 
 // New returns a daemon for cfg; it does no I/O.
@@ -178,15 +187,22 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.pipe.Recover(); err != nil {
 		return err
 	}
-	wc := dir.DefaultConfig(d.dirs.Inbox)
-	wc.Rescan, wc.Settle, wc.Poll = d.cfg.Watcher.Rescan, d.cfg.Watcher.Settle, d.cfg.Watcher.Poll
-	if d.cfg.Watcher.PollInterval > 0 {
-		wc.PollInterval = d.cfg.Watcher.PollInterval
-	}
-	wc.Logger = d.log.With("component", "watcher")
-	d.watch = dir.New(wc)
-	if err := d.watch.Open(runCtx); err != nil {
-		return fmt.Errorf("open watcher: %w", err)
+	if d.cfg.IsBucket() {
+		if err := d.openBucket(ctx, runCtx); err != nil {
+			return err
+		}
+	} else {
+		wc := dir.DefaultConfig(d.dirs.Inbox)
+		wc.Rescan, wc.Settle, wc.Poll = d.cfg.Watcher.Rescan, d.cfg.Watcher.Settle, d.cfg.Watcher.Poll
+		if d.cfg.Watcher.PollInterval > 0 {
+			wc.PollInterval = d.cfg.Watcher.PollInterval
+		}
+		wc.Logger = d.log.With("component", "watcher")
+		w := dir.New(wc)
+		if err := w.Open(runCtx); err != nil {
+			return fmt.Errorf("open watcher: %w", err)
+		}
+		d.watch = w
 	}
 	if d.cfg.Listen != "" {
 		if err := d.serveHTTP(); err != nil {
@@ -199,8 +215,35 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		d.wg.Add(1)
 		go d.runBatches(runCtx)
 	}
-	d.log.Info("batchd running", "data", d.dirs.Root, "inbox", d.dirs.Inbox, "outbox", d.dirs.Outbox,
+	inbox, outbox := d.dirs.Inbox, d.dirs.Outbox
+	if d.bucket != nil {
+		inbox, outbox = d.bucket.b.URL(d.bucket.b.InboxKey("")), d.bucket.b.URL(d.bucket.b.OutboxKey(""))
+	}
+	d.log.Info("batchd running", "data", d.dirs.Root, "inbox", inbox, "outbox", outbox,
 		"engine", d.cfg.Engine, "listen", d.HTTPAddr())
+	return nil
+}
+
+// openBucket connects to the bucket (waiting, with logged retries, while
+// the server cannot be reached; ctx ends the wait) and starts its watcher.
+func (d *Daemon) openBucket(ctx, runCtx context.Context) error {
+	sc := d.cfg.s3Config()
+	sc.Logger = d.log
+	b, err := s3.NewBucket(sc)
+	if err != nil {
+		return err
+	}
+	if err := b.Connect(ctx); err != nil {
+		return fmt.Errorf("open bucket source: %w", err)
+	}
+	w := s3.NewWatcher(b)
+	if err := w.Open(runCtx); err != nil {
+		return fmt.Errorf("open bucket watcher: %w", err)
+	}
+	d.watch = w
+	d.bucket = &bucketRunner{d: d, b: b, w: w, spool: filepath.Join(d.dirs.State, "bucket"),
+		log: d.log.With("component", "bucket"), every: d.cfg.S3.CheckpointInterval}
+	d.log.Info("bucket source connected", "bucket", b.Name(), "owner", b.Owner(), "endpoint", sc.Endpoint)
 	return nil
 }
 
@@ -249,6 +292,10 @@ func (d *Daemon) receive(ctx context.Context) {
 			}
 			switch ev.Kind {
 			case watcher.Cancel:
+				if d.bucket != nil {
+					d.bucket.cancel(ev)
+					continue
+				}
 				d.handleCancel(ev)
 			case watcher.Input:
 				d.enqueue(ev)
@@ -320,6 +367,18 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		if !ok {
 			return
 		}
+		if d.bucket != nil {
+			err := d.bucket.run(ctx, ev)
+			switch {
+			case err == nil:
+			case errors.Is(err, pipeline.ErrShutdown) || ctx.Err() != nil:
+				d.log.Info("batch paused for shutdown; it resumes on restart or on another daemon", "name", ev.Name)
+			default:
+				d.log.Error("batch run failed; it is retried on the next listing", "name", ev.Name, "error", err)
+			}
+			d.finished(ev)
+			continue
+		}
 		job := pipeline.Job{
 			Name:        ev.Name,
 			Path:        ev.Path,
@@ -338,11 +397,15 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		default:
 			d.log.Error("batch run failed; it is retried on the next rescan", "name", ev.Name, "error", err)
 		}
-		d.mu.Lock()
-		delete(d.active, ev.Name)
-		d.mu.Unlock()
-		d.watch.Forget(ev.Path)
+		d.finished(ev)
 	}
+}
+
+func (d *Daemon) finished(ev watcher.Event) {
+	d.mu.Lock()
+	delete(d.active, ev.Name)
+	d.mu.Unlock()
+	d.watch.Forget(ev.Path)
 }
 
 func (d *Daemon) serveHTTP() error {

@@ -115,6 +115,27 @@ type Job struct {
 	Outbox string
 	// DoneDir is where the input goes once its outputs are final.
 	DoneDir string
+
+	// Seed, when set, supplies results of this batch that a run elsewhere
+	// made durable (a bucket checkpoint): before any request runs, each line
+	// not done yet is written as given and counts as done. Lines this run
+	// has already are skipped, so a line is never written twice.
+	Seed func(yield func(Committed) error) error
+	// OnCommit, when set, is told of every group commit after it is
+	// durable: the lines committed since the previous call (not seeded
+	// ones), in the order written. It runs on the batch's writer; an error
+	// stops the run as a write error would.
+	OnCommit func([]Committed) error
+}
+
+// Committed is one result line of a batch.
+type Committed struct {
+	// Line is the 1-based input line.
+	Line int
+	// Errors tells that the line belongs to NAME.errors.jsonl.
+	Errors bool
+	// Data is the JSON result line, without its newline.
+	Data []byte
 }
 
 func (j Job) outputPath() string { return filepath.Join(j.Outbox, j.Name+".output.jsonl") }

@@ -57,6 +57,11 @@ type run struct {
 
 	started     time.Time
 	startedDone int
+
+	// committing collects the lines appended since the last commit, for
+	// job.OnCommit (nil when it is not set).
+	committing []Committed
+	track      bool
 }
 
 func (r *run) cancel(cause error) { r.cancelReq(cause) }
@@ -546,6 +551,12 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 	if r.done, err = p.ledger.Done(b.ID); err != nil {
 		return nil, err
 	}
+	if job.Seed != nil {
+		if err := r.seed(); err != nil {
+			return nil, err
+		}
+	}
+	r.track = job.OnCommit != nil
 
 	p.mu.Lock()
 	if p.running[job.Name] != nil {
@@ -590,6 +601,43 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 		return nil, fmt.Errorf("run %s: %w", job.Name, ErrShutdown)
 	}
 	return b, r.finalize()
+}
+
+// seed writes the job's seed lines that are not done yet and commits them.
+func (r *run) seed() error {
+	n := 0
+	err := r.job.Seed(func(c Committed) error {
+		if c.Line < 1 || c.Line > r.b.Total {
+			return fmt.Errorf("line %d: out of range (the batch has %d lines)", c.Line, r.b.Total)
+		}
+		if r.done.Has(c.Line) {
+			return nil
+		}
+		res := result{line: c.Line, kind: toOutput, data: c.Data}
+		if c.Errors {
+			res.kind = toErrors
+		} else {
+			var l OutputLine
+			if err := json.Unmarshal(c.Data, &l); err != nil || l.Response == nil {
+				return fmt.Errorf("line %d: not an output line", c.Line)
+			}
+			res.usageI, res.usageO = usageOf(l.Response.Body)
+		}
+		n++
+		return r.append(res)
+	})
+	if err != nil {
+		return fmt.Errorf("seed %s from checkpoint: %w", r.job.Name, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := r.commit(); err != nil {
+		return err
+	}
+	r.log.Info("resumed from checkpoint", "lines", n, "done", r.b.Completed+r.b.Failed, "total", r.b.Total)
+	r.prior, err = r.p.ledger.Done(r.b.ID)
+	return err
 }
 
 // validateAll checks every line before any runs (on_invalid: reject). It
@@ -864,6 +912,9 @@ func (r *run) append(res result) error {
 		return fmt.Errorf("write results: %w", err)
 	}
 	r.done.Set(res.line)
+	if r.track {
+		r.committing = append(r.committing, Committed{Line: res.line, Errors: res.kind == toErrors, Data: res.data})
+	}
 	return nil
 }
 
@@ -888,7 +939,18 @@ func (r *run) commit() error {
 		}
 		r.errDir = false
 	}
-	return r.p.ledger.Commit(r.b, r.done, false)
+	if err := r.p.ledger.Commit(r.b, r.done, false); err != nil {
+		return err
+	}
+	if r.track && len(r.committing) > 0 {
+		err := r.job.OnCommit(r.committing)
+		clear(r.committing)
+		r.committing = r.committing[:0]
+		if err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	return nil
 }
 
 func (r *run) rate() float64 {

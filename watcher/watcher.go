@@ -1,6 +1,6 @@
 // Package watcher holds what every batch source delivers: events naming input
-// files and cancel requests. Sources live in subpackages (watcher/dir; the
-// bucket source comes with its issue). This package imports no other batchd
+// files and cancel requests. Sources live in subpackages: watcher/dir (a
+// folder) and watcher/s3 (a MinIO/S3 bucket). This package imports no other batchd
 // package.
 package watcher
 
@@ -34,4 +34,7 @@ type Event struct {
 	// Format is "jsonl" (OpenAI batch lines) or "json" (a requests document);
 	// empty for Cancel.
 	Format string
+	// Version identifies the content a bucket source saw (the object's
+	// ETag); empty from the folder source.
+	Version string
 }

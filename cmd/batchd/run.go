@@ -40,6 +40,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&urls, "openai-url", "base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (repeat or comma-separate for replicas; implies --engine openai)")
 	model := fs.String("openai-model", "", "model name sent to the remote server (overrides body.model)")
 	listen := fs.String("listen", "", "HTTP listen address for /healthz and /readyz (\"off\" disables)")
+	source := fs.String("source", "", "where inputs come from: dir (DATA/inbox, the default) or s3://BUCKET/PREFIX")
+	endpoint := fs.String("s3-endpoint", "", "the bucket's server, host:port (with --source s3://...)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -77,6 +79,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *model != "" {
 		cfg.OpenAI.Model = *model
 	}
+	if *source != "" {
+		cfg.Source = *source
+	}
+	if *endpoint != "" {
+		cfg.S3.Endpoint = *endpoint
+	}
 	switch *listen {
 	case "":
 	case "off":
@@ -98,7 +106,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return errorf(stderr, exitFailure, "start: %v", err)
 	}
-	fmt.Fprintf(stderr, "batchd: watching %s; results appear in %s\n", daemon.DataDirs(cfg.Data).Inbox, daemon.DataDirs(cfg.Data).Outbox)
+	inbox, outbox := daemon.DataDirs(cfg.Data).Inbox, daemon.DataDirs(cfg.Data).Outbox
+	if cfg.IsBucket() {
+		inbox, outbox = strings.TrimSuffix(cfg.Source, "/")+"/inbox/", strings.TrimSuffix(cfg.Source, "/")+"/outbox/"
+	}
+	fmt.Fprintf(stderr, "batchd: watching %s; results appear in %s\n", inbox, outbox)
 	<-ctx.Done()
 	log.Info("shutting down")
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

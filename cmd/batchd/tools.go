@@ -355,27 +355,69 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := dataFlag(fs)
+	configPath := fs.String("config", "", "YAML config file (its source: and s3: settings name the bucket)")
+	source := fs.String("source", "", "check a bucket's batch: s3://BUCKET/PREFIX (credentials from BATCHD_S3_ACCESS_KEY/BATCHD_S3_SECRET_KEY, AWS_* or MINIO_ROOT_* variables)")
+	endpoint := fs.String("s3-endpoint", "", "the bucket's server, host:port")
+	tls := fs.Bool("s3-tls", false, "connect to the bucket's server with HTTPS")
 	if err := fs.Parse(reorder(args)); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: batchd check --data DIR NAME")
+		fmt.Fprintln(stderr, "usage: batchd check [--data DIR | --source s3://BUCKET/PREFIX --s3-endpoint HOST:PORT] NAME")
 		return exitUsage
 	}
 	name := fs.Arg(0)
-	dirs := daemon.DataDirs(*data)
-	in := pipeline.CheckInput{
-		Output: filepath.Join(dirs.Outbox, name+".output.jsonl"),
-		Errors: filepath.Join(dirs.Outbox, name+".errors.jsonl"),
-		Object: filepath.Join(dirs.Outbox, name+".batch.json"),
+	var in pipeline.CheckInput
+	cfg := daemon.DefaultConfig()
+	if *configPath != "" {
+		c, err := daemon.LoadFile(*configPath)
+		if err != nil {
+			return errorf(stderr, exitUsage, "%v", err)
+		}
+		cfg = c
 	}
-	for _, dir := range []string{dirs.Done, dirs.Inbox} {
-		for _, format := range []string{"jsonl", "json"} {
-			p := filepath.Join(dir, name+"."+format)
-			if _, err := os.Stat(p); err == nil && in.Input == "" {
-				in.Input, in.Format = p, format
+	if err := daemon.ApplyEnv(&cfg, os.Getenv); err != nil {
+		return errorf(stderr, exitUsage, "%v", err)
+	}
+	if *source != "" {
+		cfg.Source = *source
+	}
+	if *endpoint != "" {
+		cfg.S3.Endpoint = *endpoint
+	}
+	if *tls {
+		cfg.S3.TLS = true
+	}
+	if cfg.IsBucket() {
+		tmp, err := os.MkdirTemp("", "batchd-check-")
+		if err != nil {
+			return errorf(stderr, exitFailure, "%v", err)
+		}
+		defer os.RemoveAll(tmp)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		in, err = daemon.FetchBucketBatch(cctx, cfg, name, tmp)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return errorf(stderr, exitUsage, "batch %q: %v", name, err)
+			}
+			return errorf(stderr, exitFailure, "%v", err)
+		}
+	} else {
+		dirs := daemon.DataDirs(*data)
+		in = pipeline.CheckInput{
+			Output: filepath.Join(dirs.Outbox, name+".output.jsonl"),
+			Errors: filepath.Join(dirs.Outbox, name+".errors.jsonl"),
+			Object: filepath.Join(dirs.Outbox, name+".batch.json"),
+		}
+		for _, dir := range []string{dirs.Done, dirs.Inbox} {
+			for _, format := range []string{"jsonl", "json"} {
+				p := filepath.Join(dir, name+"."+format)
+				if _, err := os.Stat(p); err == nil && in.Input == "" {
+					in.Input, in.Format = p, format
+				}
 			}
 		}
-	}
-	if in.Input == "" {
-		return errorf(stderr, exitUsage, "no input for batch %q in %s or %s", name, dirs.Done, dirs.Inbox)
+		if in.Input == "" {
+			return errorf(stderr, exitUsage, "no input for batch %q in %s or %s", name, dirs.Done, dirs.Inbox)
+		}
 	}
 	rep, err := pipeline.Check(in)
 	if err != nil {

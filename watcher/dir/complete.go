@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/batchd/batchd/watcher"
 )
 
 // version identifies one version of a file. Two observations with the same
@@ -55,7 +57,7 @@ func tailComplete(path, format string, want version) (ok bool, got version, err 
 // endsComplete applies the completion rule of format to the first size bytes
 // of r.
 func endsComplete(r io.ReaderAt, size int64, format string) (bool, error) {
-	if format == formatJSONL {
+	if format == watcher.FormatJSONL {
 		if size == 0 {
 			return true, nil
 		}

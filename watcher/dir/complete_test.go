@@ -17,20 +17,20 @@ func TestEndsComplete(t *testing.T) {
 		content string
 		want    bool
 	}{
-		{"jsonl empty", formatJSONL, "", true},
-		{"jsonl newline", formatJSONL, "{\"a\":1}\n", true},
-		{"jsonl lines", formatJSONL, "{}\n{}\n", true},
-		{"jsonl unterminated", formatJSONL, "{}\n{\"a\":", false},
-		{"jsonl no newline", formatJSONL, "{\"a\":1}", false},
-		{"jsonl trailing space", formatJSONL, "{}\n ", false},
-		{"json object", formatJSON, `{"requests":[]}`, true},
-		{"json trailing whitespace", formatJSON, "{\"requests\":[]}\n\t \r\n", true},
-		{"json unterminated", formatJSON, `{"requests":[`, false},
-		{"json empty", formatJSON, "", false},
-		{"json only whitespace", formatJSON, " \n\n ", false},
-		{"json array", formatJSON, `[]`, false},
-		{"json long whitespace tail", formatJSON, "{}" + strings.Repeat(" ", 3*tailChunk+7), true},
-		{"json long whitespace tail, no object", formatJSON, "x" + strings.Repeat("\n", 2*tailChunk), false},
+		{"jsonl empty", watcher.FormatJSONL, "", true},
+		{"jsonl newline", watcher.FormatJSONL, "{\"a\":1}\n", true},
+		{"jsonl lines", watcher.FormatJSONL, "{}\n{}\n", true},
+		{"jsonl unterminated", watcher.FormatJSONL, "{}\n{\"a\":", false},
+		{"jsonl no newline", watcher.FormatJSONL, "{\"a\":1}", false},
+		{"jsonl trailing space", watcher.FormatJSONL, "{}\n ", false},
+		{"json object", watcher.FormatJSON, `{"requests":[]}`, true},
+		{"json trailing whitespace", watcher.FormatJSON, "{\"requests\":[]}\n\t \r\n", true},
+		{"json unterminated", watcher.FormatJSON, `{"requests":[`, false},
+		{"json empty", watcher.FormatJSON, "", false},
+		{"json only whitespace", watcher.FormatJSON, " \n\n ", false},
+		{"json array", watcher.FormatJSON, `[]`, false},
+		{"json long whitespace tail", watcher.FormatJSON, "{}" + strings.Repeat(" ", 3*tailChunk+7), true},
+		{"json long whitespace tail, no object", watcher.FormatJSON, "x" + strings.Repeat("\n", 2*tailChunk), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

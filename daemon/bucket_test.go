@@ -1,0 +1,170 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/internal/miniotest"
+	"github.com/batchd/batchd/pipeline"
+)
+
+// bucketEnv is a MinIO server with one bucket, and a stand-in engine.
+type bucketEnv struct {
+	*env
+	minio  *miniotest.Server
+	bucket string
+}
+
+func newBucketEnv(t *testing.T, opts openaitest.Options) *bucketEnv {
+	t.Helper()
+	srv := miniotest.Start(t)
+	return &bucketEnv{env: newEnv(t, opts), minio: srv, bucket: srv.Bucket()}
+}
+
+// bucketConfig is a daemon config on the bucket (prefix jobs/), each daemon
+// with its own data directory and owner name.
+func (e *bucketEnv) bucketConfig(owner string) daemon.Config {
+	cfg := e.config()
+	cfg.Data = filepath.Join(e.t.TempDir(), owner)
+	cfg.Source = "s3://" + e.bucket + "/jobs"
+	cfg.S3.Endpoint = e.minio.Endpoint
+	cfg.S3.AccessKey, cfg.S3.SecretKey = miniotest.AccessKey, miniotest.SecretKey
+	cfg.S3.Owner = owner
+	cfg.S3.Notifications = false // the listing alone must find everything
+	cfg.S3.ListInterval = 100 * time.Millisecond
+	cfg.S3.LeaseTTL = 2 * time.Second
+	cfg.S3.CheckpointInterval = 100 * time.Millisecond
+	return cfg
+}
+
+func (e *bucketEnv) put(key, content string) { e.minio.Put(e.bucket, key, []byte(content)) }
+
+// waitPublished waits until batch name's input is in done/ and its result
+// objects are in the outbox.
+func (e *bucketEnv) waitPublished(name string, timeout time.Duration) {
+	e.t.Helper()
+	waitFor(e.t, timeout, "batch "+name+" to be published", func() bool {
+		if _, ok := e.minio.Get(e.bucket, "jobs/done/"+name+".jsonl"); !ok {
+			return false
+		}
+		_, ok := e.minio.Get(e.bucket, "jobs/outbox/"+name+".batch.json")
+		return ok
+	})
+}
+
+// bucketCheck runs the exactly-once oracle on a published batch, through
+// the same path as `batchd check --source`.
+func (e *bucketEnv) bucketCheck(cfg daemon.Config, name string) *pipeline.CheckReport {
+	e.t.Helper()
+	in, err := daemon.FetchBucketBatch(context.Background(), cfg, name, e.t.TempDir())
+	if err != nil {
+		e.t.Fatalf("fetch %s: %v", name, err)
+	}
+	rep, err := pipeline.Check(in)
+	if err != nil {
+		e.t.Fatalf("check %s: %v", name, err)
+	}
+	if !rep.OK() {
+		e.t.Fatalf("check %s:\n%s", name, strings.Join(rep.Problems, "\n"))
+	}
+	return rep
+}
+
+func TestBucketFiftyInputs(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{})
+	cfg := e.bucketConfig("solo")
+	e.open(cfg)
+	e.put("jobs/inbox/b00.options.json", `{"metadata":{"team":"x"}}`)
+	for i := range 50 {
+		e.put(fmt.Sprintf("jobs/inbox/b%02d.jsonl", i), chatBatch(3, fmt.Sprintf("b%02d", i)))
+	}
+	for i := range 50 {
+		name := fmt.Sprintf("b%02d", i)
+		e.waitPublished(name, 60*time.Second)
+		rep := e.bucketCheck(cfg, name)
+		if rep.Lines != 3 || rep.OutputLines != 3 || rep.Status != "completed" {
+			t.Fatalf("%s: %+v", name, rep)
+		}
+	}
+	if got := e.srv.Requests(); got != 150 {
+		t.Fatalf("engine saw %d requests, want 150", got)
+	}
+	// The inbox is empty, options went to done/, and no lease, checkpoint
+	// or staged object is left.
+	if keys := e.minio.Keys(e.bucket, "jobs/inbox/"); len(keys) != 0 {
+		t.Fatalf("inbox not empty: %v", keys)
+	}
+	if _, ok := e.minio.Get(e.bucket, "jobs/done/b00.options.json"); !ok {
+		t.Fatal("options not moved to done/")
+	}
+	waitFor(t, 10*time.Second, "leases to be released", func() bool {
+		return len(e.minio.Keys(e.bucket, "jobs/.batchd/")) == 0
+	})
+	obj, _ := e.minio.Get(e.bucket, "jobs/outbox/b00.batch.json")
+	if !strings.Contains(string(obj), `"team": "x"`) {
+		t.Fatalf("options not applied: %s", obj)
+	}
+}
+
+// Two daemons on one bucket: every input runs on exactly one of them.
+func TestBucketTwoDaemonsShareOneBucket(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{})
+	a, b := e.bucketConfig("a"), e.bucketConfig("b")
+	e.open(a)
+	e.open(b)
+	for i := range 40 {
+		e.put(fmt.Sprintf("jobs/inbox/s%02d.jsonl", i), chatBatch(5, fmt.Sprintf("s%02d", i)))
+	}
+	for i := range 40 {
+		name := fmt.Sprintf("s%02d", i)
+		e.waitPublished(name, 60*time.Second)
+		e.bucketCheck(a, name)
+	}
+	if got := e.srv.Requests(); got != 200 {
+		t.Fatalf("engine saw %d requests for 200 lines: some input ran twice (or not at all)", got)
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, "owner=a") || !strings.Contains(logs, "owner=b") {
+		t.Fatalf("both daemons should have connected:\n%s", logs)
+	}
+}
+
+// MinIO restarted in the middle of a batch: the daemon reconnects and
+// finishes it, exactly once.
+func TestBucketMinIORestartMidBatch(t *testing.T) {
+	var slow atomic.Bool
+	slow.Store(true)
+	e := newBucketEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		if slow.Load() {
+			time.Sleep(5 * time.Millisecond) // a slow engine, so the batch is still running
+		}
+		return openaitest.Fault{}
+	}})
+	cfg := e.bucketConfig("solo")
+	cfg.Pipeline.Workers = 2
+	cfg.S3.LeaseTTL = 3 * time.Second
+	e.open(cfg)
+	e.put("jobs/inbox/long.jsonl", chatBatch(400, "long"))
+	waitFor(t, 60*time.Second, "a checkpoint", func() bool {
+		return len(e.minio.Keys(e.bucket, "jobs/.batchd/checkpoints/")) > 0
+	})
+	e.minio.Stop()
+	waitFor(t, 30*time.Second, "the daemon to notice", func() bool {
+		return strings.Contains(e.logs.String(), "bucket unreachable; retrying")
+	})
+	e.minio.Start()
+	slow.Store(false)
+	e.waitPublished("long", 90*time.Second)
+	rep := e.bucketCheck(cfg, "long")
+	if rep.OutputLines != 400 {
+		t.Fatalf("%+v", rep)
+	}
+}

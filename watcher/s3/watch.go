@@ -1,0 +1,219 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/batchd/batchd/watcher"
+)
+
+// Watcher reports the inputs and cancel requests in the bucket's inbox/.
+//
+// Delivery semantics, as the folder source's:
+//   - Each input object is delivered as an Input event (Path its key,
+//     Version its ETag), once per ETag until Forget(key); a new version is
+//     delivered again.
+//   - A NAME.cancel object is delivered as a Cancel event, once per ETag
+//     until Forget(key).
+//   - Notifications (MinIO's listen API) are hints that make delivery
+//     prompt; the truth is a listing of inbox/, at Open and every
+//     ListInterval, so a lost notification delays an input by at most one
+//     interval. A listen stream that ends is opened again after a backoff.
+//   - What a key's listing no longer shows is forgotten.
+type Watcher struct {
+	b      *Bucket
+	events chan watcher.Event
+
+	mu        sync.Mutex
+	delivered map[string]string // key → ETag delivered
+	wake      chan struct{}
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewWatcher returns a watcher of b's inbox; Open starts it.
+func NewWatcher(b *Bucket) *Watcher {
+	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}, wake: make(chan struct{}, 1)}
+}
+
+// Events delivers inputs and cancel requests; it is closed by Close.
+func (w *Watcher) Events() <-chan watcher.Event { return w.events }
+
+// Open starts listing (and listening, when configured).
+func (w *Watcher) Open(ctx context.Context) error {
+	ctx, w.cancel = context.WithCancel(context.Background())
+	w.wg.Add(1)
+	go w.listLoop(ctx)
+	if w.b.cfg.Notifications {
+		w.wg.Add(1)
+		go w.listenLoop(ctx)
+	}
+	return nil
+}
+
+// Close stops the watcher and closes Events.
+func (w *Watcher) Close(context.Context) error {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.wg.Wait()
+	close(w.events)
+	return nil
+}
+
+// Forget lets key be delivered again (the daemon is done with it, or
+// failed on it and wants it retried at the next listing).
+func (w *Watcher) Forget(key string) {
+	w.mu.Lock()
+	delete(w.delivered, key)
+	w.mu.Unlock()
+}
+
+// Rescan asks for a listing now.
+func (w *Watcher) Rescan() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) listLoop(ctx context.Context) {
+	defer w.wg.Done()
+	t := time.NewTicker(w.b.cfg.ListInterval)
+	defer t.Stop()
+	for {
+		if err := w.list(ctx); err != nil && ctx.Err() == nil {
+			w.b.log.Warn("list inbox", "error", w.b.classify("list inbox", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.wake:
+		}
+	}
+}
+
+// list delivers every undelivered object of the inbox, oldest first, and
+// forgets keys that are gone.
+func (w *Watcher) list(ctx context.Context) error {
+	prefix := w.b.Key(dirInbox, "")
+	var found []minio.ObjectInfo
+	for obj := range w.b.client.ListObjects(ctx, w.b.bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+		if obj.Err != nil {
+			return obj.Err
+		}
+		found = append(found, obj)
+	}
+	seen := make(map[string]bool, len(found))
+	for _, o := range found {
+		seen[o.Key] = true
+	}
+	w.mu.Lock()
+	for k := range w.delivered {
+		if !seen[k] {
+			delete(w.delivered, k)
+		}
+	}
+	w.mu.Unlock()
+	sortByTime(found)
+	for _, o := range found {
+		if !w.offer(ctx, o.Key, o.ETag) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// offer delivers key at etag unless it was delivered; it reports false when
+// ctx ended.
+func (w *Watcher) offer(ctx context.Context, key, etag string) bool {
+	base := strings.TrimPrefix(key, w.b.Key(dirInbox, ""))
+	kind, name, format, ok := watcher.Classify(base)
+	if !ok || base == key {
+		return true
+	}
+	etag = strings.Trim(etag, `"`)
+	w.mu.Lock()
+	if w.delivered[key] == etag {
+		w.mu.Unlock()
+		return true
+	}
+	w.delivered[key] = etag
+	w.mu.Unlock()
+	select {
+	case w.events <- watcher.Event{Kind: kind, Name: name, Path: key, Format: format, Version: etag}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// listenLoop follows the server's notifications for the inbox, opening the
+// stream again (after a backoff) whenever it ends.
+func (w *Watcher) listenLoop(ctx context.Context) {
+	defer w.wg.Done()
+	wait := w.b.cfg.RetryMin
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := w.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			wait = w.b.cfg.RetryMin
+		}
+		w.b.log.Info("bucket notification stream ended; opening it again", "retry_in", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, w.b.cfg.RetryMax)
+		// Whatever happened while the stream was down, the listing finds.
+		w.Rescan()
+	}
+}
+
+var errStreamClosed = errors.New("stream closed")
+
+func (w *Watcher) listen(ctx context.Context) error {
+	ch := w.b.client.ListenBucketNotification(ctx, w.b.bucket, w.b.Key(dirInbox, ""), "", []string{"s3:ObjectCreated:*"})
+	for info := range ch {
+		if info.Err != nil {
+			return info.Err
+		}
+		for _, rec := range info.Records {
+			key := rec.S3.Object.Key
+			if k, err := url.QueryUnescape(key); err == nil {
+				key = k
+			}
+			if path.Dir(key) != strings.TrimSuffix(w.b.Key(dirInbox, ""), "/") {
+				continue
+			}
+			if !w.offer(ctx, key, rec.S3.Object.ETag) {
+				return ctx.Err()
+			}
+		}
+	}
+	return errStreamClosed
+}
+
+// sortByTime orders a listing (sorted by key) first come, first served.
+func sortByTime(objs []minio.ObjectInfo) {
+	slices.SortStableFunc(objs, func(a, b minio.ObjectInfo) int {
+		if c := a.LastModified.Compare(b.LastModified); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+}
