@@ -104,7 +104,7 @@ func (s *Server) Start() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(s.bin, "server", filepath.Join(s.dir, "data"), "--address", s.Endpoint, "--console-address", s.console, )
+	cmd := exec.Command(s.bin, "server", filepath.Join(s.dir, "data"), "--address", s.Endpoint, "--console-address", s.console)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "HOME="+s.dir)
 	cmd.Stdout, cmd.Stderr = log, log
