@@ -3,10 +3,13 @@ package daemon
 import (
 	"bufio"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,6 +35,26 @@ type bucketRunner struct {
 	spool string
 	log   *slog.Logger
 	every time.Duration // checkpoint interval
+}
+
+// serveEvents takes MinIO webhook notifications (POST /v1/bucket-events):
+// new inputs start at once instead of at the next listing.
+func (br *bucketRunner) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if tok := br.d.cfg.S3.WebhookToken; tok != "" {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+			http.Error(w, "bad or missing Authorization token", http.StatusUnauthorized)
+			return
+		}
+	}
+	var ev s3.Event
+	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&ev); err != nil {
+		http.Error(w, "not a bucket notification: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	n := br.w.Notify(r.Context(), ev)
+	br.log.Debug("bucket notification", "event", ev.EventName, "key", ev.Key, "taken", n)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (br *bucketRunner) cancel(ev watcher.Event) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7/pkg/notification"
+
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/internal/miniotest"
@@ -23,9 +25,9 @@ type bucketEnv struct {
 	bucket string
 }
 
-func newBucketEnv(t *testing.T, opts openaitest.Options) *bucketEnv {
+func newBucketEnv(t *testing.T, opts openaitest.Options, minioEnv ...string) *bucketEnv {
 	t.Helper()
-	srv := miniotest.Start(t)
+	srv := miniotest.Start(t, minioEnv...)
 	return &bucketEnv{env: newEnv(t, opts), minio: srv, bucket: srv.Bucket()}
 }
 
@@ -38,7 +40,6 @@ func (e *bucketEnv) bucketConfig(owner string) daemon.Config {
 	cfg.S3.Endpoint = e.minio.Endpoint
 	cfg.S3.AccessKey, cfg.S3.SecretKey = miniotest.AccessKey, miniotest.SecretKey
 	cfg.S3.Owner = owner
-	cfg.S3.Notifications = false // the listing alone must find everything
 	cfg.S3.ListInterval = 100 * time.Millisecond
 	cfg.S3.LeaseTTL = 2 * time.Second
 	cfg.S3.CheckpointInterval = 100 * time.Millisecond
@@ -166,5 +167,48 @@ func TestBucketMinIORestartMidBatch(t *testing.T) {
 	rep := e.bucketCheck(cfg, "long")
 	if rep.OutputLines != 400 {
 		t.Fatalf("%+v", rep)
+	}
+}
+
+// With MinIO's webhook target pointed at the daemon, a new input starts at
+// once: the listing (every hour here) has no part in it.
+func TestBucketWebhookNotification(t *testing.T) {
+	addr := miniotest.FreeAddr(t)
+	const token = "hook-secret"
+	e := newBucketEnv(t, openaitest.Options{},
+		"MINIO_NOTIFY_WEBHOOK_ENABLE_BATCHD=on",
+		"MINIO_NOTIFY_WEBHOOK_ENDPOINT_BATCHD=http://"+addr+"/v1/bucket-events",
+		"MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_BATCHD="+token)
+	nc := notification.NewConfig(notification.NewArn("minio", "sqs", "", "BATCHD", "webhook"))
+	nc.AddEvents(notification.ObjectCreatedAll)
+	nc.AddFilterPrefix("jobs/inbox/")
+	var bn notification.Configuration
+	bn.AddQueue(nc)
+	if err := e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn); err != nil {
+		t.Fatalf("configure the webhook: %v", err)
+	}
+	cfg := e.bucketConfig("hooked")
+	cfg.Listen = addr
+	cfg.S3.ListInterval = time.Hour
+	cfg.S3.WebhookToken = token
+	e.open(cfg)
+	// The first input may be found by the listing at start; the second
+	// only by the notification.
+	e.put("jobs/inbox/first.jsonl", chatBatch(2, "first"))
+	e.waitPublished("first", 60*time.Second)
+	e.put("jobs/inbox/second.jsonl", chatBatch(2, "second"))
+	e.waitPublished("second", 60*time.Second)
+	e.bucketCheck(cfg, "second")
+	if !strings.Contains(e.logs.String(), `msg="bucket notification"`) {
+		t.Fatal("no notification was received")
+	}
+	// Without the token, the endpoint refuses.
+	resp, err := http.Post("http://"+addr+"/v1/bucket-events", "application/json", strings.NewReader(`{"Records":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated post: %s", resp.Status)
 	}
 }

@@ -59,7 +59,10 @@ type S3Config struct {
 	LeaseTTL           time.Duration `yaml:"lease_ttl"`
 	ListInterval       time.Duration `yaml:"list_interval"`
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
-	Notifications      bool          `yaml:"notifications"`
+	// WebhookToken, when set, is the Authorization header MinIO's webhook
+	// notification target must send to POST /v1/bucket-events
+	// (MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_<ID>); docs/bucket.md has the setup.
+	WebhookToken string `yaml:"webhook_token"`
 }
 
 // IsBucket tells whether the source is a bucket.
@@ -148,7 +151,7 @@ func DefaultConfig() Config {
 		Batch:   pipeline.Options{OnInvalid: pipeline.OnInvalidContinue},
 		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, PollInterval: 2 * time.Second},
 		S3: S3Config{LeaseTTL: s3.DefaultConfig("").LeaseTTL, ListInterval: s3.DefaultConfig("").ListInterval,
-			CheckpointInterval: 5 * time.Second, Notifications: true},
+			CheckpointInterval: 5 * time.Second},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
 }
@@ -295,7 +298,7 @@ func (c Config) s3Config() s3.Config {
 	sc.Endpoint, sc.Region, sc.TLS, sc.InsecureSkipVerify = x.Endpoint, x.Region, x.TLS, x.InsecureSkipVerify
 	sc.AccessKey, sc.SecretKey, sc.SessionToken = x.AccessKey, x.SecretKey, x.SessionToken
 	sc.CredentialsFile, sc.Profile, sc.Owner = x.CredentialsFile, x.Profile, x.Owner
-	sc.LeaseTTL, sc.ListInterval, sc.Notifications = x.LeaseTTL, x.ListInterval, x.Notifications
+	sc.LeaseTTL, sc.ListInterval = x.LeaseTTL, x.ListInterval
 	return sc
 }
 

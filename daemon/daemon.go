@@ -420,6 +420,9 @@ func (d *Daemon) serveHTTP() error {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	if d.bucket != nil {
+		mux.HandleFunc("POST /v1/bucket-events", d.bucket.serveEvents)
+	}
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)

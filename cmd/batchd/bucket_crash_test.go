@@ -26,7 +26,6 @@ s3:
   access_key: %s
   secret_key: %s
   owner: %s
-  notifications: false
   list_interval: 100ms
   lease_ttl: 2s
   checkpoint_interval: 200ms

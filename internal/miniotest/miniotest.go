@@ -37,6 +37,7 @@ type Server struct {
 	dir      string
 	Endpoint string // host:port
 	console  string
+	env      []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -68,8 +69,9 @@ func fileExists(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// Start starts a server for the test (skipping it when there is no binary).
-func Start(t testing.TB) *Server {
+// Start starts a server for the test (skipping it when there is no binary),
+// with extra environment variables (MINIO_NOTIFY_..., say).
+func Start(t testing.TB, env ...string) *Server {
 	t.Helper()
 	bin := Binary()
 	if bin == "" {
@@ -79,13 +81,14 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip(msg)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), Endpoint: freeAddr(t), console: freeAddr(t)}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), Endpoint: FreeAddr(t), console: FreeAddr(t), env: env}
 	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
 
-func freeAddr(t testing.TB) string {
+// FreeAddr is a loopback address nothing listens on (yet).
+func FreeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +110,7 @@ func (s *Server) Start() {
 	cmd := exec.Command(s.bin, "server", filepath.Join(s.dir, "data"), "--address", s.Endpoint, "--console-address", s.console)
 	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
 		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "HOME="+s.dir)
+	cmd.Env = append(cmd.Env, s.env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start minio: %v", err)

@@ -51,9 +51,6 @@ type Config struct {
 	// ListInterval is how often the inbox is listed; a lost notification
 	// delays an input by at most this much.
 	ListInterval time.Duration
-	// Notifications subscribes to the server's bucket notifications (MinIO's
-	// listen API) for new inputs at once; the listing runs either way.
-	Notifications bool
 	// Retry bounds the backoff between attempts when the server cannot be
 	// reached (it doubles from RetryMin, with jitter).
 	RetryMin, RetryMax time.Duration
@@ -64,12 +61,11 @@ type Config struct {
 // DefaultConfig returns the defaults for the bucket at url.
 func DefaultConfig(url string) Config {
 	return Config{
-		URL:           url,
-		LeaseTTL:      60 * time.Second,
-		ListInterval:  30 * time.Second,
-		Notifications: true,
-		RetryMin:      500 * time.Millisecond,
-		RetryMax:      30 * time.Second,
+		URL:          url,
+		LeaseTTL:     60 * time.Second,
+		ListInterval: 30 * time.Second,
+		RetryMin:     500 * time.Millisecond,
+		RetryMax:     30 * time.Second,
 	}
 }
 

@@ -77,6 +77,14 @@ func (b *Bucket) Download(ctx context.Context, key, etag, dst string) error {
 			return err
 		}
 		defer obj.Close()
+		if etag == "" {
+			// Resume only into the same version.
+			st, err := obj.Stat()
+			if err != nil {
+				return err
+			}
+			etag = strings.Trim(st.ETag, `"`)
+		}
 		n, err := io.Copy(f, obj)
 		off += n
 		if err != nil && minio.ToErrorResponse(err).StatusCode == 416 && off > 0 {

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,7 +212,6 @@ func TestWatcherListing(t *testing.T) {
 	srv := miniotest.Start(t)
 	bucket := srv.Bucket()
 	b := testBucket(t, srv, bucket, "a", func(c *Config) {
-		c.Notifications = false
 		c.ListInterval = 50 * time.Millisecond
 	})
 	w := NewWatcher(b)
@@ -246,36 +249,6 @@ func TestWatcherListing(t *testing.T) {
 	}
 }
 
-// With notifications on and a listing too slow to matter, a new input
-// arrives through the listen API.
-func TestWatcherNotifications(t *testing.T) {
-	srv := miniotest.Start(t)
-	bucket := srv.Bucket()
-	b := testBucket(t, srv, bucket, "a", func(c *Config) { c.ListInterval = time.Hour })
-	w := NewWatcher(b)
-	if err := w.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close(context.Background())
-	// The stream may take a moment to be established: keep dropping new
-	// inputs until one is delivered (each would otherwise wait an hour).
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; ; i++ {
-		srv.Put(bucket, fmt.Sprintf("team/inbox/n%d.jsonl", i), []byte("{}\n"))
-		select {
-		case ev := <-w.Events():
-			if ev.Kind != watcher.Input || !strings.HasPrefix(ev.Name, "n") {
-				t.Fatalf("event %+v", ev)
-			}
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no notification delivered in 30s")
-		}
-	}
-}
-
 // A missing bucket and bad credentials are clear errors at once, naming
 // the bucket; a server that is down is retried until it is up.
 func TestConnectErrors(t *testing.T) {
@@ -309,4 +282,94 @@ func TestConnectErrors(t *testing.T) {
 	if err := <-connected; err != nil {
 		t.Fatalf("after the server came up: %v", err)
 	}
+}
+
+// dropProxy forwards TCP to target; while drops > 0, a connection whose
+// response passes limit bytes is cut there (and drops is decremented).
+type dropProxy struct {
+	ln     net.Listener
+	target string
+	limit  int64
+	drops  atomic.Int32
+}
+
+func newDropProxy(t *testing.T, target string, limit int64, drops int32) *dropProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target, limit: limit}
+	p.drops.Store(drops)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *dropProxy) serve(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	go io.Copy(s, c)
+	if p.drops.Load() > 0 {
+		n, _ := io.CopyN(c, s, p.limit)
+		if n == p.limit && p.drops.Add(-1) >= 0 {
+			return // cut mid-response
+		}
+	}
+	io.Copy(c, s)
+}
+
+// A download whose connection drops mid-object resumes with a ranged read
+// from where it stopped, and the file is whole.
+func TestDownloadResumesAfterDroppedConnection(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	data := bytes.Repeat([]byte("line of a big batch input\n"), 200_000) // 5.2 MB
+	srv.Put(bucket, "team/inbox/big.jsonl", data)
+	proxy := newDropProxy(t, srv.Endpoint, 1<<20, 2)
+	var logs lockedLog
+	b := testBucket(t, srv, bucket, "a", func(c *Config) {
+		c.Endpoint = proxy.ln.Addr().String()
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	proxy.drops.Store(2) // Connect's requests went through whole
+	dst := filepath.Join(t.TempDir(), "big.jsonl")
+	if err := b.Download(context.Background(), "team/inbox/big.jsonl", "", dst); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(dst)
+	if !bytes.Equal(got, data) {
+		t.Fatalf("downloaded %d bytes, want %d identical ones", len(got), len(data))
+	}
+	if n := strings.Count(logs.String(), "download interrupted; resuming"); n != 2 {
+		t.Fatalf("%d resumes logged, want 2:\n%s", n, logs.String())
+	}
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -2,7 +2,6 @@ package s3
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"path"
 	"slices"
@@ -23,10 +22,10 @@ import (
 //     delivered again.
 //   - A NAME.cancel object is delivered as a Cancel event, once per ETag
 //     until Forget(key).
-//   - Notifications (MinIO's listen API) are hints that make delivery
-//     prompt; the truth is a listing of inbox/, at Open and every
-//     ListInterval, so a lost notification delays an input by at most one
-//     interval. A listen stream that ends is opened again after a backoff.
+//   - Notifications (MinIO's webhook target posting to the daemon, passed
+//     to Notify) are hints that make delivery prompt; the truth is a
+//     listing of inbox/, at Open and every ListInterval, so a lost
+//     notification delays an input by at most one interval.
 //   - What a key's listing no longer shows is forgotten.
 type Watcher struct {
 	b      *Bucket
@@ -48,15 +47,11 @@ func NewWatcher(b *Bucket) *Watcher {
 // Events delivers inputs and cancel requests; it is closed by Close.
 func (w *Watcher) Events() <-chan watcher.Event { return w.events }
 
-// Open starts listing (and listening, when configured).
+// Open starts listing.
 func (w *Watcher) Open(ctx context.Context) error {
 	ctx, w.cancel = context.WithCancel(context.Background())
 	w.wg.Add(1)
 	go w.listLoop(ctx)
-	if w.b.cfg.Notifications {
-		w.wg.Add(1)
-		go w.listenLoop(ctx)
-	}
 	return nil
 }
 
@@ -158,54 +153,48 @@ func (w *Watcher) offer(ctx context.Context, key, etag string) bool {
 	}
 }
 
-// listenLoop follows the server's notifications for the inbox, opening the
-// stream again (after a backoff) whenever it ends.
-func (w *Watcher) listenLoop(ctx context.Context) {
-	defer w.wg.Done()
-	wait := w.b.cfg.RetryMin
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := w.listen(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > time.Minute {
-			wait = w.b.cfg.RetryMin
-		}
-		w.b.log.Info("bucket notification stream ended; opening it again", "retry_in", wait, "error", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, w.b.cfg.RetryMax)
-		// Whatever happened while the stream was down, the listing finds.
-		w.Rescan()
-	}
+// Event is what MinIO's webhook notification target posts (the fields
+// batchd reads).
+type Event struct {
+	EventName string `json:"EventName"`
+	Key       string `json:"Key"`
+	Records   []struct {
+		EventName string `json:"eventName"`
+		S3        struct {
+			Bucket struct {
+				Name string `json:"name"`
+			} `json:"bucket"`
+			Object struct {
+				Key  string `json:"key"`
+				ETag string `json:"eTag"`
+			} `json:"object"`
+		} `json:"s3"`
+	} `json:"Records"`
 }
 
-var errStreamClosed = errors.New("stream closed")
-
-func (w *Watcher) listen(ctx context.Context) error {
-	ch := w.b.client.ListenBucketNotification(ctx, w.b.bucket, w.b.Key(dirInbox, ""), "", []string{"s3:ObjectCreated:*"})
-	for info := range ch {
-		if info.Err != nil {
-			return info.Err
+// Notify delivers what a bucket notification names: objects created in
+// this bucket's inbox. Keys in notifications are URL-encoded. It reports
+// how many records it took.
+func (w *Watcher) Notify(ctx context.Context, ev Event) int {
+	n := 0
+	inbox := w.b.Key(dirInbox, "")
+	for _, rec := range ev.Records {
+		if rec.S3.Bucket.Name != w.b.bucket || !strings.HasPrefix(rec.EventName, "s3:ObjectCreated:") && !strings.HasPrefix(rec.EventName, "ObjectCreated:") {
+			continue
 		}
-		for _, rec := range info.Records {
-			key := rec.S3.Object.Key
-			if k, err := url.QueryUnescape(key); err == nil {
-				key = k
-			}
-			if path.Dir(key) != strings.TrimSuffix(w.b.Key(dirInbox, ""), "/") {
-				continue
-			}
-			if !w.offer(ctx, key, rec.S3.Object.ETag) {
-				return ctx.Err()
-			}
+		key := rec.S3.Object.Key
+		if k, err := url.QueryUnescape(key); err == nil {
+			key = k
 		}
+		if path.Dir(key)+"/" != inbox {
+			continue
+		}
+		if !w.offer(ctx, key, rec.S3.Object.ETag) {
+			break
+		}
+		n++
 	}
-	return errStreamClosed
+	return n
 }
 
 // sortByTime orders a listing (sorted by key) first come, first served.
