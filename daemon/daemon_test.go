@@ -874,3 +874,14 @@ func TestNativeEngineRunsADroppedBatch(t *testing.T) {
 	}
 	e.check("native", "jsonl")
 }
+
+// The example config in deploy/ loads: every key it shows exists.
+func TestExampleConfigLoads(t *testing.T) {
+	cfg, err := daemon.LoadFile("../deploy/config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source != "dir" || cfg.S3.Endpoint == "" || cfg.S3.CheckpointInterval != 5*time.Second {
+		t.Fatalf("example config read as source %q, s3 %+v", cfg.Source, cfg.S3)
+	}
+}

@@ -81,6 +81,9 @@ func (b *Bucket) Download(ctx context.Context, key, etag, dst string) error {
 			// Resume only into the same version.
 			st, err := obj.Stat()
 			if err != nil {
+				if minio.ToErrorResponse(err).StatusCode == 416 && off > 0 {
+					return nil // nothing left past off: done
+				}
 				return err
 			}
 			etag = strings.Trim(st.ETag, `"`)
