@@ -212,3 +212,82 @@ func TestBucketWebhookNotification(t *testing.T) {
 		t.Fatalf("unauthenticated post: %s", resp.Status)
 	}
 }
+
+// A cancel object stops a running bucket batch: it ends cancelled, its
+// unfinished requests are batch_cancelled lines, every line exactly once.
+func TestBucketCancelObject(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		time.Sleep(5 * time.Millisecond) // a slow engine, so the batch is still running
+		return openaitest.Fault{}
+	}})
+	cfg := e.bucketConfig("solo")
+	cfg.Pipeline.Workers = 2
+	e.open(cfg)
+	e.put("jobs/inbox/c.jsonl", chatBatch(2000, "c"))
+	waitFor(t, 60*time.Second, "the batch to make progress", func() bool {
+		return len(e.minio.Keys(e.bucket, "jobs/.batchd/checkpoints/")) > 0
+	})
+	e.put("jobs/inbox/c.cancel", "")
+	e.waitPublished("c", 60*time.Second)
+	rep := e.bucketCheck(cfg, "c")
+	if rep.Status != "cancelled" || rep.ErrorLines == 0 || rep.OutputLines == 0 {
+		t.Fatalf("%+v", rep)
+	}
+	if _, ok := e.minio.Get(e.bucket, "jobs/inbox/c.cancel"); ok {
+		t.Fatal("the cancel object was left in the inbox")
+	}
+}
+
+// Credentials may come from the environment instead of the config.
+func TestBucketCredentialsFromEnvironment(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{})
+	cfg := e.bucketConfig("env")
+	cfg.S3.AccessKey, cfg.S3.SecretKey = "", ""
+	t.Setenv("AWS_ACCESS_KEY_ID", miniotest.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", miniotest.SecretKey)
+	e.open(cfg)
+	e.put("jobs/inbox/e.jsonl", chatBatch(2, "e"))
+	e.waitPublished("e", 60*time.Second)
+}
+
+// An input whose notification never arrives (MinIO is told to notify only
+// for .jsonl objects) is found by the listing; a .json requests document
+// runs like a folder one.
+func TestBucketLostNotificationFoundByListing(t *testing.T) {
+	addr := miniotest.FreeAddr(t)
+	e := newBucketEnv(t, openaitest.Options{},
+		"MINIO_NOTIFY_WEBHOOK_ENABLE_BATCHD=on",
+		"MINIO_NOTIFY_WEBHOOK_ENDPOINT_BATCHD=http://"+addr+"/v1/bucket-events")
+	nc := notification.NewConfig(notification.NewArn("minio", "sqs", "", "BATCHD", "webhook"))
+	nc.AddEvents(notification.ObjectCreatedAll)
+	nc.AddFilterPrefix("jobs/inbox/")
+	nc.AddFilterSuffix(".jsonl")
+	var bn notification.Configuration
+	bn.AddQueue(nc)
+	if err := e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn); err != nil {
+		t.Fatalf("configure the webhook: %v", err)
+	}
+	cfg := e.bucketConfig("lister")
+	cfg.Listen = addr
+	cfg.S3.ListInterval = 300 * time.Millisecond
+	e.open(cfg)
+	e.put("jobs/inbox/doc.json", `{"url":"/v1/chat/completions","defaults":{"max_tokens":4},"requests":[`+
+		`{"custom_id":"a","messages":[{"role":"user","content":"one"}]},{"custom_id":"b","messages":[{"role":"user","content":"two"}]}]}`)
+	waitFor(t, 60*time.Second, "doc to be published", func() bool {
+		_, ok := e.minio.Get(e.bucket, "jobs/done/doc.json")
+		return ok
+	})
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		if strings.Contains(line, `msg="bucket notification"`) && strings.Contains(line, "doc.json") {
+			t.Fatalf("doc.json was notified; the test needs it not to be: %s", line)
+		}
+	}
+	in, err := daemon.FetchBucketBatch(context.Background(), cfg, "doc", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := pipeline.Check(in)
+	if err != nil || !rep.OK() || rep.OutputLines != 2 {
+		t.Fatalf("check doc: %+v %v", rep, err)
+	}
+}
