@@ -40,7 +40,20 @@ type Config struct {
 	// s3://BUCKET/PREFIX for a MinIO/S3 bucket (configured by S3).
 	Source string    `yaml:"source"`
 	S3     S3Config  `yaml:"s3"`
+	API    APIConfig `yaml:"api"`
 	Log    LogConfig `yaml:"log"`
+}
+
+// APIConfig configures the OpenAI-compatible HTTP API on Listen.
+type APIConfig struct {
+	// Keys are the accepted API keys (Authorization: Bearer KEY); none
+	// leaves the API open, which the daemon warns about beyond loopback.
+	Keys []string `yaml:"keys"`
+	// MaxUploadBytes bounds one POST /v1/files (default 512 MiB).
+	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
+	// DefaultMaxTokens is the output limit of an online request that sets
+	// none (and no batch default does; default 4096).
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
 }
 
 // S3Config configures the bucket source (source: s3://BUCKET/PREFIX).
@@ -153,6 +166,7 @@ func DefaultConfig() Config {
 		S3: S3Config{LeaseTTL: s3.DefaultConfig("").LeaseTTL, ListInterval: s3.DefaultConfig("").ListInterval,
 			CheckpointInterval: 5 * time.Second},
 		Log: LogConfig{Level: "info", Format: "text"},
+		API: APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096},
 	}
 }
 
@@ -210,6 +224,9 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	}
 	str("BATCHD_OPENAI_API_KEY", &cfg.OpenAI.APIKey)
 	str("BATCHD_OPENAI_MODEL", &cfg.OpenAI.Model)
+	if v := getenv("BATCHD_API_KEYS"); v != "" {
+		cfg.API.Keys = splitList(v)
+	}
 	str("BATCHD_SOURCE", &cfg.Source)
 	str("BATCHD_S3_ENDPOINT", &cfg.S3.Endpoint)
 	str("BATCHD_S3_REGION", &cfg.S3.Region)
@@ -276,6 +293,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.pipelineConfig().Validate(); err != nil {
 		return fmt.Errorf("pipeline.%w", err)
+	}
+	if c.API.MaxUploadBytes < 1 {
+		return fmt.Errorf("api.max_upload_bytes: must be positive, got %d", c.API.MaxUploadBytes)
 	}
 	switch {
 	case c.Source == "" || c.Source == "dir":

@@ -61,6 +61,8 @@ type Daemon struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	started time.Time
+
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []watcher.Event
@@ -204,9 +206,16 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		}
 		d.watch = w
 	}
+	d.started = time.Now()
+	if err := d.requeueAPI(); err != nil {
+		return err
+	}
 	if d.cfg.Listen != "" {
 		if err := d.serveHTTP(); err != nil {
 			return err
+		}
+		if len(d.cfg.API.Keys) == 0 && !isLoopback(d.HTTPAddr()) {
+			d.log.Warn("the API on this address needs no key: set api.keys (or BATCHD_API_KEYS)", "listen", d.HTTPAddr())
 		}
 	}
 	d.wg.Add(1)
@@ -367,7 +376,7 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		if !ok {
 			return
 		}
-		if d.bucket != nil {
+		if d.bucket != nil && !d.isAPIPath(ev.Path) {
 			err := d.bucket.run(ctx, ev)
 			switch {
 			case err == nil:
@@ -423,6 +432,25 @@ func (d *Daemon) serveHTTP() error {
 	if d.bucket != nil {
 		mux.HandleFunc("POST /v1/bucket-events", d.bucket.serveEvents)
 	}
+	api := http.NewServeMux()
+	api.HandleFunc("POST /v1/files", d.handleUpload)
+	api.HandleFunc("GET /v1/files", d.handleListFiles)
+	api.HandleFunc("GET /v1/files/{id}", d.handleGetFile)
+	api.HandleFunc("GET /v1/files/{id}/content", d.handleFileContent)
+	api.HandleFunc("DELETE /v1/files/{id}", d.handleDeleteFile)
+	api.HandleFunc("POST /v1/batches", d.handleCreateBatch)
+	api.HandleFunc("GET /v1/batches", d.handleListBatches)
+	api.HandleFunc("GET /v1/batches/{id}", d.handleGetBatch)
+	api.HandleFunc("POST /v1/batches/{id}/cancel", d.handleCancelBatch)
+	api.HandleFunc("GET /v1/batches/{id}/results", d.handleBatchResults)
+	api.HandleFunc("POST /v1/chat/completions", d.handleOnline(engine.EndpointChat))
+	api.HandleFunc("POST /v1/completions", d.handleOnline(engine.EndpointCompletions))
+	api.HandleFunc("POST /v1/embeddings", d.handleOnline(engine.EndpointEmbeddings))
+	api.HandleFunc("GET /v1/models", d.handleModels)
+	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)
+	})
+	mux.Handle("/v1/", requireKey(d.cfg.API.Keys, api))
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)

@@ -78,3 +78,9 @@ type Stats struct {
 type StatsReporter interface {
 	Stats() Stats
 }
+
+// ModelLister is implemented by engines that know the models they serve
+// (GET /v1/models).
+type ModelLister interface {
+	Models() []string
+}

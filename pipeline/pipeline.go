@@ -21,6 +21,7 @@ import (
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/pipeline/validate"
 )
 
 // Log keys.
@@ -267,4 +268,38 @@ func CleanOutbox(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ResultFiles returns batch b's result files as the pipeline holds them
+// (committed up to b.OutLen and b.ErrLen bytes), readable while it runs.
+func (p *Pipeline) ResultFiles(b *ledger.Batch) (output, errors string) {
+	return p.resultPaths(b, b.Gen)
+}
+
+// Validator returns a checker for single requests with the daemon's
+// batch-level defaults (the online endpoints validate with it); maxTokens
+// is the max_tokens of a request that gives none when the defaults give
+// none either.
+func (p *Pipeline) Validator(maxTokens int) (*validate.Checker, error) {
+	d := p.cfg.Defaults
+	if d.MaxTokens == 0 {
+		d.MaxTokens = maxTokens
+	}
+	vcfg := validate.Config{Defaults: d.Defaults()}
+	if err := vcfg.Validate(); err != nil {
+		return nil, err
+	}
+	return validate.NewChecker(vcfg), nil
+}
+
+// Rate is running batch name's requests per second over its current run
+// (0 when it is not running).
+func (p *Pipeline) Rate(name string) float64 {
+	p.mu.Lock()
+	r := p.running[name]
+	p.mu.Unlock()
+	if r == nil {
+		return 0
+	}
+	return r.rate()
 }

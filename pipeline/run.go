@@ -56,12 +56,13 @@ type run struct {
 	endpoint atomic.Pointer[string]
 
 	started     time.Time
-	startedDone int
 
 	// committing collects the lines appended since the last commit, for
 	// job.OnCommit (nil when it is not set).
 	committing []Committed
 	track      bool
+	// ran counts the lines this run wrote (for rate, read by other goroutines).
+	ran atomic.Int64
 }
 
 func (r *run) cancel(cause error) { r.cancelReq(cause) }
@@ -584,7 +585,7 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 	}
 
 	r.started = time.Now()
-	r.startedDone = b.Completed + b.Failed
+	r.ran.Store(0) // seeded lines are not this run's work
 	writerErr := make(chan error, 1)
 	go func() { writerErr <- r.write() }()
 
@@ -912,6 +913,7 @@ func (r *run) append(res result) error {
 		return fmt.Errorf("write results: %w", err)
 	}
 	r.done.Set(res.line)
+	r.ran.Add(1)
 	if r.track {
 		r.committing = append(r.committing, Committed{Line: res.line, Errors: res.kind == toErrors, Data: res.data})
 	}
@@ -958,7 +960,7 @@ func (r *run) rate() float64 {
 	if el <= 0 {
 		return 0
 	}
-	return float64(r.b.Completed+r.b.Failed-r.startedDone) / el
+	return float64(r.ran.Load()) / el
 }
 
 // finalize publishes the result files and ends the batch.

@@ -1,0 +1,476 @@
+package daemon
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/watcher"
+)
+
+// Batches created over HTTP are inputs in DATA/api/: ID.jsonl (a link to
+// the uploaded file), ID.options.json (the request's batch options),
+// ID.api.json (what the API was asked), ID.cancel (a cancel request). They
+// run through the same queue, pipeline and ledger as dropped files (the
+// batch name is the API id), and are queued again when the daemon starts.
+
+func (d *Daemon) apiDir() string { return filepath.Join(d.dirs.Root, "api") }
+
+// apiBatch is DATA/api/ID.api.json.
+type apiBatch struct {
+	ID               string            `json:"id"`
+	InputFileID      string            `json:"input_file_id"`
+	Endpoint         string            `json:"endpoint"`
+	CompletionWindow string            `json:"completion_window"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	CreatedAt        int64             `json:"created_at"`
+}
+
+func (d *Daemon) apiBatchMeta(id string) (*apiBatch, error) {
+	if !validID(id, "batch_") {
+		return nil, errNotFound
+	}
+	raw, err := os.ReadFile(filepath.Join(d.apiDir(), id+".api.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m apiBatch
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("api batch %s: %w", id, err)
+	}
+	return &m, nil
+}
+
+// createRequest is the body of POST /v1/batches: OpenAI's fields, and
+// batchd's batch-level options (on_invalid, max_tokens, temperature, ...).
+type createRequest struct {
+	InputFileID string `json:"input_file_id"`
+	Endpoint    string `json:"endpoint"`
+}
+
+func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "reading the body: %v", err)
+		return
+	}
+	var req createRequest
+	var opts pipeline.Options
+	if err := json.Unmarshal(raw, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_json", "", "the body is not a JSON object: %v", err)
+		return
+	}
+	if err := json.Unmarshal(raw, &opts); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "", "batch options: %v", err)
+		return
+	}
+	switch {
+	case req.InputFileID == "":
+		writeAPIError(w, http.StatusBadRequest, "missing_required_parameter", "input_file_id", "input_file_id is required")
+		return
+	case req.Endpoint == "":
+		writeAPIError(w, http.StatusBadRequest, "missing_required_parameter", "endpoint", "endpoint is required")
+		return
+	case req.Endpoint != engine.EndpointChat && req.Endpoint != engine.EndpointCompletions && req.Endpoint != engine.EndpointEmbeddings:
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "endpoint", "endpoint must be /v1/chat/completions, /v1/completions or /v1/embeddings, got %q", req.Endpoint)
+		return
+	case len(opts.Metadata) > 16:
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "metadata", "metadata has at most 16 pairs")
+		return
+	}
+	for k, v := range opts.Metadata {
+		if len(k) > 64 || len(v) > 512 {
+			writeAPIError(w, http.StatusBadRequest, "invalid_value", "metadata", "metadata keys are at most 64 characters and values at most 512")
+			return
+		}
+	}
+	if opts.CompletionWindow == "" {
+		opts.CompletionWindow = "24h"
+	}
+	if err := d.cfg.Batch.Merge(opts).Validate(); err != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "", "%v", err)
+		return
+	}
+	file, err := d.uploaded(req.InputFileID)
+	if errors.Is(err, errNotFound) {
+		writeAPIError(w, http.StatusNotFound, "file_not_found", "input_file_id", "No such File object: %s", req.InputFileID)
+		return
+	}
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "reading the input file failed")
+		return
+	}
+	if file.Purpose != "batch" {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "input_file_id", "file %s has purpose %q; a batch input needs purpose \"batch\"", file.ID, file.Purpose)
+		return
+	}
+	meta := apiBatch{ID: randomID("batch_", 16), InputFileID: file.ID, Endpoint: req.Endpoint,
+		CompletionWindow: opts.CompletionWindow, Metadata: opts.Metadata, CreatedAt: time.Now().Unix()}
+	if err := d.writeAPIBatch(meta, opts); err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "creating the batch failed")
+		return
+	}
+	d.log.Info("batch created over the API", "name", meta.ID, "input_file_id", file.ID)
+	d.enqueueAPI(meta.ID)
+	writeJSON(w, http.StatusOK, d.pendingObject(&meta))
+}
+
+// writeAPIBatch stores a new API batch's files: the input (a hard link to
+// the upload, or a copy), its options, and last its record.
+func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
+	dir := d.apiDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	in := filepath.Join(dir, meta.ID+".jsonl")
+	if err := os.Link(d.uploadPath(meta.InputFileID), in); err != nil {
+		if err := copyFile(d.uploadPath(meta.InputFileID), in); err != nil {
+			return err
+		}
+	}
+	data, _ := json.Marshal(opts)
+	if err := writeFileSync(filepath.Join(dir, meta.ID+".options.json"), data); err != nil {
+		return err
+	}
+	data, _ = json.Marshal(meta)
+	return writeFileSync(filepath.Join(dir, meta.ID+".api.json"), data)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// enqueueAPI queues API batch id to run.
+func (d *Daemon) enqueueAPI(id string) {
+	d.enqueue(watcher.Event{Kind: watcher.Input, Name: id, Path: filepath.Join(d.apiDir(), id+".jsonl"), Format: watcher.FormatJSONL})
+}
+
+// requeueAPI queues, at start, every API batch whose input has not moved
+// to done/ yet, and re-applies their cancel requests.
+func (d *Daemon) requeueAPI() error {
+	ents, err := os.ReadDir(d.apiDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read api dir: %w", err)
+	}
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".jsonl")
+		if !ok || !validID(id, "batch_") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d.apiDir(), id+".cancel")); err == nil {
+			d.pipe.CancelOnStart(id)
+		}
+		d.enqueueAPI(id)
+	}
+	return nil
+}
+
+func (d *Daemon) isAPIPath(p string) bool { return filepath.Dir(p) == d.apiDir() }
+
+// pendingObject is the object of an API batch the pipeline has not
+// started yet.
+func (d *Daemon) pendingObject(m *apiBatch) *pipeline.BatchObject {
+	b := &ledger.Batch{ID: m.ID, Name: m.ID, Endpoint: m.Endpoint, Status: pipeline.StatusValidating,
+		CompletionWindow: m.CompletionWindow, Metadata: m.Metadata, CreatedAt: m.CreatedAt}
+	o := pipeline.NewBatchObject(b, pipeline.BatchdInfo{Name: m.ID})
+	o.InputFileID = m.InputFileID
+	if _, err := os.Stat(filepath.Join(d.apiDir(), m.ID+".cancel")); err == nil {
+		o.Status = pipeline.StatusCancelling
+	}
+	return o
+}
+
+// batchObject renders a ledger batch for the API: an API batch keeps its
+// API id and input file; result files get file ids.
+func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
+	hexID := strings.TrimPrefix(b.ID, "batch_")
+	info := pipeline.BatchdInfo{Name: b.Name, InputFile: prefixInput + hexID, OutputFile: prefixOutput + hexID, ErrorFile: prefixErrors + hexID}
+	o := pipeline.NewBatchObject(b, info)
+	if m, err := d.apiBatchMeta(b.Name); err == nil {
+		o.ID, o.InputFileID = m.ID, m.InputFileID
+		if o.Endpoint == "" {
+			o.Endpoint = m.Endpoint
+		}
+	}
+	if r := d.pipe.Rate(b.Name); r > 0 {
+		o.Batchd.Rate = r
+	}
+	return o
+}
+
+// findBatch resolves an API id (the batch name) or a ledger id.
+func (d *Daemon) findBatch(id string) (*ledger.Batch, *apiBatch, error) {
+	if m, err := d.apiBatchMeta(id); err == nil {
+		bs, err := d.pipe.Ledger().List()
+		if err != nil {
+			return nil, nil, err
+		}
+		var found *ledger.Batch
+		for _, b := range bs {
+			if b.Name == id && (found == nil || b.CreatedAt > found.CreatedAt) {
+				found = b
+			}
+		}
+		return found, m, nil
+	} else if !errors.Is(err, errNotFound) {
+		return nil, nil, err
+	}
+	if !validID(id, "batch_") {
+		return nil, nil, errNotFound
+	}
+	b, err := d.pipe.Ledger().Get(id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, nil, errNotFound
+	}
+	return b, nil, err
+}
+
+func (d *Daemon) batchOr404(w http.ResponseWriter, r *http.Request) (*ledger.Batch, *apiBatch, bool) {
+	id := r.PathValue("id")
+	b, m, err := d.findBatch(id)
+	if errors.Is(err, errNotFound) {
+		writeAPIError(w, http.StatusNotFound, "batch_not_found", "batch_id", "No such Batch object: %s", id)
+		return nil, nil, false
+	}
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "reading batch %s failed", id)
+		return nil, nil, false
+	}
+	return b, m, true
+}
+
+func (d *Daemon) object(b *ledger.Batch, m *apiBatch) *pipeline.BatchObject {
+	if b == nil {
+		return d.pendingObject(m)
+	}
+	return d.batchObject(b)
+}
+
+func (d *Daemon) handleGetBatch(w http.ResponseWriter, r *http.Request) {
+	if b, m, ok := d.batchOr404(w, r); ok {
+		writeJSON(w, http.StatusOK, d.object(b, m))
+	}
+}
+
+// handleListBatches is GET /v1/batches: every batch, dropped or created
+// here, newest first.
+func (d *Daemon) handleListBatches(w http.ResponseWriter, r *http.Request) {
+	limit, ok := limitParam(w, r, 20, 100)
+	if !ok {
+		return
+	}
+	bs, err := d.pipe.Ledger().List()
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "listing batches failed")
+		return
+	}
+	seen := map[string]bool{}
+	var objs []*pipeline.BatchObject
+	for _, b := range bs {
+		o := d.batchObject(b)
+		if seen[o.ID] {
+			continue
+		}
+		seen[o.ID] = true
+		objs = append(objs, o)
+	}
+	if ents, err := os.ReadDir(d.apiDir()); err == nil {
+		for _, e := range ents {
+			id, ok := strings.CutSuffix(e.Name(), ".api.json")
+			if !ok || seen[id] {
+				continue
+			}
+			if m, err := d.apiBatchMeta(id); err == nil {
+				objs = append(objs, d.pendingObject(m))
+			}
+		}
+	}
+	slices.SortStableFunc(objs, func(a, b *pipeline.BatchObject) int {
+		if a.CreatedAt != b.CreatedAt {
+			return int(b.CreatedAt - a.CreatedAt)
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	after := r.URL.Query().Get("after")
+	page, ok := paginate(objs, func(o *pipeline.BatchObject) string { return o.ID }, after, limit)
+	if !ok {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "after", "no batch %q to list after", after)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// handleCancelBatch is POST /v1/batches/{id}/cancel.
+func (d *Daemon) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
+	b, m, ok := d.batchOr404(w, r)
+	if !ok {
+		return
+	}
+	o := d.object(b, m)
+	if pipeline.Terminal(o.Status) {
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "Cannot cancel a batch with status %s.", o.Status)
+		return
+	}
+	name := o.Batchd.Name
+	dir := d.dirs.Inbox
+	if m != nil {
+		dir = d.apiDir()
+	}
+	// The request file makes the cancel survive a restart; the pipeline
+	// removes it when the batch retires.
+	if err := writeFileSync(filepath.Join(dir, name+".cancel"), nil); err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "cancelling failed")
+		return
+	}
+	d.pipe.CancelOnStart(name)
+	d.log.Info("cancel requested over the API", "name", name)
+	if o.Status != pipeline.StatusCancelling {
+		o.Status = pipeline.StatusCancelling
+		now := time.Now().Unix()
+		o.CancellingAt = &now
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// handleBatchResults is GET /v1/batches/{id}/results?status=completed|failed&after=&limit=:
+// result lines as they are committed, also while the batch runs.
+func (d *Daemon) handleBatchResults(w http.ResponseWriter, r *http.Request) {
+	b, _, ok := d.batchOr404(w, r)
+	if !ok {
+		return
+	}
+	limit, ok := limitParam(w, r, 100, 1000)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	status := q.Get("status")
+	if status == "" {
+		status = "completed"
+	}
+	if status != "completed" && status != "failed" {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "status", "status must be completed or failed, got %q", status)
+		return
+	}
+	empty := listPage[json.RawMessage]{Object: "list", Data: []json.RawMessage{}}
+	if b == nil {
+		writeJSON(w, http.StatusOK, empty)
+		return
+	}
+	var path string
+	var n int64
+	if pipeline.Terminal(b.Status) {
+		base := b.Name + ".output.jsonl"
+		if status == "failed" {
+			base = b.Name + ".errors.jsonl"
+		}
+		path, n = filepath.Join(d.dirs.Outbox, base), -1
+	} else {
+		out, errs := d.pipe.ResultFiles(b)
+		path, n = out, b.OutLen
+		if status == "failed" {
+			path, n = errs, b.ErrLen
+		}
+	}
+	page, found, err := readResults(path, n, q.Get("after"), limit)
+	if errors.Is(err, os.ErrNotExist) {
+		writeJSON(w, http.StatusOK, empty)
+		return
+	}
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "reading results failed")
+		return
+	}
+	if !found {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "after", "no result %q to list after", q.Get("after"))
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// readResults pages through the first n bytes (all when n < 0) of a
+// result file: up to limit lines after the line whose id is after.
+func readResults(path string, n int64, after string, limit int) (listPage[json.RawMessage], bool, error) {
+	page := listPage[json.RawMessage]{Object: "list", Data: []json.RawMessage{}}
+	f, err := os.Open(path)
+	if err != nil {
+		return page, false, err
+	}
+	defer f.Close()
+	var src io.Reader = f
+	if n >= 0 {
+		src = io.LimitReader(f, n)
+	}
+	br := bufio.NewReaderSize(src, 1<<16)
+	skipping := after != ""
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 1 && line[len(line)-1] == '\n' {
+			var l struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(line, &l) == nil {
+				switch {
+				case skipping:
+					skipping = l.ID != after
+				case len(page.Data) == limit:
+					page.HasMore = true
+					return page, true, nil
+				default:
+					page.Data = append(page.Data, json.RawMessage(slices.Clone(line[:len(line)-1])))
+					id := l.ID
+					if page.FirstID == nil {
+						page.FirstID = &id
+					}
+					page.LastID = &id
+				}
+			}
+		}
+		if err == io.EOF {
+			return page, !skipping, nil
+		}
+		if err != nil {
+			return page, false, err
+		}
+	}
+}

@@ -1,0 +1,354 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
+)
+
+// fileObject is OpenAI's file object.
+type fileObject struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	Bytes     int64  `json:"bytes"`
+	CreatedAt int64  `json:"created_at"`
+	Filename  string `json:"filename"`
+	Purpose   string `json:"purpose"`
+	Status    string `json:"status"`
+}
+
+// Uploaded files are DATA/files/ID (content) and ID.json (the object).
+// Batch results are files too, without copies: file-o<hex> and file-e<hex>
+// are the output and error files of ledger batch batch_<hex>, file-i<hex>
+// its input (for batches made by dropping a file).
+const (
+	prefixFile   = "file-"
+	prefixOutput = "file-o"
+	prefixErrors = "file-e"
+	prefixInput  = "file-i"
+)
+
+func (d *Daemon) filesDir() string { return filepath.Join(d.dirs.Root, "files") }
+
+func (d *Daemon) uploadPath(id string) string { return filepath.Join(d.filesDir(), id) }
+
+// handleUpload is POST /v1/files: multipart with purpose=batch and file,
+// streamed to disk, at most cfg.API.MaxUploadBytes.
+func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
+	limit := d.cfg.API.MaxUploadBytes
+	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "expected a multipart/form-data body with purpose and file: %v", err)
+		return
+	}
+	if err := os.MkdirAll(d.filesDir(), 0o755); err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store files")
+		return
+	}
+	var purpose string
+	var obj *fileObject
+	var tmp string
+	defer func() {
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+	}()
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			writeUploadError(w, err)
+			return
+		}
+		switch part.FormName() {
+		case "purpose":
+			v, _ := io.ReadAll(io.LimitReader(part, 256))
+			purpose = strings.TrimSpace(string(v))
+		case "file":
+			if obj != nil {
+				writeAPIError(w, http.StatusBadRequest, "invalid_request", "file", "only one file per upload")
+				return
+			}
+			id := randomID(prefixFile, 12)
+			f, err := os.CreateTemp(d.filesDir(), "."+id+"-*.tmp")
+			if err != nil {
+				logAPI(d.log, r, err)
+				writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store the file")
+				return
+			}
+			tmp = f.Name()
+			n, err := io.Copy(f, io.LimitReader(part, limit+1))
+			if err == nil {
+				err = f.Sync()
+			}
+			f.Close()
+			if err != nil {
+				writeUploadError(w, err)
+				return
+			}
+			if n > limit {
+				writeAPIError(w, http.StatusRequestEntityTooLarge, "file_too_large", "file",
+					"the file is larger than the upload limit of %d bytes (config api.max_upload_bytes)", limit)
+				return
+			}
+			name := filepath.Base(part.FileName())
+			if name == "." || name == "/" || name == "" {
+				name = "upload.jsonl"
+			}
+			obj = &fileObject{ID: id, Object: "file", Bytes: n, CreatedAt: time.Now().Unix(), Filename: name, Status: "processed"}
+		}
+	}
+	if purpose != "batch" {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "purpose", "purpose must be \"batch\", got %q", purpose)
+		return
+	}
+	if obj == nil {
+		writeAPIError(w, http.StatusBadRequest, "missing_required_parameter", "file", "no file in the upload")
+		return
+	}
+	obj.Purpose = purpose
+	meta, _ := json.Marshal(obj)
+	if err := writeFileSync(d.uploadPath(obj.ID)+".json", meta); err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store the file")
+		return
+	}
+	if err := os.Rename(tmp, d.uploadPath(obj.ID)); err != nil {
+		os.Remove(d.uploadPath(obj.ID) + ".json")
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store the file")
+		return
+	}
+	tmp = ""
+	d.log.Info("file uploaded", "file", obj.ID, "bytes", obj.Bytes, "filename", obj.Filename)
+	writeJSON(w, http.StatusOK, obj)
+}
+
+func writeUploadError(w http.ResponseWriter, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeAPIError(w, http.StatusRequestEntityTooLarge, "file_too_large", "file", "the upload is larger than the limit of %d bytes", mbe.Limit)
+		return
+	}
+	writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "reading the upload: %v", err)
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// uploaded reads an uploaded file's object.
+func (d *Daemon) uploaded(id string) (*fileObject, error) {
+	if !validID(id, prefixFile) {
+		return nil, errNotFound
+	}
+	raw, err := os.ReadFile(d.uploadPath(id) + ".json")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var o fileObject
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return nil, fmt.Errorf("file object %s: %w", id, err)
+	}
+	return &o, nil
+}
+
+// resultFile resolves a batch result or input file id to its path and object.
+func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
+	var kind, base string
+	for _, p := range []string{prefixOutput, prefixErrors, prefixInput} {
+		if rest, ok := strings.CutPrefix(id, p); ok && validID(id, p) {
+			kind, base = p, rest
+		}
+	}
+	if kind == "" {
+		return "", nil, errNotFound
+	}
+	b, err := d.pipe.Ledger().Get("batch_" + base)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return "", nil, errNotFound
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	var path string
+	purpose := "batch_output"
+	switch kind {
+	case prefixOutput:
+		path = filepath.Join(d.dirs.Outbox, b.Name+".output.jsonl")
+	case prefixErrors:
+		path = filepath.Join(d.dirs.Outbox, b.Name+".errors.jsonl")
+	case prefixInput:
+		purpose = "batch"
+		path = filepath.Join(d.dirs.Done, b.Name+"."+b.Format)
+		if _, err := os.Stat(path); err != nil {
+			path = filepath.Join(d.apiDir(), b.Name+"."+b.Format)
+		}
+	}
+	if kind != prefixInput && !pipeline.Terminal(b.Status) {
+		return "", nil, errNotFound
+	}
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil, errNotFound
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return path, &fileObject{ID: id, Object: "file", Bytes: st.Size(), CreatedAt: b.CreatedAt,
+		Filename: filepath.Base(path), Purpose: purpose, Status: "processed"}, nil
+}
+
+// file resolves any file id.
+func (d *Daemon) file(id string) (string, *fileObject, error) {
+	if o, err := d.uploaded(id); err == nil {
+		return d.uploadPath(id), o, nil
+	} else if !errors.Is(err, errNotFound) {
+		return "", nil, err
+	}
+	return d.resultFile(id)
+}
+
+func (d *Daemon) fileOr404(w http.ResponseWriter, r *http.Request) (string, *fileObject, bool) {
+	id := r.PathValue("id")
+	path, o, err := d.file(id)
+	if errors.Is(err, errNotFound) {
+		writeAPIError(w, http.StatusNotFound, "file_not_found", "file_id", "No such File object: %s", id)
+		return "", nil, false
+	}
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "reading file %s failed", id)
+		return "", nil, false
+	}
+	return path, o, true
+}
+
+func (d *Daemon) handleGetFile(w http.ResponseWriter, r *http.Request) {
+	if _, o, ok := d.fileOr404(w, r); ok {
+		writeJSON(w, http.StatusOK, o)
+	}
+}
+
+func (d *Daemon) handleFileContent(w http.ResponseWriter, r *http.Request) {
+	path, o, ok := d.fileOr404(w, r)
+	if !ok {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "reading file %s failed", o.ID)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, o.Filename, time.Unix(o.CreatedAt, 0), f)
+}
+
+func (d *Daemon) handleDeleteFile(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := d.uploaded(id); err != nil {
+		if errors.Is(err, errNotFound) {
+			if _, _, rerr := d.resultFile(id); rerr == nil {
+				writeAPIError(w, http.StatusBadRequest, "invalid_request", "file_id", "%s is a batch's result file; it goes with its batch", id)
+				return
+			}
+			writeAPIError(w, http.StatusNotFound, "file_not_found", "file_id", "No such File object: %s", id)
+			return
+		}
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "deleting file %s failed", id)
+		return
+	}
+	for _, p := range []string{d.uploadPath(id) + ".json", d.uploadPath(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logAPI(d.log, r, err)
+			writeAPIError(w, http.StatusInternalServerError, "", "", "deleting file %s failed", id)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "file", "deleted": true})
+}
+
+// handleListFiles is GET /v1/files: uploaded files, newest first
+// (?purpose=, ?limit=, ?after=, ?order=asc|desc).
+func (d *Daemon) handleListFiles(w http.ResponseWriter, r *http.Request) {
+	limit, ok := limitParam(w, r, 10000, 10000)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	ents, err := os.ReadDir(d.filesDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "listing files failed")
+		return
+	}
+	var files []*fileObject
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id, prefixFile) {
+			continue
+		}
+		o, err := d.uploaded(id)
+		if err != nil {
+			continue
+		}
+		if p := q.Get("purpose"); p != "" && o.Purpose != p {
+			continue
+		}
+		files = append(files, o)
+	}
+	asc := q.Get("order") == "asc"
+	slices.SortFunc(files, func(a, b *fileObject) int {
+		c := int(b.CreatedAt - a.CreatedAt)
+		if c == 0 {
+			c = strings.Compare(b.ID, a.ID)
+		}
+		if asc {
+			return -c
+		}
+		return c
+	})
+	page, ok := paginate(files, func(o *fileObject) string { return o.ID }, q.Get("after"), limit)
+	if !ok {
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "after", "no file %q to list after", q.Get("after"))
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}

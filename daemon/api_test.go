@@ -1,0 +1,347 @@
+package daemon_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/pipeline"
+)
+
+// apiEnv is a daemon with its HTTP API on a loopback port.
+type apiEnv struct {
+	*env
+	base string
+	key  string
+	d    *daemon.Daemon
+}
+
+func newAPIEnv(t *testing.T, opts openaitest.Options, set func(*daemon.Config)) *apiEnv {
+	e := &apiEnv{env: newEnv(t, opts), key: "sk-test-key"}
+	cfg := e.config()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.API.Keys = []string{e.key}
+	if set != nil {
+		set(&cfg)
+	}
+	e.d = e.open(cfg)
+	e.base = "http://" + e.d.HTTPAddr()
+	return e
+}
+
+// call sends a request with the API key and decodes a JSON answer into out
+// (when not nil); it returns the status.
+func (e *apiEnv) call(method, path, contentType string, body io.Reader, out any) int {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.base+path, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			e.t.Fatalf("%s %s: %d, not JSON: %s", method, path, resp.StatusCode, raw)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (e *apiEnv) postJSON(path string, v any, out any) int {
+	data, _ := json.Marshal(v)
+	return e.call("POST", path, "application/json", bytes.NewReader(data), out)
+}
+
+func (e *apiEnv) upload(purpose, name, content string) (int, map[string]any) {
+	e.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	mw.WriteField("purpose", purpose)
+	fw, _ := mw.CreateFormFile("file", name)
+	fw.Write([]byte(content))
+	mw.Close()
+	var out map[string]any
+	status := e.call("POST", "/v1/files", mw.FormDataContentType(), &buf, &out)
+	return status, out
+}
+
+type apiErr struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func (e *apiEnv) waitBatch(id string, done func(o *pipeline.BatchObject) bool) *pipeline.BatchObject {
+	e.t.Helper()
+	var o pipeline.BatchObject
+	waitFor(e.t, 60*time.Second, "batch "+id, func() bool {
+		if st := e.call("GET", "/v1/batches/"+id, "", nil, &o); st != 200 {
+			e.t.Fatalf("get batch: %d", st)
+		}
+		return done(&o)
+	})
+	return &o
+}
+
+func TestAPIBatchLifecycle(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	st, f := e.upload("batch", "in.jsonl", chatBatch(7, "api")+"not json\n")
+	if st != 200 || f["object"] != "file" || f["purpose"] != "batch" || f["bytes"].(float64) == 0 {
+		t.Fatalf("upload: %d %v", st, f)
+	}
+	fileID := f["id"].(string)
+	var created pipeline.BatchObject
+	if st := e.postJSON("/v1/batches", map[string]any{"input_file_id": fileID, "endpoint": "/v1/chat/completions",
+		"completion_window": "24h", "metadata": map[string]string{"who": "test"}}, &created); st != 200 {
+		t.Fatalf("create: %d", st)
+	}
+	if !strings.HasPrefix(created.ID, "batch_") || created.InputFileID != fileID || created.Object != "batch" {
+		t.Fatalf("created %+v", created)
+	}
+	o := e.waitBatch(created.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	if o.Status != "completed" || o.RequestCounts.Total != 8 || o.RequestCounts.Completed != 7 || o.RequestCounts.Failed != 1 ||
+		o.Metadata["who"] != "test" || o.OutputFileID == nil || o.ErrorFileID == nil || o.ID != created.ID {
+		t.Fatalf("ended as %+v", o)
+	}
+	// Results as files.
+	var fo map[string]any
+	if st := e.call("GET", "/v1/files/"+*o.OutputFileID, "", nil, &fo); st != 200 || fo["purpose"] != "batch_output" {
+		t.Fatalf("output file object: %d %v", st, fo)
+	}
+	req, _ := http.NewRequest("GET", e.base+"/v1/files/"+*o.OutputFileID+"/content", nil)
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	seen := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var line pipeline.OutputLine
+		if err := json.Unmarshal([]byte(l), &line); err != nil || line.CustomID == nil {
+			t.Fatalf("output line %q: %v", l, err)
+		}
+		seen[*line.CustomID]++
+	}
+	for i := range 7 {
+		if n := seen[fmt.Sprintf("api-%d", i)]; n != 1 {
+			t.Fatalf("custom_id api-%d appears %d times in the output", i, n)
+		}
+	}
+	// Results pages: 7 completed, 3 at a time.
+	var page struct {
+		Data    []json.RawMessage `json:"data"`
+		HasMore bool              `json:"has_more"`
+		LastID  string            `json:"last_id"`
+	}
+	if st := e.call("GET", "/v1/batches/"+o.ID+"/results?limit=3", "", nil, &page); st != 200 || len(page.Data) != 3 || !page.HasMore {
+		t.Fatalf("results page 1: %d %d %v", st, len(page.Data), page.HasMore)
+	}
+	total := 3
+	for page.HasMore {
+		after := page.LastID
+		page.Data = nil
+		if st := e.call("GET", "/v1/batches/"+o.ID+"/results?limit=3&after="+after, "", nil, &page); st != 200 {
+			t.Fatalf("results page: %d", st)
+		}
+		total += len(page.Data)
+	}
+	if total != 7 {
+		t.Fatalf("paged through %d results, want 7", total)
+	}
+	if st := e.call("GET", "/v1/batches/"+o.ID+"/results?status=failed", "", nil, &page); st != 200 || len(page.Data) != 1 {
+		t.Fatalf("failed results: %d %d", st, len(page.Data))
+	}
+	// Cancelling a finished batch is refused.
+	var ae apiErr
+	if st := e.postJSON("/v1/batches/"+o.ID+"/cancel", nil, &ae); st != http.StatusConflict {
+		t.Fatalf("cancel completed: %d %+v", st, ae)
+	}
+	// It is listed, and `batchd status` sees it (the ledger is shared).
+	var list struct {
+		Data []pipeline.BatchObject `json:"data"`
+	}
+	if st := e.call("GET", "/v1/batches?limit=100", "", nil, &list); st != 200 || len(list.Data) != 1 || list.Data[0].ID != o.ID {
+		t.Fatalf("list: %d %+v", st, list)
+	}
+}
+
+// A dropped file shows in GET /v1/batches, with its input as a file.
+func TestAPIListsDroppedFiles(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	e.drop("dropped.jsonl", chatBatch(3, "d"))
+	e.waitEnded("dropped", "jsonl")
+	var list struct {
+		Data []pipeline.BatchObject `json:"data"`
+	}
+	if st := e.call("GET", "/v1/batches", "", nil, &list); st != 200 || len(list.Data) != 1 {
+		t.Fatalf("list: %d %+v", st, list)
+	}
+	o := list.Data[0]
+	if o.Batchd.Name != "dropped" || o.Status != "completed" {
+		t.Fatalf("%+v", o)
+	}
+	var fo map[string]any
+	if st := e.call("GET", "/v1/files/"+o.InputFileID, "", nil, &fo); st != 200 || fo["filename"] != "dropped.jsonl" {
+		t.Fatalf("input file: %d %v", st, fo)
+	}
+}
+
+func TestAPIErrors(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) { c.API.MaxUploadBytes = 100 })
+	// No key, wrong key: 401 in OpenAI's shape.
+	for _, auth := range []string{"", "Bearer nope"} {
+		req, _ := http.NewRequest("GET", e.base+"/v1/batches", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ae apiErr
+		json.NewDecoder(resp.Body).Decode(&ae)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || ae.Error.Code == nil || ae.Error.Message == "" {
+			t.Fatalf("auth %q: %d %+v", auth, resp.StatusCode, ae)
+		}
+	}
+	// Health stays open.
+	if resp, err := http.Get(e.base + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	var ae apiErr
+	if st := e.call("GET", "/v1/batches/batch_nope", "", nil, &ae); st != 404 || *ae.Error.Code != "batch_not_found" {
+		t.Fatalf("unknown batch: %d %+v", st, ae)
+	}
+	if st := e.call("GET", "/v1/files/file-nope", "", nil, &ae); st != 404 {
+		t.Fatalf("unknown file: %d", st)
+	}
+	if st := e.call("GET", "/v1/files/..%2f..%2fetc", "", nil, &ae); st != 404 {
+		t.Fatalf("path traversal: %d", st)
+	}
+	if st, _ := e.upload("fine-tune", "x.jsonl", "{}\n"); st != 400 {
+		t.Fatalf("wrong purpose: %d", st)
+	}
+	if st, _ := e.upload("batch", "big.jsonl", strings.Repeat("x", 200)); st != 413 {
+		t.Fatalf("too large: %d", st)
+	}
+	if st := e.postJSON("/v1/batches", map[string]any{"input_file_id": "file-nope", "endpoint": "/v1/chat/completions"}, &ae); st != 404 {
+		t.Fatalf("create with unknown file: %d", st)
+	}
+	_, f := e.upload("batch", "ok.jsonl", "{}\n")
+	if st := e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/images"}, &ae); st != 400 || *ae.Error.Param != "endpoint" {
+		t.Fatalf("bad endpoint: %d %+v", st, ae)
+	}
+	if st := e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions", "completion_window": "soon"}, &ae); st != 400 {
+		t.Fatalf("bad window: %d", st)
+	}
+	if st := e.call("GET", "/v1/batches?limit=0", "", nil, &ae); st != 400 {
+		t.Fatalf("bad limit: %d", st)
+	}
+	if st := e.call("GET", "/v1/nothing", "", nil, &ae); st != 404 {
+		t.Fatalf("unknown url: %d", st)
+	}
+	// Deleting an upload.
+	var del map[string]any
+	if st := e.call("DELETE", "/v1/files/"+f["id"].(string), "", nil, &del); st != 200 || del["deleted"] != true {
+		t.Fatalf("delete: %d %v", st, del)
+	}
+	if st := e.call("GET", "/v1/files/"+f["id"].(string), "", nil, &ae); st != 404 {
+		t.Fatalf("deleted file: %d", st)
+	}
+}
+
+// A running batch can be read while it runs and cancelled; concurrent
+// cancels are fine.
+func TestAPICancelAndResultsWhileRunning(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		time.Sleep(5 * time.Millisecond) // a slow engine, so the batch is still running
+		return openaitest.Fault{}
+	}}, func(c *daemon.Config) { c.Pipeline.Workers = 2 })
+	_, f := e.upload("batch", "slow.jsonl", chatBatch(1000, "slow"))
+	var o pipeline.BatchObject
+	e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}, &o)
+	var page struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	waitFor(t, 60*time.Second, "results while running", func() bool {
+		e.call("GET", "/v1/batches/"+o.ID+"/results?limit=5", "", nil, &page)
+		return len(page.Data) == 5
+	})
+	done := make(chan int, 3)
+	for range 3 {
+		go func() {
+			req, _ := http.NewRequest("POST", e.base+"/v1/batches/"+o.ID+"/cancel", nil)
+			req.Header.Set("Authorization", "Bearer "+e.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	for range 3 {
+		if st := <-done; st != 200 && st != 409 {
+			t.Fatalf("concurrent cancel: %d", st)
+		}
+	}
+	end := e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	if end.Status != "cancelled" || end.RequestCounts.Completed+end.RequestCounts.Failed != 1000 || end.RequestCounts.Failed == 0 {
+		t.Fatalf("%+v", end.RequestCounts)
+	}
+}
+
+func TestAPIOnlineEndpoints(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	var chat map[string]any
+	if st := e.postJSON("/v1/chat/completions", map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hello there"}}}, &chat); st != 200 || chat["object"] != "chat.completion" {
+		t.Fatalf("chat: %d %v", st, chat)
+	}
+	var ae apiErr
+	if st := e.postJSON("/v1/chat/completions", map[string]any{"messages": []any{}, "temperature": 5}, &ae); st != 400 || ae.Error.Param == nil {
+		t.Fatalf("invalid chat: %d %+v", st, ae)
+	}
+	// stream: true answers with server-sent events ending in [DONE].
+	req, _ := http.NewRequest("POST", e.base+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sse, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" || !strings.HasSuffix(string(sse), "data: [DONE]\n\n") || !strings.Contains(string(sse), `"chat.completion.chunk"`) {
+		t.Fatalf("stream: %s\n%s", ct, sse)
+	}
+	var emb map[string]any
+	if st := e.postJSON("/v1/embeddings", map[string]any{"model": "m", "input": "x"}, &emb); st != 200 || emb["object"] != "list" {
+		t.Fatalf("embeddings: %d %v", st, emb)
+	}
+	var models map[string]any
+	if st := e.call("GET", "/v1/models", "", nil, &models); st != 200 || models["object"] != "list" {
+		t.Fatalf("models: %d %v", st, models)
+	}
+}
