@@ -7,6 +7,9 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -344,4 +347,45 @@ func TestAPIOnlineEndpoints(t *testing.T) {
 	if st := e.call("GET", "/v1/models", "", nil, &models); st != 200 || models["object"] != "list" {
 		t.Fatalf("models: %d %v", st, models)
 	}
+}
+
+// The official openai npm package, unchanged, drives the API
+// (testdata/sdk.mjs). .ci/run installs it into .cache/npm-openai.
+func TestOpenAINodeSDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	modDir := os.Getenv("BATCHD_OPENAI_NODE_DIR")
+	if modDir == "" {
+		modDir, _ = filepath.Abs("../.cache/npm-openai")
+	}
+	_, statErr := os.Stat(filepath.Join(modDir, "node_modules", "openai", "package.json"))
+	if err != nil || statErr != nil {
+		msg := "the openai npm package or node is missing: run `npm install openai@7.59.0` in .cache/npm-openai (.ci/run does), or set BATCHD_OPENAI_NODE_DIR"
+		if os.Getenv("BATCHD_REQUIRE_SDK") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	e := newAPIEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		if bytes.Contains(body, []byte(`"slow `)) {
+			time.Sleep(5 * time.Millisecond) // the batch to cancel runs long enough
+		}
+		return openaitest.Fault{}
+	}}, func(c *daemon.Config) { c.Pipeline.Workers = 2 })
+	script, _ := filepath.Abs("testdata/sdk.mjs")
+	// The script imports "openai": run it from a copy beside node_modules.
+	dst := filepath.Join(modDir, "sdk.mjs")
+	data, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, dst, "20", "400")
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+e.base+"/v1", "OPENAI_API_KEY="+e.key)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sdk test: %v\n%s", err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
 }

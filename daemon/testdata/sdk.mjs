@@ -1,0 +1,74 @@
+// The official openai npm SDK against batchd's API, unchanged but for the
+// base URL: upload, create a batch, poll it, download output and errors,
+// check every custom_id once; cancel a second batch and check its
+// batch_cancelled lines; a missing key gets 401.
+//
+// usage: OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 OPENAI_API_KEY=KEY node sdk.mjs N_LINES SLOW_LINES
+import OpenAI, { toFile } from "openai";
+
+const fail = (msg) => { console.error("FAIL: " + msg); process.exit(1); };
+const client = new OpenAI();
+const n = Number(process.argv[2] ?? 20), slowN = Number(process.argv[3] ?? 400);
+
+function batchFile(tag, count) {
+  const lines = [];
+  for (let i = 0; i < count; i++) {
+    lines.push(JSON.stringify({ custom_id: `${tag}-${i}`, method: "POST", url: "/v1/chat/completions",
+      body: { model: "m", messages: [{ role: "user", content: `${tag} ${i}` }], max_tokens: 5 } }));
+  }
+  return lines.join("\n") + "\n";
+}
+
+async function waitEnd(id) {
+  for (;;) {
+    const b = await client.batches.retrieve(id);
+    if (["completed", "failed", "expired", "cancelled"].includes(b.status)) return b;
+    await new Promise((r) => setTimeout(r, 50)); // polling, as SDK users do
+  }
+}
+
+async function lines(fileId) {
+  if (!fileId) return [];
+  const resp = await client.files.content(fileId);
+  const text = await resp.text();
+  return text.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l));
+}
+
+// 1. A whole batch.
+const file = await client.files.create({ file: await toFile(Buffer.from(batchFile("sdk", n)), "sdk.jsonl"), purpose: "batch" });
+if (file.purpose !== "batch" || !file.id) fail("file object " + JSON.stringify(file));
+const batch = await client.batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h",
+  metadata: { suite: "sdk" } });
+const done = await waitEnd(batch.id);
+if (done.status !== "completed") fail("batch ended " + done.status);
+if (done.request_counts.total !== n || done.request_counts.completed !== n) fail("counts " + JSON.stringify(done.request_counts));
+const out = await lines(done.output_file_id), errs = await lines(done.error_file_id);
+const seen = new Map();
+for (const l of [...out, ...errs]) seen.set(l.custom_id, (seen.get(l.custom_id) ?? 0) + 1);
+for (let i = 0; i < n; i++) if (seen.get(`sdk-${i}`) !== 1) fail(`sdk-${i} appears ${seen.get(`sdk-${i}`) ?? 0} times`);
+if (out[0].response.status_code !== 200 || out[0].response.body.object !== "chat.completion") fail("output line " + JSON.stringify(out[0]));
+const listed = [];
+for await (const b of client.batches.list({ limit: 1 })) listed.push(b.id);
+if (!listed.includes(batch.id)) fail("batch not listed");
+
+// 2. Cancel a slow batch.
+const slowFile = await client.files.create({ file: await toFile(Buffer.from(batchFile("slow", slowN)), "slow.jsonl"), purpose: "batch" });
+const slow = await client.batches.create({ input_file_id: slowFile.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
+const c = await client.batches.cancel(slow.id);
+if (!["cancelling", "cancelled"].includes(c.status)) fail("cancel returned " + c.status);
+const slowEnd = await waitEnd(slow.id);
+if (slowEnd.status !== "cancelled") fail("slow batch ended " + slowEnd.status);
+const sOut = await lines(slowEnd.output_file_id), sErr = await lines(slowEnd.error_file_id);
+if (sOut.length + sErr.length !== slowN) fail(`cancelled batch has ${sOut.length}+${sErr.length} lines, want ${slowN}`);
+const cancelled = sErr.filter((l) => l.error && l.error.code === "batch_cancelled");
+if (cancelled.length === 0) fail("no batch_cancelled lines");
+
+// 3. No key: 401.
+const anon = new OpenAI({ apiKey: "wrong-key" });
+try {
+  await anon.batches.list();
+  fail("a wrong key was accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.AuthenticationError) || e.status !== 401) fail("wrong key: " + e);
+}
+console.log(`OK: ${n} requests once each; cancelled batch: ${sOut.length} done, ${cancelled.length} batch_cancelled`);
