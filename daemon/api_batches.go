@@ -474,3 +474,60 @@ func readResults(path string, n int64, after string, limit int) (listPage[json.R
 		}
 	}
 }
+
+// handleRetryBatch is POST /v1/batches/{id}/retry: a finished batch runs
+// its failed and cancelled requests again; completed ones are kept, never
+// redone. The input moves back from done/ to where it came from, with a
+// NAME.retry marker, so a restart in between still retries.
+func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
+	b, m, ok := d.batchOr404(w, r)
+	if !ok {
+		return
+	}
+	o := d.object(b, m)
+	if b == nil || !pipeline.Terminal(o.Status) {
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "Only a finished batch can be retried; this one is %s.", o.Status)
+		return
+	}
+	if o.RequestCounts.Failed == 0 {
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch has no failed requests to retry.")
+		return
+	}
+	dir := d.dirs.Inbox
+	if m != nil {
+		dir = d.apiDir()
+	} else if d.bucket != nil {
+		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "Batches from the bucket are retried by uploading their input again.")
+		return
+	}
+	base := b.Name + "." + b.Format
+	src := filepath.Join(d.dirs.Done, base)
+	if _, err := os.Stat(src); err != nil {
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
+		return
+	}
+	if err := writeFileSync(filepath.Join(dir, b.Name+".retry"), nil); err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
+		return
+	}
+	opt := filepath.Join(d.dirs.Done, b.Name+watcher.SuffixOptions)
+	if _, err := os.Stat(opt); err == nil {
+		if err := os.Rename(opt, filepath.Join(dir, b.Name+watcher.SuffixOptions)); err != nil {
+			logAPI(d.log, r, err)
+			writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
+			return
+		}
+	}
+	if err := os.Rename(src, filepath.Join(dir, base)); err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
+		return
+	}
+	d.log.Info("retry requested over the API", "name", b.Name, "failed", o.RequestCounts.Failed)
+	if m != nil {
+		d.enqueueAPI(b.Name)
+	}
+	o.Status = pipeline.StatusInProgress
+	writeJSON(w, http.StatusOK, o)
+}

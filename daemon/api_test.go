@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,4 +389,42 @@ func TestOpenAINodeSDK(t *testing.T) {
 		t.Fatalf("sdk test: %v\n%s", err, out)
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
+}
+
+// Retry runs only the failed requests again: completed ones are not redone.
+func TestAPIRetryRunsOnlyFailed(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	e := newAPIEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		if refuse.Load() && bytes.Contains(body, []byte(`line 1`)) { // lines 1, 10-19
+			return openaitest.Fault{Status: http.StatusBadRequest}
+		}
+		return openaitest.Fault{}
+	}}, nil)
+	_, f := e.upload("batch", "r.jsonl", chatBatch(20, "r"))
+	var o pipeline.BatchObject
+	e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}, &o)
+	first := e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	if first.RequestCounts.Failed != 11 || first.RequestCounts.Completed != 9 {
+		t.Fatalf("first run: %+v", first.RequestCounts)
+	}
+	before := e.srv.Requests()
+	refuse.Store(false)
+	var ro pipeline.BatchObject
+	if st := e.postJSON("/v1/batches/"+o.ID+"/retry", nil, &ro); st != 200 {
+		t.Fatalf("retry: %d", st)
+	}
+	second := e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool {
+		return pipeline.Terminal(o.Status) && o.RequestCounts.Completed == 20
+	})
+	if second.RequestCounts.Failed != 0 {
+		t.Fatalf("after retry: %+v", second.RequestCounts)
+	}
+	if got := e.srv.Requests() - before; got != 11 {
+		t.Fatalf("the retry sent %d requests, want the 11 failed ones only", got)
+	}
+	var ae apiErr
+	if st := e.postJSON("/v1/batches/"+o.ID+"/retry", nil, &ae); st != http.StatusConflict {
+		t.Fatalf("retry with nothing failed: %d", st)
+	}
 }

@@ -396,7 +396,14 @@ func (d *Daemon) runBatches(ctx context.Context) {
 			Outbox:      d.dirs.Outbox,
 			DoneDir:     d.dirs.Done,
 		}
+		retryMark := filepath.Join(filepath.Dir(ev.Path), ev.Name+".retry")
+		if _, err := os.Stat(retryMark); err == nil {
+			job.RetryFailed = true
+		}
 		_, err := d.pipe.Run(ctx, job)
+		if err == nil && job.RetryFailed {
+			os.Remove(retryMark)
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, pipeline.ErrShutdown) || ctx.Err() != nil:
@@ -443,6 +450,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("GET /v1/batches/{id}", d.handleGetBatch)
 	api.HandleFunc("POST /v1/batches/{id}/cancel", d.handleCancelBatch)
 	api.HandleFunc("GET /v1/batches/{id}/results", d.handleBatchResults)
+	api.HandleFunc("POST /v1/batches/{id}/retry", d.handleRetryBatch)
 	api.HandleFunc("POST /v1/chat/completions", d.handleOnline(engine.EndpointChat))
 	api.HandleFunc("POST /v1/completions", d.handleOnline(engine.EndpointCompletions))
 	api.HandleFunc("POST /v1/embeddings", d.handleOnline(engine.EndpointEmbeddings))

@@ -117,6 +117,11 @@ type Job struct {
 	// DoneDir is where the input goes once its outputs are final.
 	DoneDir string
 
+	// RetryFailed makes a finished batch of the same content run every
+	// failed line again (completed ones are kept), not only those that
+	// ended for reasons outside the request.
+	RetryFailed bool
+
 	// Seed, when set, supplies results of this batch that a run elsewhere
 	// made durable (a bucket checkpoint): before any request runs, each line
 	// not done yet is written as given and counts as done. Lines this run

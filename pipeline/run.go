@@ -133,7 +133,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			return b, p.publishFailed(job, b)
 		}
 		if Terminal(b.Status) {
-			again, err := p.reopen(b, eff)
+			again, err := p.reopen(b, eff, job.RetryFailed)
 			if err != nil {
 				return nil, err
 			}
@@ -369,7 +369,9 @@ func (p *Pipeline) Recover() error {
 // are reused, and lines that ended for reasons outside the request
 // (cancelled, expired, engine unavailable) run again. It reports whether
 // anything is left to run.
-func (p *Pipeline) reopen(b *ledger.Batch, eff Options) (bool, error) {
+//
+// With retryAll every failed line runs again (POST /v1/batches/{id}/retry).
+func (p *Pipeline) reopen(b *ledger.Batch, eff Options, retryAll bool) (bool, error) {
 	oldOut, oldErrs := p.resultPaths(b, b.Gen)
 	newOut, newErrs := p.resultPaths(b, b.Gen+1)
 	done, err := p.ledger.Done(b.ID)
@@ -391,7 +393,7 @@ func (p *Pipeline) reopen(b *ledger.Batch, eff Options) (bool, error) {
 				Line  int        `json:"line"`
 				Error *LineError `json:"error"`
 			}
-			if json.Unmarshal(line, &l) == nil && l.Error != nil && rerunnable(l.Error.Code) {
+			if json.Unmarshal(line, &l) == nil && l.Line > 0 && (retryAll || l.Error != nil && rerunnable(l.Error.Code)) {
 				done.Clear(l.Line)
 				removed++
 			} else {
