@@ -55,7 +55,7 @@ type run struct {
 	// endpoint in its object.
 	endpoint atomic.Pointer[string]
 
-	started     time.Time
+	started time.Time
 
 	// committing collects the lines appended since the last commit, for
 	// job.OnCommit (nil when it is not set).
