@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/batchd/batchd/engine"
@@ -59,29 +60,54 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			writeAPIError(w, http.StatusBadRequest, p.Code, param, "%s", msg)
 			return
 		}
-		resp, err := d.eng.Do(r.Context(), &engine.Request{CustomID: "online", Endpoint: endpoint, Body: res.Request.Body})
+		req := &engine.Request{CustomID: "online", Endpoint: endpoint, Body: res.Request.Body}
+		var st *streamer
+		if stream {
+			st = newStreamer(w, endpoint)
+			req.Stream = st.delta
+		}
+		ans := make(chan answer, 1)
+		go func() {
+			resp, err := d.eng.Do(r.Context(), req)
+			ans <- answer{resp, err}
+		}()
+		var resp *engine.Response
+		if st != nil {
+			resp, err = st.relay(ans)
+		} else {
+			a := <-ans
+			resp, err = a.resp, a.err
+		}
 		switch {
 		case errors.Is(err, engine.ErrUnavailable):
+			if st != nil && st.started {
+				st.fail(err)
+				return
+			}
 			writeAPIError(w, http.StatusServiceUnavailable, "engine_unavailable", "", "the engine is unavailable: %v", err)
 			return
 		case err != nil:
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
+			if st != nil && st.started {
+				st.fail(err)
+				return
+			}
 			logAPI(d.log, r, err)
 			writeAPIError(w, http.StatusInternalServerError, "", "", "the engine failed: %v", err)
 			return
 		}
-		if resp.RequestID != "" {
+		if resp.RequestID != "" && (st == nil || !st.started) {
 			w.Header().Set("X-Request-Id", resp.RequestID)
 		}
-		if !stream || resp.StatusCode != http.StatusOK {
+		if st == nil || (resp.StatusCode != http.StatusOK && !st.started) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(resp.StatusCode)
 			w.Write(resp.Body)
 			return
 		}
-		if err := writeStream(w, endpoint, resp.Body); err != nil {
+		if err := st.finish(resp.Body); err != nil {
 			d.log.Warn("stream response", "error", err)
 		}
 	}
@@ -103,74 +129,172 @@ func withoutStream(body []byte) []byte {
 	return out
 }
 
-// writeStream sends a whole answer as server-sent events in OpenAI's chunk
-// shapes (chat.completion.chunk / text_completion), one chunk per choice
-// with its content, then one with its finish_reason, then [DONE]. The
-// engine answers a request whole, so the events come when it is done.
-func writeStream(w http.ResponseWriter, endpoint string, body []byte) error {
+// streamer sends an answer as server-sent events in OpenAI's chunk shapes
+// (chat.completion.chunk / text_completion): each piece of text as the
+// engine produces it (engine.Request.Stream), then a chunk with each
+// choice's finish_reason, the usage, and [DONE]. For an engine that does
+// not stream, the whole text of each choice comes in one chunk at the end.
+type streamer struct {
+	w        http.ResponseWriter
+	chat     bool
+	mu       sync.Mutex
+	pending  []piece
+	wake     chan struct{}
+	started  bool         // headers sent
+	sent     map[int]bool // choices that streamed text
+	id       string
+	created  int64
+	roleSent map[int]bool
+}
+
+type piece struct {
+	choice int
+	text   string
+}
+
+func newStreamer(w http.ResponseWriter, endpoint string) *streamer {
+	return &streamer{w: w, chat: endpoint == engine.EndpointChat, wake: make(chan struct{}, 1),
+		sent: map[int]bool{}, roleSent: map[int]bool{}, id: randomID("chatcmpl-", 12), created: time.Now().Unix()}
+}
+
+// delta is engine.Request.Stream: it queues a piece and returns at once.
+func (s *streamer) delta(choice int, text string) {
+	s.mu.Lock()
+	s.pending = append(s.pending, piece{choice, text})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// answer is what engine.Do returned.
+type answer struct {
+	resp *engine.Response
+	err  error
+}
+
+// relay writes pieces as they come until the engine answers.
+func (s *streamer) relay(ans <-chan answer) (*engine.Response, error) {
+	for {
+		select {
+		case a := <-ans:
+			return a.resp, a.err
+		case <-s.wake:
+			s.flushPieces()
+		}
+	}
+}
+
+func (s *streamer) flushPieces() {
+	s.mu.Lock()
+	ps := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	if len(ps) == 0 {
+		return
+	}
+	s.begin()
+	var buf bytes.Buffer
+	for _, p := range ps {
+		s.sent[p.choice] = true
+		s.chunk(&buf, s.deltaChoice(p.choice, p.text, nil), nil)
+	}
+	s.w.Write(buf.Bytes())
+	if f, ok := s.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *streamer) begin() {
+	if s.started {
+		return
+	}
+	s.started = true
+	s.w.Header().Set("Content-Type", "text/event-stream")
+	s.w.Header().Set("Cache-Control", "no-cache")
+	s.w.WriteHeader(http.StatusOK)
+}
+
+func (s *streamer) deltaChoice(index int, text string, finish *string) map[string]any {
+	if !s.chat {
+		return map[string]any{"index": index, "text": text, "logprobs": nil, "finish_reason": finish}
+	}
+	delta := map[string]any{}
+	if !s.roleSent[index] {
+		delta["role"] = "assistant"
+		s.roleSent[index] = true
+	}
+	if text != "" || finish == nil {
+		delta["content"] = text
+	}
+	return map[string]any{"index": index, "delta": delta, "logprobs": nil, "finish_reason": finish}
+}
+
+func (s *streamer) chunk(buf *bytes.Buffer, choice map[string]any, usage json.RawMessage) {
+	obj := map[string]any{"id": s.id, "created": s.created, "model": "", "choices": []any{}}
+	if choice != nil {
+		obj["choices"] = []any{choice}
+	}
+	if usage != nil {
+		obj["usage"] = usage
+	}
+	if s.chat {
+		obj["object"] = "chat.completion.chunk"
+	} else {
+		obj["object"] = "text_completion"
+	}
+	data, _ := json.Marshal(obj)
+	buf.WriteString("data: ")
+	buf.Write(data)
+	buf.WriteString("\n\n")
+}
+
+// finish sends what the final answer adds: the text of choices that did
+// not stream, each choice's finish_reason, the usage, and [DONE].
+func (s *streamer) finish(body []byte) error {
+	s.flushPieces()
 	var full struct {
 		ID      string          `json:"id"`
 		Created int64           `json:"created"`
 		Model   string          `json:"model"`
 		Usage   json.RawMessage `json:"usage"`
 		Choices []struct {
-			Index        int             `json:"index"`
-			Text         string          `json:"text"`
-			Message      json.RawMessage `json:"message"`
-			Logprobs     json.RawMessage `json:"logprobs"`
-			FinishReason *string         `json:"finish_reason"`
+			Index   int    `json:"index"`
+			Text    string `json:"text"`
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(body, &full); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
-	if full.Created == 0 {
-		full.Created = time.Now().Unix()
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
+	s.begin()
 	var buf bytes.Buffer
-	send := func(v any) {
-		data, _ := json.Marshal(v)
-		buf.WriteString("data: ")
-		buf.Write(data)
-		buf.WriteString("\n\n")
-	}
-	chat := endpoint == engine.EndpointChat
 	for _, c := range full.Choices {
-		var delta, end map[string]any
-		if chat {
-			var msg map[string]any
-			json.Unmarshal(c.Message, &msg)
-			delta = map[string]any{"index": c.Index, "delta": msg, "logprobs": c.Logprobs, "finish_reason": nil}
-			end = map[string]any{"index": c.Index, "delta": map[string]any{}, "logprobs": nil, "finish_reason": c.FinishReason}
-		} else {
-			delta = map[string]any{"index": c.Index, "text": c.Text, "logprobs": c.Logprobs, "finish_reason": nil}
-			end = map[string]any{"index": c.Index, "text": "", "logprobs": nil, "finish_reason": c.FinishReason}
-		}
-		for _, ch := range []map[string]any{delta, end} {
-			obj := map[string]any{"id": full.ID, "created": full.Created, "model": full.Model, "choices": []any{ch}}
-			if chat {
-				obj["object"] = "chat.completion.chunk"
-			} else {
-				obj["object"] = "text_completion"
+		if !s.sent[c.Index] {
+			text := c.Text
+			if s.chat {
+				text = c.Message.Content
 			}
-			send(obj)
+			s.chunk(&buf, s.deltaChoice(c.Index, text, nil), nil)
 		}
+		s.chunk(&buf, s.deltaChoice(c.Index, "", c.FinishReason), nil)
 	}
 	if len(full.Usage) > 0 && string(full.Usage) != "null" {
-		obj := map[string]any{"id": full.ID, "created": full.Created, "model": full.Model, "choices": []any{}, "usage": full.Usage}
-		if chat {
-			obj["object"] = "chat.completion.chunk"
-		} else {
-			obj["object"] = "text_completion"
-		}
-		send(obj)
+		s.chunk(&buf, nil, full.Usage)
 	}
 	buf.WriteString("data: [DONE]\n\n")
-	_, err := w.Write(buf.Bytes())
+	_, err := s.w.Write(buf.Bytes())
 	return err
+}
+
+// fail ends a stream that already started with an error event.
+func (s *streamer) fail(err error) {
+	data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: "server_error"}})
+	fmt.Fprintf(s.w, "data: %s\n\n", data)
 }
 
 // handleModels is GET /v1/models: the models the engine serves.

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -16,7 +17,9 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -426,5 +429,69 @@ func TestAPIRetryRunsOnlyFailed(t *testing.T) {
 	var ae apiErr
 	if st := e.postJSON("/v1/batches/"+o.ID+"/retry", nil, &ae); st != http.StatusConflict {
 		t.Fatalf("retry with nothing failed: %d", st)
+	}
+}
+
+// With the native engine, stream: true sends the text as it is generated:
+// several content chunks that add up to the non-streamed answer.
+func TestAPIStreamsNativeTokens(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "demo.gguf")
+	f, err := os.Create(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := native.WriteDemoModel(f, native.DemoShapes["tiny"], kernels.F32, 7); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
+		c.Engine = "native"
+		c.Native.Models = []native.ModelConfig{{Path: model}}
+	})
+	body := `{"prompt":"Once upon a time","max_tokens":12,"temperature":0,"ignore_eos":true}`
+	var whole struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if st := e.call("POST", "/v1/completions", "application/json", strings.NewReader(body), &whole); st != 200 || len(whole.Choices) != 1 {
+		t.Fatalf("completion: %d %+v", st, whole)
+	}
+	req, _ := http.NewRequest("POST", e.base+"/v1/completions", strings.NewReader(strings.Replace(body, "{", `{"stream":true,`, 1)))
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var text strings.Builder
+	pieces := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		for _, ch := range c.Choices {
+			if ch.Text != "" {
+				pieces++
+				text.WriteString(ch.Text)
+			}
+		}
+	}
+	if text.String() != whole.Choices[0].Text {
+		t.Fatalf("streamed %q, whole %q", text.String(), whole.Choices[0].Text)
+	}
+	if pieces < 2 {
+		t.Fatalf("the text came in %d piece(s); it should stream token by token", pieces)
 	}
 }

@@ -29,6 +29,11 @@ type Request struct {
 	// Body is the request body as JSON, already validated, with the batch-level
 	// defaults merged in (per-request values win). Engines must not modify it.
 	Body json.RawMessage
+	// Stream, when set, is called with each piece of new output text of
+	// choice as it is generated (the online endpoints' stream: true). An
+	// engine that cannot stream ignores it; the pieces of a choice, in
+	// order, are its final text. It must not block.
+	Stream func(choice int, delta string)
 }
 
 // Response is the model side's answer to one request: a success (2xx) or a

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/chat"
@@ -57,6 +58,7 @@ type seq struct {
 	dec       *tokenizer.Decoder
 	text      strings.Builder
 	finish    string
+	streamed  int          // bytes of text streamed (emit)
 	samp      *seqSampling // penalties and logprobs (sample.go)
 
 	// KV cache and scheduling state (sched.go).
@@ -79,6 +81,9 @@ type job struct {
 	remaining int
 	done      chan struct{}
 	cancelled atomic.Bool
+	// stream, when set, gets each sequence's new text as it is decided
+	// (engine.Request.Stream).
+	stream func(choice int, delta string)
 }
 
 func (r *runner) submit(j *job) {
@@ -131,7 +136,7 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
 		return resp, nil
 	}
-	j := &job{p: p, done: make(chan struct{})}
+	j := &job{p: p, done: make(chan struct{}), stream: req.Stream}
 	for pi, pr := range prompts {
 		if len(pr) == 0 {
 			return badRequest("the prompt is empty", "prompt", "invalid_value"), nil
@@ -198,6 +203,7 @@ func (r *runner) loop(ctx context.Context) {
 
 // advance appends a sampled token and decides whether the sequence ends.
 func (r *runner) advance(s *seq, tok int32) {
+	defer r.emit(s)
 	p := s.job.p
 	generated := len(s.tokens) - s.promptLen
 	if (r.tok.IsEOG(tok) && !p.ignoreEOS) || p.isStopID(tok) {
@@ -229,6 +235,31 @@ func (r *runner) advance(s *seq, tok int32) {
 	}
 	if s.finish != "" {
 		s.text.WriteString(s.dec.Flush())
+	}
+}
+
+// emit streams the text of s decided since the last call: all of it once s
+// has finished, else all but what could still turn out to be the start of
+// a stop string.
+func (r *runner) emit(s *seq) {
+	if s.job.stream == nil {
+		return
+	}
+	text := s.text.String()
+	upto := len(text)
+	if s.finish == "" {
+		hold := 0
+		for _, st := range s.job.p.stop {
+			hold = max(hold, len(st)-1)
+		}
+		upto = max(s.streamed, len(text)-hold)
+		for upto > s.streamed && upto < len(text) && !utf8.RuneStart(text[upto]) {
+			upto--
+		}
+	}
+	if upto > s.streamed {
+		s.job.stream(s.index, text[s.streamed:upto])
+		s.streamed = upto
 	}
 }
 

@@ -131,6 +131,7 @@ func (r *runner) preempt(v *seq) {
 func (r *runner) finishLength(s *seq) {
 	s.finish = "length"
 	s.text.WriteString(s.dec.Flush())
+	r.emit(s)
 }
 
 // grow gives running sequence s blocks for its next want positions and
