@@ -55,7 +55,7 @@ type run struct {
 	// endpoint in its object.
 	endpoint atomic.Pointer[string]
 
-	started time.Time
+	started atomic.Int64 // unix ns when the run began (read by Rate)
 
 	// committing collects the lines appended since the last commit, for
 	// job.OnCommit (nil when it is not set).
@@ -586,7 +586,7 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 		log.Info(samplingNotice)
 	}
 
-	r.started = time.Now()
+	r.started.Store(time.Now().UnixNano())
 	r.ran.Store(0) // seeded lines are not this run's work
 	writerErr := make(chan error, 1)
 	go func() { writerErr <- r.write() }()
@@ -958,7 +958,11 @@ func (r *run) commit() error {
 }
 
 func (r *run) rate() float64 {
-	el := time.Since(r.started).Seconds()
+	st := r.started.Load()
+	if st == 0 {
+		return 0
+	}
+	el := time.Since(time.Unix(0, st)).Seconds()
 	if el <= 0 {
 		return 0
 	}
