@@ -495,3 +495,35 @@ func TestAPIStreamsNativeTokens(t *testing.T) {
 		t.Fatalf("the text came in %d piece(s); it should stream token by token", pieces)
 	}
 }
+
+// The operator's view: Prometheus metrics and the status page's data come
+// from the same ledger and engine as the API.
+func TestMetricsAndStatusPage(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	e.drop("m.jsonl", chatBatch(4, "m")+"bad line\n")
+	e.waitEnded("m", "jsonl")
+	get := func(path string) (int, string, string) {
+		resp, err := http.Get(e.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	}
+	st, _, metrics := get("/metrics")
+	for _, want := range []string{`batchd_batches{status="completed"} 1`, `batchd_requests_total{result="completed"} 4`,
+		`batchd_requests_total{result="failed"} 1`, `batchd_engine_in_flight 0`, "go_goroutines"} {
+		if st != 200 || !strings.Contains(metrics, want) {
+			t.Fatalf("metrics (%d) lack %q:\n%s", st, want, metrics)
+		}
+	}
+	st, ct, page := get("/")
+	if st != 200 || !strings.HasPrefix(ct, "text/html") || !strings.Contains(page, "<html") {
+		t.Fatalf("status page: %d %s", st, ct)
+	}
+	st, _, status := get("/status.json")
+	if st != 200 || !strings.Contains(status, `"m"`) {
+		t.Fatalf("status.json: %d %s", st, status)
+	}
+}

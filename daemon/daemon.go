@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/batchd/batchd/daemon/ops"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
@@ -62,6 +63,8 @@ type Daemon struct {
 	wg     sync.WaitGroup
 
 	started time.Time
+	sampler *ops.Sampler
+	runCtx  context.Context
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -172,7 +175,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
+	d.cancel, d.runCtx = cancel, runCtx
 
 	if d.eng, err = d.cfg.NewEngine(d.log.With("component", "engine")); err != nil {
 		return err
@@ -439,6 +442,11 @@ func (d *Daemon) serveHTTP() error {
 	if d.bucket != nil {
 		mux.HandleFunc("POST /v1/bucket-events", d.bucket.serveEvents)
 	}
+	src := opsSource{d}
+	d.sampler = ops.NewSampler(src, 0, 0)
+	d.sampler.Start(d.runCtx)
+	mux.Handle("GET /metrics", ops.NewMetrics(src).WithSampler(d.sampler).Handler())
+	mux.Handle("/", ops.NewStatusPage(src, d.sampler).Handler())
 	api := http.NewServeMux()
 	api.HandleFunc("POST /v1/files", d.handleUpload)
 	api.HandleFunc("GET /v1/files", d.handleListFiles)
@@ -494,6 +502,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 		errs = append(errs, d.watch.Close(ctx))
 	}
 	d.wg.Wait()
+	if d.sampler != nil {
+		d.sampler.Close()
+	}
 	if d.pipe != nil {
 		errs = append(errs, d.pipe.Close(ctx))
 	}

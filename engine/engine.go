@@ -75,8 +75,9 @@ type Engine interface {
 
 // Stats is an optional view an engine may offer for status and metrics.
 type Stats struct {
-	InFlight int  // requests being run now
-	Paused   bool // true while the engine is wholly down and callers are held
+	InFlight int   // requests being run now
+	Paused   bool  // true while the engine is wholly down and callers are held
+	Retries  int64 // attempts that repeated an earlier one, so far
 }
 
 // StatsReporter is implemented by engines that can report Stats.

@@ -63,6 +63,7 @@ type Engine struct {
 	urlStub   string          // URL given to go-retryablehttp; the transport picks the replica
 	sem       chan struct{}   // the in-flight window
 	inflight  atomic.Int64
+	retries   atomic.Int64 // attempts that repeated an earlier one (Stats)
 	jitter    func(n int64) int64
 
 	ctx    context.Context // private: cancelled by Close
@@ -185,7 +186,7 @@ func (e *Engine) Close(ctx context.Context) error {
 // Stats reports the requests holding a slot of the in-flight window
 // (sending, backing off or held by an outage) and whether callers are held.
 func (e *Engine) Stats() engine.Stats {
-	return engine.Stats{InFlight: int(e.inflight.Load()), Paused: e.pool.isDown()}
+	return engine.Stats{InFlight: int(e.inflight.Load()), Paused: e.pool.isDown(), Retries: e.retries.Load()}
 }
 
 // enter registers a Do call, refusing it before Open and after Close.
@@ -341,6 +342,9 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	c.attempts++
 	c.round.attempts++
+	if c.attempts > 1 {
+		c.e.retries.Add(1)
+	}
 	c.last = c.describe(resp, err)
 	if c.replica != nil {
 		if serverFailed(resp, err) {

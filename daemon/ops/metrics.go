@@ -1,0 +1,165 @@
+package ops
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics exposes batchd's state in Prometheus text format. It reads Source
+// at scrape time, so it holds no state of its own to keep in sync.
+type Metrics struct {
+	collector *collector
+	handler   http.Handler
+}
+
+// NewMetrics returns metrics for src on a registry of their own, with the Go
+// runtime and process collectors beside them. batchd_tokens_per_second is
+// reported once a sampler is attached with WithSampler.
+func NewMetrics(src Source) *Metrics {
+	log := slog.Default().With("component", "ops")
+	reg := prometheus.NewRegistry()
+	c := newCollector(src)
+	reg.MustRegister(
+		c,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: promLogger{log},
+		// A failing Source loses its own families, not the engine's or the
+		// runtime's: the rest of the scrape is still worth having.
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	return &Metrics{collector: c, handler: h}
+}
+
+// WithSampler makes the metrics report s's latest rate as
+// batchd_tokens_per_second, and returns m. It is safe to call at any time.
+func (m *Metrics) WithSampler(s *Sampler) *Metrics {
+	m.collector.sampler.Store(s)
+	return m
+}
+
+// Handler serves the metrics; mount it at /metrics.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// promLogger adapts slog to promhttp's error log.
+type promLogger struct{ log *slog.Logger }
+
+func (l promLogger) Println(v ...any) {
+	l.log.Warn("serving metrics", "err", fmt.Sprint(v...))
+}
+
+// collector is a prometheus.Collector that reads Source on every Collect.
+type collector struct {
+	src     Source
+	sampler atomic.Pointer[Sampler]
+
+	batches, requests, tokens, tokensPerSecond       *prometheus.Desc
+	inFlight, queueDepth, paused, prefixHit, kvBytes *prometheus.Desc
+	retries                                          *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*collector)(nil)
+
+func newCollector(src Source) *collector {
+	d := prometheus.NewDesc
+	return &collector{
+		src:     src,
+		batches: d("batchd_batches", "Batches the daemon knows, by status.", []string{"status"}, nil),
+		// Sums over the batches the daemon knows rather than true counters:
+		// they drop if a batch is forgotten, so they are exposed as gauges.
+		requests: d("batchd_requests_total",
+			"Requests finished, summed over the batches the daemon knows (a gauge: it drops if a batch is forgotten).",
+			[]string{"result"}, nil),
+		tokens: d("batchd_tokens_total",
+			"Tokens used, summed over the batches the daemon knows (a gauge: it drops if a batch is forgotten).",
+			[]string{"kind"}, nil),
+		tokensPerSecond: d("batchd_tokens_per_second",
+			"Prompt plus completion tokens per second between the sampler's two latest samples.", nil, nil),
+		inFlight:   d("batchd_engine_in_flight", "Requests the engine is running now.", nil, nil),
+		queueDepth: d("batchd_engine_queue_depth", "Requests waiting for the engine.", nil, nil),
+		paused:     d("batchd_engine_paused", "1 while the engine is paused, else 0.", nil, nil),
+		prefixHit: d("batchd_prefix_cache_hit_ratio",
+			"Share of prompt tokens served from the prefix cache, 0..1; absent when the engine does not know.", nil, nil),
+		kvBytes: d("batchd_kv_cache_bytes",
+			"KV cache memory, used and total; absent when the engine does not know.", []string{"state"}, nil),
+		retries: d("batchd_engine_retries_total", "Requests to a remote engine retried so far.", nil, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.batches, c.requests, c.tokens, c.tokensPerSecond,
+		c.inFlight, c.queueDepth, c.paused, c.prefixHit, c.kvBytes, c.retries,
+	} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.collectBatches(ch)
+	c.collectEngine(ch)
+	if s := c.sampler.Load(); s != nil {
+		ch <- prometheus.MustNewConstMetric(c.tokensPerSecond, prometheus.GaugeValue, s.Rate())
+	}
+}
+
+func (c *collector) collectBatches(ch chan<- prometheus.Metric) {
+	batches, err := c.src.Batches()
+	if err != nil {
+		err = fmt.Errorf("listing batches: %w", err)
+		for _, d := range []*prometheus.Desc{c.batches, c.requests, c.tokens} {
+			ch <- prometheus.NewInvalidMetric(d, err)
+		}
+		return
+	}
+	byStatus := make(map[string]int, len(statuses))
+	for _, s := range statuses {
+		byStatus[s] = 0
+	}
+	var completed, failed int
+	var prompt, completion int64
+	for _, b := range batches {
+		byStatus[b.Status]++
+		completed += b.Completed
+		failed += b.Failed
+		prompt += b.InputTokens
+		completion += b.OutputTokens
+	}
+	for status, n := range byStatus {
+		ch <- prometheus.MustNewConstMetric(c.batches, prometheus.GaugeValue, float64(n), status)
+	}
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(completed), "completed")
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(failed), "failed")
+	ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, float64(prompt), "prompt")
+	ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, float64(completion), "completion")
+}
+
+func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
+	e := c.src.Engine()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(c.inFlight, float64(e.InFlight))
+	gauge(c.queueDepth, float64(e.Queued))
+	paused := 0.0
+	if e.Paused {
+		paused = 1
+	}
+	gauge(c.paused, paused)
+	if e.PrefixCacheHitRate >= 0 {
+		gauge(c.prefixHit, e.PrefixCacheHitRate)
+	}
+	if e.KVBytesTotal > 0 {
+		gauge(c.kvBytes, float64(e.KVBytesUsed), "used")
+		gauge(c.kvBytes, float64(e.KVBytesTotal), "total")
+	}
+	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(e.Retries))
+}

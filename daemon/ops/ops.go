@@ -1,0 +1,62 @@
+// Package ops owns batchd's operator view: Prometheus metrics, a sampler of
+// token throughput and a self-refreshing status page. It reads the daemon's
+// state only through Source, so it must never import the pipeline, the engine
+// or the daemon; the daemon implements Source and mounts the handlers.
+package ops
+
+// Batch statuses, as OpenAI's batch object spells them.
+const (
+	StatusValidating = "validating"
+	StatusFailed     = "failed"
+	StatusInProgress = "in_progress"
+	StatusFinalizing = "finalizing"
+	StatusCompleted  = "completed"
+	StatusExpired    = "expired"
+	StatusCancelling = "cancelling"
+	StatusCancelled  = "cancelled"
+)
+
+// statuses lists every batch status, so that metrics report zeros instead of
+// letting a series vanish when no batch has that status.
+var statuses = []string{
+	StatusValidating, StatusFailed, StatusInProgress, StatusFinalizing,
+	StatusCompleted, StatusExpired, StatusCancelling, StatusCancelled,
+}
+
+// BatchView is one batch as the operator sees it.
+type BatchView struct {
+	ID, Name, Status, Endpoint       string // Status is one of validating, failed, in_progress, finalizing, completed, expired, cancelling, cancelled
+	Total, Completed, Failed         int
+	InputTokens, OutputTokens        int64
+	CreatedAt, InProgressAt, EndedAt int64   // unix seconds, 0 if not yet
+	Rate                             float64 // requests per second while it runs, 0 otherwise
+}
+
+// EngineView is the engine's state now.
+type EngineView struct {
+	Name                      string
+	InFlight, Queued          int
+	Paused                    bool
+	PrefixCacheHitRate        float64 // 0..1; negative when unknown
+	KVBytesUsed, KVBytesTotal int64   // 0 when unknown
+	Retries                   int64   // remote-engine retries so far
+}
+
+// Source is the daemon's state as package ops reads it. Both methods are
+// called from HTTP handlers and the sampler's goroutine, concurrently, so
+// implementations must be safe for concurrent use and should return quickly.
+type Source interface {
+	// Batches lists the batches the daemon knows, in any order.
+	Batches() ([]BatchView, error)
+	// Engine reports the engine's state now.
+	Engine() EngineView
+}
+
+// totalTokens sums prompt and completion tokens over batches.
+func totalTokens(batches []BatchView) int64 {
+	var n int64
+	for _, b := range batches {
+		n += b.InputTokens + b.OutputTokens
+	}
+	return n
+}

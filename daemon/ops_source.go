@@ -1,0 +1,58 @@
+package daemon
+
+import (
+	"github.com/batchd/batchd/daemon/ops"
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native"
+)
+
+// opsSource is what the metrics and the status page see of the daemon.
+type opsSource struct{ d *Daemon }
+
+var _ ops.Source = opsSource{}
+
+func (s opsSource) Batches() ([]ops.BatchView, error) {
+	bs, err := s.d.pipe.Ledger().List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ops.BatchView, 0, len(bs))
+	for _, b := range bs {
+		o := s.d.batchObject(b)
+		v := ops.BatchView{ID: o.ID, Name: b.Name, Status: b.Status, Endpoint: o.Endpoint,
+			Total: b.Total, Completed: b.Completed, Failed: b.Failed,
+			InputTokens: b.InputTokens, OutputTokens: b.OutputTokens,
+			CreatedAt: b.CreatedAt, InProgressAt: b.InProgressAt, Rate: s.d.pipe.Rate(b.Name)}
+		for _, t := range []int64{b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt} {
+			v.EndedAt = max(v.EndedAt, t)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s opsSource) Engine() ops.EngineView {
+	v := ops.EngineView{Name: s.d.cfg.Engine, PrefixCacheHitRate: -1, Queued: s.d.queued()}
+	if sr, ok := s.d.eng.(engine.StatsReporter); ok {
+		st := sr.Stats()
+		v.InFlight, v.Paused, v.Retries = st.InFlight, st.Paused, st.Retries
+	}
+	if ne, ok := s.d.eng.(*native.Engine); ok {
+		cs := ne.CacheStats()
+		if cs.PromptTokens > 0 {
+			v.PrefixCacheHitRate = cs.HitRate()
+		}
+		v.KVBytesTotal = cs.BudgetBytes
+		if cs.Blocks > 0 {
+			v.KVBytesUsed = cs.BudgetBytes / int64(cs.Blocks) * int64(cs.BlocksUsed)
+		}
+	}
+	return v
+}
+
+// queued is how many inputs wait for a batch runner.
+func (d *Daemon) queued() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queue)
+}
