@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/kernels"
@@ -525,5 +527,41 @@ func TestMetricsAndStatusPage(t *testing.T) {
 	st, _, status := get("/status.json")
 	if st != 200 || !strings.Contains(status, `"m"`) {
 		t.Fatalf("status.json: %d %s", st, status)
+	}
+}
+
+// A batch that ends sends a signed webhook in OpenAI's event shape.
+func TestWebhookOnBatchEnd(t *testing.T) {
+	const secret = "whsec_c2VjcmV0LWZvci10ZXN0cw=="
+	got := make(chan []byte, 4)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify(secret, r.Header, body, time.Minute, time.Now()); err != nil {
+			t.Errorf("webhook signature: %v", err)
+		}
+		got <- body
+	}))
+	defer recv.Close()
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
+		c.Webhooks.URLs = []string{recv.URL + "/hook"}
+		c.Webhooks.Secret = secret
+	})
+	_, f := e.upload("batch", "w.jsonl", chatBatch(2, "w"))
+	var o pipeline.BatchObject
+	e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}, &o)
+	select {
+	case body := <-got:
+		var ev struct {
+			Object string `json:"object"`
+			Type   string `json:"type"`
+			Data   struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(body, &ev); err != nil || ev.Object != "event" || ev.Type != "batch.completed" || ev.Data.ID != o.ID {
+			t.Fatalf("webhook %s (%v), want batch.completed for %s", body, err, o.ID)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no webhook within 60s")
 	}
 }

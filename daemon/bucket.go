@@ -189,7 +189,7 @@ func (br *bucketRunner) run(ctx context.Context, ev watcher.Event) error {
 		defer wg.Done()
 		br.keep(runCtx, stop, lease, cp, prog, name, etag, log)
 	}()
-	_, runErr := br.d.pipe.Run(runCtx, job)
+	ended, runErr := br.d.pipe.Run(runCtx, job)
 	stop(nil)
 	wg.Wait()
 	if errors.Is(context.Cause(runCtx), errLeaseLost) {
@@ -244,6 +244,7 @@ func (br *bucketRunner) run(ctx context.Context, ev watcher.Event) error {
 		return err
 	}
 	log.Info("results published", "output", b.URL(outKey))
+	br.d.notifyEnd(ended)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher/s3"
@@ -41,7 +43,19 @@ type Config struct {
 	Source string    `yaml:"source"`
 	S3     S3Config  `yaml:"s3"`
 	API    APIConfig `yaml:"api"`
-	Log    LogConfig `yaml:"log"`
+	// Webhooks are POSTed when a batch ends (completed, failed, expired,
+	// cancelled), signed, retried, and kept in DATA/state/webhooks until
+	// delivered.
+	Webhooks WebhooksConfig `yaml:"webhooks"`
+	Log      LogConfig      `yaml:"log"`
+}
+
+// WebhooksConfig configures batch-end webhooks (none without URLs).
+type WebhooksConfig struct {
+	URLs []string `yaml:"urls"`
+	// Secret signs each delivery (Standard Webhooks headers, as OpenAI
+	// sends them): "whsec_<base64>" or any string.
+	Secret string `yaml:"secret"`
 }
 
 // APIConfig configures the OpenAI-compatible HTTP API on Listen.
@@ -224,6 +238,10 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	}
 	str("BATCHD_OPENAI_API_KEY", &cfg.OpenAI.APIKey)
 	str("BATCHD_OPENAI_MODEL", &cfg.OpenAI.Model)
+	if v := getenv("BATCHD_WEBHOOK_URLS"); v != "" {
+		cfg.Webhooks.URLs = splitList(v)
+	}
+	str("BATCHD_WEBHOOK_SECRET", &cfg.Webhooks.Secret)
 	if v := getenv("BATCHD_API_KEYS"); v != "" {
 		cfg.API.Keys = splitList(v)
 	}
@@ -294,6 +312,11 @@ func (c Config) Validate() error {
 	if err := c.pipelineConfig().Validate(); err != nil {
 		return fmt.Errorf("pipeline.%w", err)
 	}
+	if len(c.Webhooks.URLs) > 0 {
+		if err := c.webhookConfig(filepath.Join(c.Data, "state", "webhooks")).Validate(); err != nil {
+			return fmt.Errorf("webhooks: %w", err)
+		}
+	}
 	if c.API.MaxUploadBytes < 1 {
 		return fmt.Errorf("api.max_upload_bytes: must be positive, got %d", c.API.MaxUploadBytes)
 	}
@@ -310,6 +333,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("source: %q is neither dir nor s3://BUCKET/PREFIX", c.Source)
 	}
 	return nil
+}
+
+func (c Config) webhookConfig(spool string) webhook.Config {
+	return webhook.Config{URLs: c.Webhooks.URLs, Secret: c.Webhooks.Secret, SpoolDir: spool}
 }
 
 func (c Config) s3Config() s3.Config {

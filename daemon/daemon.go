@@ -19,10 +19,12 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/daemon/ops"
+	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
@@ -64,6 +66,7 @@ type Daemon struct {
 
 	started time.Time
 	sampler *ops.Sampler
+	hooks   *webhook.Sender // nil without webhooks.urls
 	runCtx  context.Context
 
 	mu      sync.Mutex
@@ -208,6 +211,16 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 			return fmt.Errorf("open watcher: %w", err)
 		}
 		d.watch = w
+	}
+	if len(d.cfg.Webhooks.URLs) > 0 {
+		wc := d.cfg.webhookConfig(filepath.Join(d.dirs.State, "webhooks"))
+		wc.Logger = d.log.With("component", "webhook")
+		if d.hooks, err = webhook.New(wc); err != nil {
+			return err
+		}
+		if err := d.hooks.Start(runCtx); err != nil {
+			return fmt.Errorf("start webhooks: %w", err)
+		}
 	}
 	d.started = time.Now()
 	if err := d.requeueAPI(); err != nil {
@@ -403,9 +416,12 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		if _, err := os.Stat(retryMark); err == nil {
 			job.RetryFailed = true
 		}
-		_, err := d.pipe.Run(ctx, job)
+		b, err := d.pipe.Run(ctx, job)
 		if err == nil && job.RetryFailed {
 			os.Remove(retryMark)
+		}
+		if err == nil {
+			d.notifyEnd(b)
 		}
 		switch {
 		case err == nil:
@@ -417,6 +433,20 @@ func (d *Daemon) runBatches(ctx context.Context) {
 			d.log.Error("batch run failed; it is retried on the next rescan", "name", ev.Name, "error", err)
 		}
 		d.finished(ev)
+	}
+}
+
+// notifyEnd sends the batch-end webhook of b (API batches by their API id).
+func (d *Daemon) notifyEnd(b *ledger.Batch) {
+	if d.hooks == nil || b == nil || !pipeline.Terminal(b.Status) {
+		return
+	}
+	id := b.ID
+	if _, err := d.apiBatchMeta(b.Name); err == nil {
+		id = b.Name
+	}
+	if err := d.hooks.Notify("batch."+b.Status, id); err != nil {
+		d.log.Warn("queue webhook", "name", b.Name, "error", err)
 	}
 }
 
@@ -504,6 +534,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.wg.Wait()
 	if d.sampler != nil {
 		d.sampler.Close()
+	}
+	if d.hooks != nil {
+		errs = append(errs, d.hooks.Close(ctx))
 	}
 	if d.pipe != nil {
 		errs = append(errs, d.pipe.Close(ctx))
