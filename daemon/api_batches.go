@@ -223,7 +223,7 @@ func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
 	info := pipeline.BatchdInfo{Name: b.Name, InputFile: prefixInput + hexID, OutputFile: prefixOutput + hexID, ErrorFile: prefixErrors + hexID}
 	o := pipeline.NewBatchObject(b, info)
 	if m, err := d.apiBatchMeta(b.Name); err == nil {
-		o.ID, o.InputFileID = m.ID, m.InputFileID
+		o.ID, o.InputFileID, o.CreatedAt = m.ID, m.InputFileID, m.CreatedAt
 		if o.Endpoint == "" {
 			o.Endpoint = m.Endpoint
 		}

@@ -565,3 +565,60 @@ func TestWebhookOnBatchEnd(t *testing.T) {
 		t.Fatal("no webhook within 60s")
 	}
 }
+
+// GET /v1/batches and GET /v1/files page with limit and after, newest
+// first, without repeats or gaps.
+func TestAPIPagination(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	want := map[string]bool{}
+	for i := range 5 {
+		_, f := e.upload("batch", fmt.Sprintf("p%d.jsonl", i), chatBatch(1, fmt.Sprintf("p%d", i)))
+		var o pipeline.BatchObject
+		e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}, &o)
+		want[o.ID] = true
+	}
+	for _, kind := range []string{"batches", "files"} {
+		seen := map[string]bool{}
+		after := ""
+		for pages := 0; ; pages++ {
+			var page struct {
+				Data []struct {
+					ID string `json:"id"`
+				} `json:"data"`
+				HasMore bool   `json:"has_more"`
+				LastID  string `json:"last_id"`
+			}
+			path := "/v1/" + kind + "?limit=2"
+			if after != "" {
+				path += "&after=" + after
+			}
+			if st := e.call("GET", path, "", nil, &page); st != 200 || len(page.Data) > 2 {
+				t.Fatalf("%s page: %d %+v", kind, st, page)
+			}
+			for _, d := range page.Data {
+				if seen[d.ID] {
+					t.Fatalf("%s: %s listed twice", kind, d.ID)
+				}
+				seen[d.ID] = true
+			}
+			if !page.HasMore {
+				break
+			}
+			after = page.LastID
+		}
+		if len(seen) != 5 {
+			t.Fatalf("%s: listed %d, want 5", kind, len(seen))
+		}
+		if kind == "batches" {
+			for id := range want {
+				if !seen[id] {
+					t.Fatalf("batch %s not listed", id)
+				}
+			}
+		}
+	}
+	var ae apiErr
+	if st := e.call("GET", "/v1/batches?after=batch_nope", "", nil, &ae); st != 400 {
+		t.Fatalf("after an unknown id: %d", st)
+	}
+}
