@@ -48,5 +48,6 @@ echo
 echo "== results are in $DATA/outbox/ (NAME.output.jsonl, NAME.errors.jsonl, NAME.batch.json)"
 head -c 600 "$DATA/outbox/hello.output.jsonl"; echo
 if [ -n "${RUN_ONCE:-}" ]; then exit 0; fi
+echo "== status page: http://$LISTEN/   metrics: http://$LISTEN/metrics   OpenAI-compatible API: http://$LISTEN/v1"
 echo "== batchd keeps watching $DATA/inbox/ — drop more *.jsonl files there, or run 'bin/batchd submit FILE'. Ctrl-C stops it."
 wait $daemon
