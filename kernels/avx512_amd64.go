@@ -20,8 +20,9 @@ func newAVX512(name string, asm, vnni bool) *backend {
 	k := avx512Tiles{f32x4: f32Tile4x4, f16x1: f16Tile4x1, bf16x1: bf16Tile4x1, cvtF16: cvtF16Row512, q8x4: q8Tile4x4, q8x1: q8Tile4x1}
 	if asm {
 		k.f32x4, k.f16x1, k.bf16x1, k.cvtF16 = f32Tile4x4asm, f16Tile4x1asm, bf16Tile4x1asm, cvtF16RowAsm
+		k.f16r1, k.bf16r1 = f16Row1asm, bf16Row1asm
 		if vnni {
-			k.q8x4, k.q8x1 = q8VNNITile4x4, q8VNNITile4x1
+			k.q8x4, k.q8x1, k.q8r1 = q8VNNITile4x4, q8VNNITile4x1, q8VNNIRow1
 		}
 	}
 	return &backend{
@@ -44,6 +45,10 @@ type avx512Tiles struct {
 	f32x4  func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols int)
 	f16x1  func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
 	bf16x1 func(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
+	// f16r1 and bf16r1, when set, are the one-row single-token tiles the
+	// assembly backend uses instead of the 4-row ones (same results).
+	f16r1, bf16r1 func(res *float32, w, x unsafe.Pointer, cols int)
+	q8r1          func(res *float32, w, qs, xs unsafe.Pointer, nb int)
 	cvtF16 func(dst []float32, src unsafe.Pointer, n int)
 	q8x4   func(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int)
 	q8x1   func(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
@@ -187,6 +192,19 @@ func (k *avx512Tiles) halfBlock(a *mmArgs, wk *worker, bf bool, r0, r1, t0, t1 i
 	rows, cols := a.w.Rows, a.w.Cols
 	base, xp := bptr(a.w.Data), f32ptr(a.x)
 	res := &wk.res
+	if row1 := k.f16r1; row1 != nil {
+		if bf {
+			row1 = k.bf16r1
+		}
+		for t := t0; t < t1; t++ {
+			x := unsafe.Add(xp, 4*t*cols)
+			out := a.out[t*rows:]
+			for r := r0; r < r1; r++ {
+				row1(&out[r], unsafe.Add(base, r*a.rb), x, cols)
+			}
+		}
+		return
+	}
 	for t := t0; t < t1; t++ {
 		x := unsafe.Add(xp, 4*t*cols)
 		for r := r0; r < r1; r += 4 {
@@ -307,6 +325,13 @@ func (k *avx512Tiles) q8Block(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 	}
 	for ; t < t1; t++ {
 		qt, st := unsafe.Add(qp, t*q.qStride), unsafe.Add(sp, 4*t*q.sStride)
+		if k.q8r1 != nil {
+			out := a.out[t*rows:]
+			for r := r0; r < r1; r++ {
+				k.q8r1(&out[r], unsafe.Add(base, r*a.rb), qt, st, q.nb)
+			}
+			continue
+		}
 		for r := r0; r < r1; r += 4 {
 			p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
 			k.q8x1(res, p0, p1, p2, p3, qt, st, q.nb)

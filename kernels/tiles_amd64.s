@@ -173,6 +173,7 @@ q44done:
 // far enough to cover the next tiles' rows (see HALFDIST below); 544
 // bytes gave 64 tok/s on the Qwen2.5-0.5B shape, 8 KiB gives 74.
 #define Q8DIST 8192
+#define Q8ROWDIST 4096
 
 // func q8VNNITile4x1(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
 TEXT ·q8VNNITile4x1(SB), NOSPLIT, $0-64
@@ -228,6 +229,45 @@ q41tail:
 q41done:
 	MOVQ res+0(FP), AX
 	HSUM4(0)
+	VZEROUPPER
+	RET
+
+// func q8VNNIRow1(res *float32, w, qs, xs unsafe.Pointer, nb int)
+//
+// One row × one token: the single-token matvec one row at a time (see
+// ROWDIST below), same products and order as q8VNNITile4x1.
+TEXT ·q8VNNIRow1(SB), NOSPLIT, $0-40
+	MOVQ w+8(FP), R8
+	MOVQ qs+16(FP), R12
+	MOVQ xs+24(FP), BX
+	VPXORD Z0, Z0, Z0
+	QCONST
+	MOVQ nb+32(FP), CX
+	SHRQ $1, CX
+	JZ   q11tail
+
+q11loop:
+	PREFETCHT0 Q8ROWDIST(R8)(DX*1)
+	QX((R12), (BX))
+	QW(R8, Z16, Y16, Z20)
+	QMAC(Z16, Z20, Z0)
+	ADDQ $68, DX
+	ADDQ $64, R12
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  q11loop
+
+q11tail:
+	MOVQ nb+32(FP), CX
+	ANDQ $1, CX
+	JZ   q11done
+	QX((R12), (BX))
+	QWH(R8, Z16, Y16, Z20)
+	QMAC(Z16, Z20, Z0)
+
+q11done:
+	MOVQ res+0(FP), AX
+	HSUM(Z0, Y0, X0, 0)
 	VZEROUPPER
 	RET
 
@@ -454,6 +494,67 @@ b41done:
 	HSUM4(0)
 	VZEROUPPER
 	RET
+
+// ---- F16 / BF16 1 row × 1 token ---------------------------------------------
+//
+// A single token's matvec reads each row once: one row at a time is one
+// sequential stream, which the prefetchers follow better than four rows
+// side by side (about 9% more bandwidth measured on Zen 5), with a software
+// prefetch ROWDIST bytes ahead. The one accumulator takes the 16-column
+// chunks in order, as the 4-row tiles do: results are bit-identical.
+
+#define ROWDIST 4096
+
+// ROW1 needs AX = res, R8 = w, R12 = x, R13 = cols.
+#define ROW1(CVT, LOOP, ONE, TAIL, DONE) \
+	VPXORD Z0, Z0, Z0; \
+	XORQ DX, DX; \
+	MOVQ R13, CX; \
+	SHRQ $5, CX; \
+	JZ   ONE; \
+LOOP: \
+	PREFETCHT0 ROWDIST(R8)(DX*1); \
+	CVT((R8)(DX*1), Z16); \
+	CVT(32(R8)(DX*1), Z17); \
+	VFMADD231PS (R12)(DX*2), Z16, Z0; \
+	VFMADD231PS 64(R12)(DX*2), Z17, Z0; \
+	ADDQ $64, DX; \
+	DECQ CX; \
+	JNZ  LOOP; \
+ONE: \
+	MOVQ R13, CX; \
+	TESTQ $16, CX; \
+	JZ   TAIL; \
+	CVT((R8)(DX*1), Z16); \
+	VFMADD231PS (R12)(DX*2), Z16, Z0; \
+	ADDQ $32, DX; \
+TAIL: \
+	MOVQ R13, CX; \
+	TAILMASK(DONE); \
+	VMOVUPS.Z (R12)(DX*2), K1, Z20; \
+	VMOVDQU16.Z (R8)(DX*1), K1, Y16; \
+	CVT(Y16, Z16); \
+	VFMADD231PS Z20, Z16, Z0; \
+DONE: \
+	HSUM(Z0, Y0, X0, 0); \
+	VZEROUPPER; \
+	RET
+
+// func f16Row1asm(res *float32, w, x unsafe.Pointer, cols int)
+TEXT ·f16Row1asm(SB), NOSPLIT, $0-32
+	MOVQ res+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R12
+	MOVQ cols+24(FP), R13
+	ROW1(CVTH, f11loop, f11one, f11tail, f11done)
+
+// func bf16Row1asm(res *float32, w, x unsafe.Pointer, cols int)
+TEXT ·bf16Row1asm(SB), NOSPLIT, $0-32
+	MOVQ res+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R12
+	MOVQ cols+24(FP), R13
+	ROW1(CVTB, b11loop, b11one, b11tail, b11done)
 
 // func cvtF16asm(dst *float32, src unsafe.Pointer, n int)
 TEXT ·cvtF16asm(SB), NOSPLIT, $0-24
