@@ -19,10 +19,10 @@ var (
 func newAVX512(name string, asm, vnni bool) *backend {
 	k := avx512Tiles{f32x4: f32Tile4x4, f16x1: f16Tile4x1, bf16x1: bf16Tile4x1, cvtF16: cvtF16Row512, q8x4: q8Tile4x4, q8x1: q8Tile4x1}
 	if asm {
-		k.f32x4, k.f16x1, k.bf16x1, k.cvtF16 = f32Tile4x4asm, f16Tile4x1asm, bf16Tile4x1asm, cvtF16RowAsm
+		k.f32x4, k.cvtF16 = f32Tile4x4asm, cvtF16RowAsm
 		k.f16r1, k.bf16r1 = f16Row1asm, bf16Row1asm
 		if vnni {
-			k.q8x4, k.q8x1, k.q8r1 = q8VNNITile4x4, q8VNNITile4x1, q8VNNIRow1
+			k.q8x4, k.q8r1 = q8VNNITile4x4, q8VNNIRow1
 		}
 	}
 	return &backend{

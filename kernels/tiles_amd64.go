@@ -11,19 +11,10 @@ import "unsafe"
 func q8VNNITile4x4(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int)
 
 //go:noescape
-func q8VNNITile4x1(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
-
-//go:noescape
 func q8VNNIRow1(res *float32, w, qs, xs unsafe.Pointer, nb int)
 
 //go:noescape
 func f32Tile4x4asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols int)
-
-//go:noescape
-func f16Tile4x1asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
-
-//go:noescape
-func bf16Tile4x1asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
 
 //go:noescape
 func f16Row1asm(res *float32, w, x unsafe.Pointer, cols int)

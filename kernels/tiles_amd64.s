@@ -169,73 +169,13 @@ q44done:
 	VZEROUPPER
 	RET
 
-// Q8DIST is how far ahead of each row the single-token tile prefetches:
-// far enough to cover the next tiles' rows (see HALFDIST below); 544
-// bytes gave 64 tok/s on the Qwen2.5-0.5B shape, 8 KiB gives 74.
-#define Q8DIST 8192
+// Q8ROWDIST is how far ahead of its row q8VNNIRow1 prefetches.
 #define Q8ROWDIST 4096
-
-// func q8VNNITile4x1(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
-TEXT ·q8VNNITile4x1(SB), NOSPLIT, $0-64
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ w2+24(FP), R10
-	MOVQ w3+32(FP), R11
-	MOVQ qs+40(FP), R12
-	MOVQ xs+48(FP), BX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	QCONST
-	MOVQ nb+56(FP), CX
-	SHRQ $1, CX
-	JZ   q41tail
-
-q41loop:
-	PREFETCHT0 Q8DIST(R8)(DX*1)
-	PREFETCHT0 Q8DIST(R9)(DX*1)
-	PREFETCHT0 Q8DIST(R10)(DX*1)
-	PREFETCHT0 Q8DIST(R11)(DX*1)
-	QX((R12), (BX))
-	QW(R8, Z16, Y16, Z20)
-	QMAC(Z16, Z20, Z0)
-	QW(R9, Z17, Y17, Z21)
-	QMAC(Z17, Z21, Z1)
-	QW(R10, Z18, Y18, Z22)
-	QMAC(Z18, Z22, Z2)
-	QW(R11, Z19, Y19, Z23)
-	QMAC(Z19, Z23, Z3)
-	ADDQ $68, DX
-	ADDQ $64, R12
-	ADDQ $64, BX
-	DECQ CX
-	JNZ  q41loop
-
-q41tail:
-	MOVQ nb+56(FP), CX
-	ANDQ $1, CX
-	JZ   q41done
-	QX((R12), (BX))
-	QWH(R8, Z16, Y16, Z20)
-	QMAC(Z16, Z20, Z0)
-	QWH(R9, Z17, Y17, Z21)
-	QMAC(Z17, Z21, Z1)
-	QWH(R10, Z18, Y18, Z22)
-	QMAC(Z18, Z22, Z2)
-	QWH(R11, Z19, Y19, Z23)
-	QMAC(Z19, Z23, Z3)
-
-q41done:
-	MOVQ res+0(FP), AX
-	HSUM4(0)
-	VZEROUPPER
-	RET
 
 // func q8VNNIRow1(res *float32, w, qs, xs unsafe.Pointer, nb int)
 //
 // One row × one token: the single-token matvec one row at a time (see
-// ROWDIST below), same products and order as q8VNNITile4x1.
+// ROWDIST below), same products and order as q8Tile4x1 (avx512_amd64.go).
 TEXT ·q8VNNIRow1(SB), NOSPLIT, $0-40
 	MOVQ w+8(FP), R8
 	MOVQ qs+16(FP), R12
@@ -340,79 +280,13 @@ f44done:
 	VZEROUPPER
 	RET
 
-// ---- F16 / BF16 4 rows × 1 token ------------------------------------------
-//
-// A single token reads every weight once, so these run at memory speed or
-// not at all: two 16-column chunks (a cache line of each row) per
-// iteration, and a software prefetch HALFDIST bytes ahead of each row. The
-// four rows are contiguous, so that runs into the rows of the next tiles;
-// the hardware prefetchers alone stall at about 35 GB/s on two cores where
-// this reaches 45-50 (the machine's read bandwidth). Measured on Zen 5:
-// 2 KiB ahead gains little, 8 KiB is best, 16 KiB and more lose again.
-// The order of the FMAs per accumulator is the 16-column chunks in order,
-// as everywhere else.
-
-#define HALFDIST 8192
-
-#define HPREFETCH \
-	PREFETCHT0 HALFDIST(R8)(DX*1); \
-	PREFETCHT0 HALFDIST(R9)(DX*1); \
-	PREFETCHT0 HALFDIST(R10)(DX*1); \
-	PREFETCHT0 HALFDIST(R11)(DX*1)
+// ---- F16 / BF16 conversions ------------------------------------------------
 
 // CVTH converts 16 halves at ADDR to float32 in Z (F16).
 #define CVTH(ADDR, Z) VCVTPH2PS ADDR, Z
 
 // CVTB converts 16 bfloat16 at ADDR to float32 in Z: widen and shift.
 #define CVTB(ADDR, Z) VPMOVZXWD ADDR, Z; VPSLLD $16, Z, Z
-
-#define HALFZERO \
-	VPXORD Z0, Z0, Z0; \
-	VPXORD Z1, Z1, Z1; \
-	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
-	XORQ DX, DX
-
-// HALF2 is one iteration of two chunks at DX, converted by CVT.
-#define HALF2(CVT) \
-	HPREFETCH; \
-	VMOVUPS (R12)(DX*2), Z20; \
-	VMOVUPS 64(R12)(DX*2), Z21; \
-	CVT((R8)(DX*1), Z16); \
-	CVT((R9)(DX*1), Z17); \
-	CVT((R10)(DX*1), Z18); \
-	CVT((R11)(DX*1), Z19); \
-	CVT(32(R8)(DX*1), Z22); \
-	CVT(32(R9)(DX*1), Z23); \
-	CVT(32(R10)(DX*1), Z24); \
-	CVT(32(R11)(DX*1), Z25); \
-	FMAC4(Z20, Z0, Z1, Z2, Z3); \
-	VFMADD231PS Z21, Z22, Z0; \
-	VFMADD231PS Z21, Z23, Z1; \
-	VFMADD231PS Z21, Z24, Z2; \
-	VFMADD231PS Z21, Z25, Z3
-
-// HALF1 is one chunk at DX.
-#define HALF1(CVT) \
-	VMOVUPS (R12)(DX*2), Z20; \
-	CVT((R8)(DX*1), Z16); \
-	CVT((R9)(DX*1), Z17); \
-	CVT((R10)(DX*1), Z18); \
-	CVT((R11)(DX*1), Z19); \
-	FMAC4(Z20, Z0, Z1, Z2, Z3)
-
-// HALFTAIL is the last cols%16 columns (K1 their mask), zero-padded.
-#define HALFTAIL(CVT) \
-	VMOVUPS.Z (R12)(DX*2), K1, Z20; \
-	VMOVDQU16.Z (R8)(DX*1), K1, Y16; \
-	VMOVDQU16.Z (R9)(DX*1), K1, Y17; \
-	VMOVDQU16.Z (R10)(DX*1), K1, Y18; \
-	VMOVDQU16.Z (R11)(DX*1), K1, Y19; \
-	CVT(Y16, Z16); \
-	CVT(Y17, Z17); \
-	CVT(Y18, Z18); \
-	CVT(Y19, Z19); \
-	FMAC4(Z20, Z0, Z1, Z2, Z3)
 
 // TAILMASK sets K1 to the low CX%16 bits, jumping to DONE when zero.
 #define TAILMASK(DONE) \
@@ -422,78 +296,6 @@ f44done:
 	SHLL CX, DI; \
 	DECL DI; \
 	KMOVW DI, K1
-
-// func f16Tile4x1asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
-TEXT ·f16Tile4x1asm(SB), NOSPLIT, $0-56
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ w2+24(FP), R10
-	MOVQ w3+32(FP), R11
-	MOVQ x+40(FP), R12
-	HALFZERO
-	MOVQ cols+48(FP), CX
-	SHRQ $5, CX
-	JZ   h41one
-
-h41loop:
-	HALF2(CVTH)
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  h41loop
-
-h41one:
-	MOVQ cols+48(FP), CX
-	TESTQ $16, CX
-	JZ   h41tail
-	HALF1(CVTH)
-	ADDQ $32, DX
-
-h41tail:
-	MOVQ cols+48(FP), CX
-	TAILMASK(h41done)
-	HALFTAIL(CVTH)
-
-h41done:
-	MOVQ res+0(FP), AX
-	HSUM4(0)
-	VZEROUPPER
-	RET
-
-// func bf16Tile4x1asm(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
-TEXT ·bf16Tile4x1asm(SB), NOSPLIT, $0-56
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ w2+24(FP), R10
-	MOVQ w3+32(FP), R11
-	MOVQ x+40(FP), R12
-	HALFZERO
-	MOVQ cols+48(FP), CX
-	SHRQ $5, CX
-	JZ   b41one
-
-b41loop:
-	HALF2(CVTB)
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  b41loop
-
-b41one:
-	MOVQ cols+48(FP), CX
-	TESTQ $16, CX
-	JZ   b41tail
-	HALF1(CVTB)
-	ADDQ $32, DX
-
-b41tail:
-	MOVQ cols+48(FP), CX
-	TAILMASK(b41done)
-	HALFTAIL(CVTB)
-
-b41done:
-	MOVQ res+0(FP), AX
-	HSUM4(0)
-	VZEROUPPER
-	RET
 
 // ---- F16 / BF16 1 row × 1 token ---------------------------------------------
 //
