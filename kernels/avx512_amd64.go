@@ -49,9 +49,9 @@ type avx512Tiles struct {
 	// assembly backend uses instead of the 4-row ones (same results).
 	f16r1, bf16r1 func(res *float32, w, x unsafe.Pointer, cols int)
 	q8r1          func(res *float32, w, qs, xs unsafe.Pointer, nb int)
-	cvtF16 func(dst []float32, src unsafe.Pointer, n int)
-	q8x4   func(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int)
-	q8x1   func(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
+	cvtF16        func(dst []float32, src unsafe.Pointer, n int)
+	q8x4          func(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int, xs unsafe.Pointer, sStride, nb int)
+	q8x1          func(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int)
 }
 
 func (k *avx512Tiles) matmul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
