@@ -237,17 +237,14 @@ func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
 // findBatch resolves an API id (the batch name) or a ledger id.
 func (d *Daemon) findBatch(id string) (*ledger.Batch, *apiBatch, error) {
 	if m, err := d.apiBatchMeta(id); err == nil {
-		bs, err := d.pipe.Ledger().List()
+		b, err := d.pipe.Ledger().ByName(id)
+		if errors.Is(err, ledger.ErrNotFound) {
+			return nil, m, nil // not started yet
+		}
 		if err != nil {
 			return nil, nil, err
 		}
-		var found *ledger.Batch
-		for _, b := range bs {
-			if b.Name == id && (found == nil || b.CreatedAt > found.CreatedAt) {
-				found = b
-			}
-		}
-		return found, m, nil
+		return b, m, nil
 	} else if !errors.Is(err, errNotFound) {
 		return nil, nil, err
 	}

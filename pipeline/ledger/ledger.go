@@ -25,6 +25,8 @@ var (
 	bucketBatches  = []byte("batches")
 	bucketDone     = []byte("done")
 	bucketRetiring = []byte("retiring")
+	// bucketNames maps a batch name to the id last recorded under it.
+	bucketNames = []byte("names")
 )
 
 // linesPerChunk is how many input lines one bitmap chunk covers; a chunk is
@@ -94,7 +96,7 @@ func Open(path string) (*Ledger, error) {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketBatches, bucketDone, bucketRetiring} {
+		for _, b := range [][]byte{bucketBatches, bucketDone, bucketRetiring, bucketNames} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -126,6 +128,19 @@ func (l *Ledger) Get(id string) (*Batch, error) {
 		return nil, fmt.Errorf("get batch %s: %w", id, err)
 	}
 	return b, nil
+}
+
+// ByName returns the batch last recorded under name, or ErrNotFound.
+func (l *Ledger) ByName(name string) (*Batch, error) {
+	var id []byte
+	l.db.View(func(tx *bolt.Tx) error {
+		id = append(id, tx.Bucket(bucketNames).Get([]byte(name))...)
+		return nil
+	})
+	if len(id) == 0 {
+		return nil, fmt.Errorf("batch named %s: %w", name, ErrNotFound)
+	}
+	return l.Get(string(id))
 }
 
 // List returns every batch, in id order.
@@ -162,6 +177,11 @@ func (l *Ledger) Commit(b *Batch, done *Bitmap, reset bool) error {
 	err = l.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketBatches).Put([]byte(b.ID), v); err != nil {
 			return err
+		}
+		if b.Name != "" {
+			if err := tx.Bucket(bucketNames).Put([]byte(b.Name), []byte(b.ID)); err != nil {
+				return err
+			}
 		}
 		parent := tx.Bucket(bucketDone)
 		if reset && parent.Bucket([]byte(b.ID)) != nil {
@@ -216,6 +236,14 @@ func (l *Ledger) Done(id string) (*Bitmap, error) {
 // Delete forgets batch id and its done set.
 func (l *Ledger) Delete(id string) error {
 	err := l.db.Update(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketBatches).Get([]byte(id)); v != nil {
+			var b Batch
+			if json.Unmarshal(v, &b) == nil && string(tx.Bucket(bucketNames).Get([]byte(b.Name))) == id {
+				if err := tx.Bucket(bucketNames).Delete([]byte(b.Name)); err != nil {
+					return err
+				}
+			}
+		}
 		if err := tx.Bucket(bucketBatches).Delete([]byte(id)); err != nil {
 			return err
 		}

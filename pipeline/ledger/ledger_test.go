@@ -138,3 +138,36 @@ func BenchmarkCommit1000(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "lines/s")
 }
+
+// ByName finds the batch last recorded under a name, and forgets it with
+// the batch.
+func TestByName(t *testing.T) {
+	l, err := Open(filepath.Join(t.TempDir(), "l.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.ByName("x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("empty ledger: %v", err)
+	}
+	for _, id := range []string{"batch_1", "batch_2"} {
+		if err := l.Put(&Batch{ID: id, Name: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := l.ByName("x"); err != nil || b.ID != "batch_2" {
+		t.Fatalf("by name: %+v %v", b, err)
+	}
+	if err := l.Delete("batch_1"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := l.ByName("x"); err != nil || b.ID != "batch_2" {
+		t.Fatalf("after deleting the older one: %+v %v", b, err)
+	}
+	if err := l.Delete("batch_2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.ByName("x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after deleting it: %v", err)
+	}
+}
