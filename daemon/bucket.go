@@ -58,11 +58,26 @@ func (br *bucketRunner) serveEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func (br *bucketRunner) cancel(ev watcher.Event) {
+	defer br.w.Forget(ev.Path)
 	if br.d.pipe.Cancel(ev.Name) {
 		br.log.Info("cancel requested", "name", ev.Name)
+		return
 	}
 	// Not running here: whoever claims the input sees the cancel object.
-	br.w.Forget(ev.Path)
+	// With no input of that name in the inbox at all, it was meant for a
+	// batch that is gone, and must not cancel a later one: remove it.
+	ctx, done := context.WithTimeout(br.d.runCtx, time.Minute)
+	defer done()
+	for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
+		tag, _, err := br.b.Stat(ctx, br.b.InboxKey(ev.Name+ext))
+		if err != nil || tag != "" {
+			return
+		}
+	}
+	br.log.Info("cancel request for a batch that is not in the inbox; removed", "name", ev.Name)
+	if err := br.b.Remove(ctx, ev.Path); err != nil {
+		br.log.Warn("remove cancel request", "name", ev.Name, "error", err)
+	}
 }
 
 // run runs one input to its end, or until the lease is lost or ctx is done.

@@ -291,3 +291,21 @@ func TestBucketLostNotificationFoundByListing(t *testing.T) {
 		t.Fatalf("check doc: %+v %v", rep, err)
 	}
 }
+
+// A cancel object for a batch that is not in the inbox is removed, so that
+// it cannot cancel a later batch of the same name.
+func TestBucketStaleCancelRemoved(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{})
+	cfg := e.bucketConfig("solo")
+	e.open(cfg)
+	e.put("jobs/inbox/gone.cancel", "")
+	waitFor(t, 30*time.Second, "the stale cancel to be removed", func() bool {
+		_, ok := e.minio.Get(e.bucket, "jobs/inbox/gone.cancel")
+		return !ok
+	})
+	e.put("jobs/inbox/gone.jsonl", chatBatch(2, "gone"))
+	e.waitPublished("gone", 60*time.Second)
+	if rep := e.bucketCheck(cfg, "gone"); rep.Status != "completed" {
+		t.Fatalf("%+v", rep)
+	}
+}
