@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -490,6 +491,12 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch has no failed requests to retry.")
 		return
 	}
+	// The ledger says a batch ended a moment before its input reaches
+	// done/: wait for its run to be over.
+	if !d.waitIdle(r.Context(), b.Name, 30*time.Second) {
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch is still finishing; retry in a moment.")
+		return
+	}
 	dir := d.dirs.Inbox
 	if m != nil {
 		dir = d.apiDir()
@@ -527,4 +534,28 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	o.Status = pipeline.StatusInProgress
 	writeJSON(w, http.StatusOK, o)
+}
+
+// waitIdle waits until no run of name is queued or running (false on
+// timeout or when ctx ends).
+func (d *Daemon) waitIdle(ctx context.Context, name string, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		d.mu.Lock()
+		busy := d.active[name]
+		d.mu.Unlock()
+		if !busy {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return false
+		case <-tick.C:
+		}
+	}
 }

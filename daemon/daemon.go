@@ -72,7 +72,8 @@ type Daemon struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []watcher.Event
-	active  map[string]bool // names queued or running
+	active  map[string]bool          // names queued or running
+	again   map[string]watcher.Event // API inputs to queue once their name's run is finished
 	closing bool
 }
 
@@ -88,7 +89,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool)}
+	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool), again: make(map[string]watcher.Event)}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -362,7 +363,12 @@ func (d *Daemon) enqueue(ev watcher.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.active[ev.Name] {
-		// Running or queued already; the watcher delivers it again after Forget.
+		// Running or queued already. The watcher delivers it again after
+		// Forget; an API request (a retry just after the run ended) is kept
+		// to queue when this run is finished.
+		if d.isAPIPath(ev.Path) {
+			d.again[ev.Name] = ev
+		}
 		return
 	}
 	d.active[ev.Name] = true
@@ -453,8 +459,13 @@ func (d *Daemon) notifyEnd(b *ledger.Batch) {
 func (d *Daemon) finished(ev watcher.Event) {
 	d.mu.Lock()
 	delete(d.active, ev.Name)
+	again, ok := d.again[ev.Name]
+	delete(d.again, ev.Name)
 	d.mu.Unlock()
 	d.watch.Forget(ev.Path)
+	if ok {
+		d.enqueue(again)
+	}
 }
 
 func (d *Daemon) serveHTTP() error {
