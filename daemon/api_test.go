@@ -622,3 +622,21 @@ func TestAPIPagination(t *testing.T) {
 		t.Fatalf("after an unknown id: %d", st)
 	}
 }
+
+// Past retention, an API batch is forgotten entirely: GET answers 404, not
+// a stale "validating" object.
+func TestRetentionForgetsAPIBatches(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	_, f := e.upload("batch", "x.jsonl", chatBatch(2, "x"))
+	var o pipeline.BatchObject
+	e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}, &o)
+	e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	waitFor(t, 10*time.Second, "the run to finish", func() bool { return e.d.Expire(time.Now().Add(time.Hour)) > 0 })
+	var ae apiErr
+	if st := e.call("GET", "/v1/batches/"+o.ID, "", nil, &ae); st != 404 {
+		t.Fatalf("expired batch: %d %+v", st, ae)
+	}
+	if _, err := os.Stat(filepath.Join(e.dirs.Done, o.ID+".jsonl")); err != nil {
+		t.Fatalf("the input in done/ must stay: %v", err)
+	}
+}

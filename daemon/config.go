@@ -47,7 +47,11 @@ type Config struct {
 	// cancelled), signed, retried, and kept in DATA/state/webhooks until
 	// delivered.
 	Webhooks WebhooksConfig `yaml:"webhooks"`
-	Log      LogConfig      `yaml:"log"`
+	// Retention is how long the ledger keeps a finished batch (its record,
+	// the API's view of it, and the pipeline's copies of its results; the
+	// outbox files and done/ inputs are yours and stay). 0 keeps them forever.
+	Retention time.Duration `yaml:"retention"`
+	Log       LogConfig     `yaml:"log"`
 }
 
 // WebhooksConfig configures batch-end webhooks (none without URLs).
@@ -179,8 +183,9 @@ func DefaultConfig() Config {
 		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, PollInterval: 2 * time.Second},
 		S3: S3Config{LeaseTTL: s3.DefaultConfig("").LeaseTTL, ListInterval: s3.DefaultConfig("").ListInterval,
 			CheckpointInterval: 5 * time.Second},
-		Log: LogConfig{Level: "info", Format: "text"},
-		API: APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096},
+		Log:       LogConfig{Level: "info", Format: "text"},
+		API:       APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096},
+		Retention: 30 * 24 * time.Hour,
 	}
 }
 
@@ -316,6 +321,9 @@ func (c Config) Validate() error {
 		if err := c.webhookConfig(filepath.Join(c.Data, "state", "webhooks")).Validate(); err != nil {
 			return fmt.Errorf("webhooks: %w", err)
 		}
+	}
+	if c.Retention < 0 {
+		return fmt.Errorf("retention: must not be negative, got %s", c.Retention)
 	}
 	if c.API.MaxUploadBytes < 1 {
 		return fmt.Errorf("api.max_upload_bytes: must be positive, got %d", c.API.MaxUploadBytes)

@@ -235,6 +235,10 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 			d.log.Warn("the API on this address needs no key: set api.keys (or BATCHD_API_KEYS)", "listen", d.HTTPAddr())
 		}
 	}
+	if d.cfg.Retention > 0 {
+		d.wg.Add(1)
+		go d.expireLoop(runCtx)
+	}
 	d.wg.Add(1)
 	go d.receive(runCtx)
 	for range d.cfg.Pipeline.MaxConcurrentBatches {
@@ -440,6 +444,42 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		}
 		d.finished(ev)
 	}
+}
+
+// expireLoop forgets batches that ended more than cfg.Retention ago, at
+// start and every hour.
+func (d *Daemon) expireLoop(ctx context.Context) {
+	defer d.wg.Done()
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		d.Expire(time.Now().Add(-d.cfg.Retention))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Expire forgets the batches that ended before cutoff, with the API's
+// records of them, and returns how many (the retention loop calls it).
+func (d *Daemon) Expire(cutoff time.Time) int {
+	names, err := d.pipe.Expire(cutoff)
+	for _, name := range names {
+		if validID(name, "batch_") {
+			for _, ext := range []string{".api.json", ".options.json", ".retry", ".cancel"} {
+				os.Remove(filepath.Join(d.apiDir(), name+ext))
+			}
+		}
+	}
+	if len(names) > 0 {
+		d.log.Info("forgot finished batches past retention", "batches", len(names), "retention", d.cfg.Retention)
+	}
+	if err != nil {
+		d.log.Warn("expire batches", "error", err)
+	}
+	return len(names)
 }
 
 // notifyEnd sends the batch-end webhook of b (API batches by their API id).

@@ -188,7 +188,13 @@ func (p *Pipeline) Open(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(p.cfg.StateDir, "batches"), 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	l, err := ledger.Open(filepath.Join(p.cfg.StateDir, "ledger.db"))
+	path := filepath.Join(p.cfg.StateDir, "ledger.db")
+	if done, err := ledger.CompactIfWorth(path); err != nil {
+		p.log.Warn("ledger compaction failed; going on with the file as it is", "error", err)
+	} else if done {
+		p.log.Info("ledger compacted", "path", path)
+	}
+	l, err := ledger.Open(path)
 	if err != nil {
 		return err
 	}
@@ -307,4 +313,40 @@ func (p *Pipeline) Rate(name string) float64 {
 		return 0
 	}
 	return r.rate()
+}
+
+// Expire forgets the batches that ended before cutoff: their ledger
+// records and the pipeline's copies of their results (the published
+// files in the outbox and the inputs in done/ stay). A batch running now
+// is left alone. It returns the names of the batches forgotten.
+func (p *Pipeline) Expire(cutoff time.Time) ([]string, error) {
+	bs, err := p.ledger.List()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, b := range bs {
+		end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt)
+		if !Terminal(b.Status) || end == 0 || end >= cutoff.Unix() {
+			continue
+		}
+		lock := p.batchLock(b.ID)
+		if !lock.TryLock() {
+			continue // running again (the same content was dropped)
+		}
+		cur, err := p.ledger.Get(b.ID)
+		if err == nil && Terminal(cur.Status) {
+			err = p.forget(b.ID)
+			if err == nil {
+				names = append(names, b.Name)
+			}
+		} else if errors.Is(err, ledger.ErrNotFound) {
+			err = nil
+		}
+		lock.Unlock()
+		if err != nil {
+			return names, fmt.Errorf("expire %s: %w", b.ID, err)
+		}
+	}
+	return names, nil
 }

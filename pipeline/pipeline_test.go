@@ -524,3 +524,35 @@ func TestRedropOfCancelledBatchRunsOnlyTheCancelledLines(t *testing.T) {
 	}
 	e.check("k2", "jsonl")
 }
+
+// Expire forgets finished batches ended before the cutoff: the ledger
+// record and the pipeline's copies go, the outbox and done/ stay, and the
+// same content dropped again runs anew.
+func TestExpireForgetsFinishedBatches(t *testing.T) {
+	e := newEnv(t)
+	content := chatLines(3, "old")
+	e.run(e.drop("old", "jsonl", content, ""))
+	if names, err := e.pipe.Expire(time.Now().Add(-time.Hour)); err != nil || len(names) != 0 {
+		t.Fatalf("expire with an old cutoff: %v %v", names, err)
+	}
+	names, err := e.pipe.Expire(time.Now().Add(time.Hour))
+	if err != nil || len(names) != 1 || names[0] != "old" {
+		t.Fatalf("expire: %v %v", names, err)
+	}
+	if bs, _ := e.pipe.Ledger().List(); len(bs) != 0 {
+		t.Fatalf("ledger still has %d batches", len(bs))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "state", "batches")); len(ents) != 0 {
+		t.Fatalf("state still has %d batch dirs", len(ents))
+	}
+	for _, p := range []string{filepath.Join(e.outbox, "old.output.jsonl"), filepath.Join(e.done, "old.jsonl")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	before := e.srv.Requests()
+	e.run(e.drop("old", "jsonl", content, ""))
+	if got := e.srv.Requests() - before; got != 3 {
+		t.Fatalf("the same content after expiry sent %d requests, want 3 (it runs anew)", got)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -294,4 +296,56 @@ func (l *Ledger) Retiring() (map[string][]byte, error) {
 		return nil, fmt.Errorf("list retiring: %w", err)
 	}
 	return out, nil
+}
+
+// CompactIfWorth rewrites the ledger file at path without its free pages
+// when they are more than half of a file over 16 MiB: bbolt files never
+// shrink by themselves, and expired batches leave free pages behind. Call
+// it before Open. It reports whether it compacted.
+func CompactIfWorth(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("stat ledger: %w", err)
+	}
+	if st.Size() < 16<<20 {
+		return false, nil
+	}
+	src, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return false, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	stats := src.Stats()
+	free := int64(stats.FreePageN+stats.PendingPageN) * int64(src.Info().PageSize)
+	if free*2 < st.Size() {
+		src.Close()
+		return false, nil
+	}
+	tmp := path + ".compact"
+	os.Remove(tmp)
+	dst, err := bolt.Open(tmp, 0o600, nil)
+	if err != nil {
+		src.Close()
+		return false, fmt.Errorf("compact ledger: %w", err)
+	}
+	err = bolt.Compact(dst, src, 64<<20)
+	src.Close()
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("compact ledger: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return false, fmt.Errorf("compact ledger: %w", err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return true, nil
 }

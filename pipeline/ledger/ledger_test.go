@@ -2,7 +2,10 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -169,5 +172,58 @@ func TestByName(t *testing.T) {
 	}
 	if _, err := l.ByName("x"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after deleting it: %v", err)
+	}
+}
+
+// A ledger whose records were mostly deleted is compacted to a smaller
+// file that still holds the rest.
+func TestCompactIfWorth(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make(map[string]string)
+	for i := range 25 {
+		big[fmt.Sprint(i)] = strings.Repeat("x", 4000)
+	}
+	for i := range 300 {
+		b := &Batch{ID: fmt.Sprintf("batch_%05d", i), Name: fmt.Sprint(i), Metadata: big, Status: "completed"}
+		if err := l.Put(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		if i%100 == 0 {
+			continue
+		}
+		if err := l.Delete(fmt.Sprintf("batch_%05d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	before, _ := os.Stat(path)
+	done, err := CompactIfWorth(path)
+	if err != nil || !done {
+		t.Fatalf("compact: %v %v (file %d bytes)", done, err, before.Size())
+	}
+	after, _ := os.Stat(path)
+	if after.Size()*4 > before.Size() {
+		t.Fatalf("compacted %d → %d bytes", before.Size(), after.Size())
+	}
+	l, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := l.List()
+	if err != nil || len(bs) != 3 {
+		t.Fatalf("after compaction: %d batches, %v", len(bs), err)
+	}
+	if b, err := l.ByName("100"); err != nil || b.ID != "batch_00100" {
+		t.Fatalf("by name after compaction: %v %v", b, err)
+	}
+	l.Close()
+	if done, err := CompactIfWorth(path); err != nil || done {
+		t.Fatalf("a compact ledger compacted again: %v %v", done, err)
 	}
 }
