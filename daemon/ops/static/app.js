@@ -94,7 +94,7 @@ function updateRow(tr, b) {
   tr.querySelector(".bar-fill").style.width = pct;
   tr.querySelector(".bar-label").textContent = pct;
   tr.querySelector(".counts").textContent =
-    num(b.completed) + " / " + num(b.total) + (b.failed ? " (" + num(b.failed) + " failed)" : "");
+    num(b.completed + b.failed) + " / " + num(b.total) + (b.failed ? " · " + num(b.failed) + " failed" : "");
   tr.querySelector(".rate").textContent = b.rate > 0 ? rate(b.rate) + " req/s" : "—";
   tr.querySelector(".eta").textContent = b.eta_seconds == null ? "—" : duration(b.eta_seconds);
 }
