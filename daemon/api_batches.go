@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/watcher"
@@ -141,37 +142,16 @@ func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
 	}
 	in := filepath.Join(dir, meta.ID+".jsonl")
 	if err := os.Link(d.uploadPath(meta.InputFileID), in); err != nil {
-		if err := copyFile(d.uploadPath(meta.InputFileID), in); err != nil {
+		if err := fsx.CopyFile(d.uploadPath(meta.InputFileID), in); err != nil {
 			return err
 		}
 	}
 	data, _ := json.Marshal(opts)
-	if err := writeFileSync(filepath.Join(dir, meta.ID+".options.json"), data); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, meta.ID+".options.json"), data, true); err != nil {
 		return err
 	}
 	data, _ = json.Marshal(meta)
-	return writeFileSync(filepath.Join(dir, meta.ID+".api.json"), data)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return fsx.WriteFile(filepath.Join(dir, meta.ID+".api.json"), data, true)
 }
 
 // enqueueAPI queues API batch id to run.
@@ -354,7 +334,7 @@ func (d *Daemon) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request file makes the cancel survive a restart; the pipeline
 	// removes it when the batch retires.
-	if err := writeFileSync(filepath.Join(dir, name+".cancel"), nil); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, name+".cancel"), nil, true); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cancelling failed")
 		return
@@ -510,7 +490,7 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
 		return
 	}
-	if err := writeFileSync(filepath.Join(dir, b.Name+".retry"), nil); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, b.Name+".retry"), nil, true); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
 		return

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 )
@@ -122,7 +123,7 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 	}
 	obj.Purpose = purpose
 	meta, _ := json.Marshal(obj)
-	if err := writeFileSync(d.uploadPath(obj.ID)+".json", meta); err != nil {
+	if err := fsx.WriteFile(d.uploadPath(obj.ID)+".json", meta, true); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store the file")
 		return
@@ -145,27 +146,6 @@ func writeUploadError(w http.ResponseWriter, err error) {
 		return
 	}
 	writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "reading the upload: %v", err)
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // uploaded reads an uploaded file's object.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/pipeline/validate"
 )
@@ -288,7 +289,7 @@ func (p *Pipeline) publishResults(job Job, b *ledger.Batch) error {
 	if err := publish(errs, job.errorsPath()); err != nil {
 		return err
 	}
-	return syncDir(job.Outbox)
+	return fsx.SyncDir(job.Outbox)
 }
 
 // retiring is what a retire records before it moves files, so that an
@@ -413,7 +414,7 @@ func (p *Pipeline) reopen(b *ledger.Batch, eff Options, retryAll bool) (bool, er
 	if err := copyPrefix(oldOut, newOut, b.OutLen); err != nil {
 		return false, err
 	}
-	if err := writeFileAtomic(newErrs, kept.Bytes(), true); err != nil {
+	if err := fsx.WriteFile(newErrs, kept.Bytes(), true); err != nil {
 		return false, err
 	}
 	now := p.cfg.Now()
@@ -470,7 +471,7 @@ func (r *run) openResults() error {
 	if r.errF, err = openAt(errPath, r.b.ErrLen); err != nil {
 		return err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsx.SyncDir(dir); err != nil {
 		return err
 	}
 	ents, _ := os.ReadDir(dir)
@@ -1043,5 +1044,5 @@ func (p *Pipeline) writeBatchObject(job Job, b *ledger.Batch, rate float64, dura
 	if err := os.MkdirAll(job.Outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
-	return writeFileAtomic(job.batchPath(), append(data, '\n'), durable)
+	return fsx.WriteFile(job.batchPath(), append(data, '\n'), durable)
 }

@@ -11,10 +11,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/batchd/batchd/internal/fsx"
 )
 
 // The spool holds one file per undelivered event, ID.json, written whole to a
-// temporary file (.ID.*.tmp), fsynced, renamed into place and the folder
+// temporary file (.ID.json-*.tmp), fsynced, renamed into place and the folder
 // fsynced, so a crash leaves either the old or the new file.
 const (
 	spoolExt      = ".json"
@@ -50,26 +52,12 @@ func (s *Sender) writeEvent(ev *event) error {
 	if err != nil {
 		return fmt.Errorf("webhook: encode spool record: %w", err)
 	}
-	f, err := os.CreateTemp(s.cfg.SpoolDir, "."+ev.id+".*"+tmpExt)
-	if err != nil {
-		return fmt.Errorf("webhook: create spool file: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.eventPath(ev.id))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	// fsx.WriteFile's temporary names (".ID.json-*.tmp") are what loadSpool
+	// cleans up after a crash.
+	if err := fsx.WriteFile(s.eventPath(ev.id), data, true); err != nil {
 		return fmt.Errorf("webhook: write spool file: %w", err)
 	}
-	return s.syncDir()
+	return nil
 }
 
 // removeEvent deletes an event's spool file, durably.
@@ -81,16 +69,8 @@ func (s *Sender) removeEvent(id string) error {
 }
 
 func (s *Sender) syncDir() error {
-	d, err := os.Open(s.cfg.SpoolDir)
-	if err != nil {
-		return fmt.Errorf("webhook: open spool dir: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("webhook: sync spool dir: %w", err)
+	if err := fsx.SyncDir(s.cfg.SpoolDir); err != nil {
+		return fmt.Errorf("webhook: %w", err)
 	}
 	return nil
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/batchd/batchd/internal/fsx"
 )
 
 // ErrNotFound is returned for a batch the ledger does not know.
@@ -342,10 +344,8 @@ func CompactIfWorth(path string) (bool, error) {
 	if err := os.Rename(tmp, path); err != nil {
 		return false, fmt.Errorf("compact ledger: %w", err)
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err == nil {
-		d.Sync()
-		d.Close()
+	if err := fsx.SyncDir(filepath.Dir(path)); err != nil {
+		return true, fmt.Errorf("compact ledger: %w", err)
 	}
 	return true, nil
 }

@@ -1,0 +1,57 @@
+package fsx
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// Concurrent writers of one path each replace it whole and leave no
+// temporary file behind.
+func TestWriteFileConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.json")
+	contents := []string{"aaaa", "bbbbbbbb", "c"}
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := WriteFile(path, []byte(contents[i%3]), i%2 == 0); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := false
+	for _, c := range contents {
+		ok = ok || string(got) == c
+	}
+	if !ok {
+		t.Fatalf("file holds %q, not one whole write", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("%d entries left, want only x.json", len(ents))
+	}
+}
+
+func TestCopyFile(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	os.WriteFile(src, []byte("data"), 0o644)
+	os.WriteFile(dst, []byte("longer old content"), 0o644)
+	if err := CopyFile(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dst); string(got) != "data" {
+		t.Fatalf("copy holds %q", got)
+	}
+	if err := CopyFile(filepath.Join(dir, "missing"), dst); err == nil {
+		t.Fatal("copying a missing file succeeded")
+	}
+}
