@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -169,4 +170,20 @@ var errNotFound = errors.New("not found")
 // logAPI logs a server-side failure of an API call (never its headers).
 func logAPI(log *slog.Logger, r *http.Request, err error) {
 	log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+}
+
+// readRecord decodes the JSON file at path (an API record: a file object,
+// an API batch) into v; errNotFound when there is no such file.
+func readRecord(path string, v any) error {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return errNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

@@ -43,16 +43,9 @@ func (d *Daemon) apiBatchMeta(id string) (*apiBatch, error) {
 	if !validID(id, "batch_") {
 		return nil, errNotFound
 	}
-	raw, err := os.ReadFile(filepath.Join(d.apiDir(), id+".api.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
 	var m apiBatch
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("api batch %s: %w", id, err)
+	if err := readRecord(filepath.Join(d.apiDir(), id+".api.json"), &m); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }

@@ -3,7 +3,6 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -153,16 +152,9 @@ func (d *Daemon) uploaded(id string) (*fileObject, error) {
 	if !validID(id, prefixFile) {
 		return nil, errNotFound
 	}
-	raw, err := os.ReadFile(d.uploadPath(id) + ".json")
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
 	var o fileObject
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, fmt.Errorf("file object %s: %w", id, err)
+	if err := readRecord(d.uploadPath(id)+".json", &o); err != nil {
+		return nil, err
 	}
 	return &o, nil
 }

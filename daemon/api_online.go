@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -322,10 +322,10 @@ func (d *Daemon) handleModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func isLoopback(addr string) bool {
-	host := addr
-	if i := strings.LastIndex(addr, ":"); i >= 0 {
-		host = addr[:i]
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
 	}
-	host = strings.Trim(host, "[]")
-	return host == "127.0.0.1" || host == "localhost" || host == "::1"
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

@@ -128,6 +128,17 @@ var Any = Cond{any: true}
 // object does not exist").
 func IfETag(etag string) Cond { return Cond{etag: etag} }
 
+// apply puts the precondition on a write.
+func (c Cond) apply(opts *minio.PutObjectOptions) {
+	switch {
+	case c.any:
+	case c.etag == "":
+		opts.SetMatchETagExcept("*")
+	default:
+		opts.SetMatchETag(c.etag)
+	}
+}
+
 // Upload writes the file src to key under cond, in parts above 16 MiB
 // (the precondition is checked when the upload completes), and returns the
 // new ETag. A failed precondition is an error wrapping ErrPrecondition.
@@ -144,13 +155,7 @@ func (b *Bucket) Upload(ctx context.Context, key, src, contentType string, cond 
 			return permanent(err)
 		}
 		opts := minio.PutObjectOptions{ContentType: contentType, PartSize: partSize}
-		if !cond.any {
-			if cond.etag == "" {
-				opts.SetMatchETagExcept("*")
-			} else {
-				opts.SetMatchETag(cond.etag)
-			}
-		}
+		cond.apply(&opts)
 		info, err := b.client.PutObject(ctx, b.bucket, key, f, st.Size(), opts)
 		if err != nil {
 			return err
@@ -166,13 +171,7 @@ func (b *Bucket) PutBytes(ctx context.Context, key string, data []byte, contentT
 	var etag string
 	err := b.retry(ctx, "write "+b.URL(key), func() error {
 		opts := minio.PutObjectOptions{ContentType: contentType}
-		if !cond.any {
-			if cond.etag == "" {
-				opts.SetMatchETagExcept("*")
-			} else {
-				opts.SetMatchETag(cond.etag)
-			}
-		}
+		cond.apply(&opts)
 		info, err := b.client.PutObject(ctx, b.bucket, key, bytes.NewReader(data), int64(len(data)), opts)
 		if err != nil {
 			return err
