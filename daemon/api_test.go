@@ -21,7 +21,6 @@ import (
 	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
-	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -437,15 +436,7 @@ func TestAPIRetryRunsOnlyFailed(t *testing.T) {
 // With the native engine, stream: true sends the text as it is generated:
 // several content chunks that add up to the non-streamed answer.
 func TestAPIStreamsNativeTokens(t *testing.T) {
-	model := filepath.Join(t.TempDir(), "demo.gguf")
-	f, err := os.Create(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := native.WriteDemoModel(f, native.DemoShapes["tiny"], kernels.F32, 7); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	model := demoModel(t)
 	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
 		c.Engine = "native"
 		c.Native.Models = []native.ModelConfig{{Path: model}}

@@ -46,6 +46,23 @@ func (e *bucketEnv) bucketConfig(owner string) daemon.Config {
 	return cfg
 }
 
+// notify points the bucket's object-created events under jobs/inbox/ (with
+// suffix, when given) at MinIO's webhook target BATCHD.
+func (e *bucketEnv) notify(suffix string) {
+	e.t.Helper()
+	nc := notification.NewConfig(notification.NewArn("minio", "sqs", "", "BATCHD", "webhook"))
+	nc.AddEvents(notification.ObjectCreatedAll)
+	nc.AddFilterPrefix("jobs/inbox/")
+	if suffix != "" {
+		nc.AddFilterSuffix(suffix)
+	}
+	var bn notification.Configuration
+	bn.AddQueue(nc)
+	if err := e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn); err != nil {
+		e.t.Fatalf("configure the webhook: %v", err)
+	}
+}
+
 func (e *bucketEnv) put(key, content string) { e.minio.Put(e.bucket, key, []byte(content)) }
 
 // waitPublished waits until batch name's input is in done/ and its result
@@ -179,14 +196,7 @@ func TestBucketWebhookNotification(t *testing.T) {
 		"MINIO_NOTIFY_WEBHOOK_ENABLE_BATCHD=on",
 		"MINIO_NOTIFY_WEBHOOK_ENDPOINT_BATCHD=http://"+addr+"/v1/bucket-events",
 		"MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_BATCHD="+token)
-	nc := notification.NewConfig(notification.NewArn("minio", "sqs", "", "BATCHD", "webhook"))
-	nc.AddEvents(notification.ObjectCreatedAll)
-	nc.AddFilterPrefix("jobs/inbox/")
-	var bn notification.Configuration
-	bn.AddQueue(nc)
-	if err := e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn); err != nil {
-		t.Fatalf("configure the webhook: %v", err)
-	}
+	e.notify("")
 	cfg := e.bucketConfig("hooked")
 	cfg.Listen = addr
 	cfg.S3.ListInterval = time.Hour
@@ -258,15 +268,7 @@ func TestBucketLostNotificationFoundByListing(t *testing.T) {
 	e := newBucketEnv(t, openaitest.Options{},
 		"MINIO_NOTIFY_WEBHOOK_ENABLE_BATCHD=on",
 		"MINIO_NOTIFY_WEBHOOK_ENDPOINT_BATCHD=http://"+addr+"/v1/bucket-events")
-	nc := notification.NewConfig(notification.NewArn("minio", "sqs", "", "BATCHD", "webhook"))
-	nc.AddEvents(notification.ObjectCreatedAll)
-	nc.AddFilterPrefix("jobs/inbox/")
-	nc.AddFilterSuffix(".jsonl")
-	var bn notification.Configuration
-	bn.AddQueue(nc)
-	if err := e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn); err != nil {
-		t.Fatalf("configure the webhook: %v", err)
-	}
+	e.notify(".jsonl")
 	cfg := e.bucketConfig("lister")
 	cfg.Listen = addr
 	cfg.S3.ListInterval = 300 * time.Millisecond

@@ -848,15 +848,7 @@ func TestEditingAPublishedOutputDoesNotCorruptReuse(t *testing.T) {
 // chat, completions and embeddings requests dropped in the inbox.
 func TestNativeEngineRunsADroppedBatch(t *testing.T) {
 	e := newEnv(t, openaitest.Options{})
-	model := filepath.Join(t.TempDir(), "demo.gguf")
-	f, err := os.Create(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := native.WriteDemoModel(f, native.DemoShapes["tiny"], kernels.F32, 7); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	model := demoModel(t)
 	cfg := e.config()
 	cfg.Engine = "native"
 	cfg.Native.Models = []native.ModelConfig{{Path: model}}
@@ -884,4 +876,19 @@ func TestExampleConfigLoads(t *testing.T) {
 	if cfg.Source != "dir" || cfg.S3.Endpoint == "" || cfg.S3.CheckpointInterval != 5*time.Second {
 		t.Fatalf("example config read as source %q, s3 %+v", cfg.Source, cfg.S3)
 	}
+}
+
+// demoModel writes a tiny demo model for the native engine and returns its path.
+func demoModel(t *testing.T) string {
+	t.Helper()
+	model := filepath.Join(t.TempDir(), "demo.gguf")
+	f, err := os.Create(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := native.WriteDemoModel(f, native.DemoShapes["tiny"], kernels.F32, 7); err != nil {
+		t.Fatal(err)
+	}
+	return model
 }

@@ -17,7 +17,8 @@ import (
 	"github.com/batchd/batchd/internal/miniotest"
 )
 
-// bucketDaemonConfig is the config of one daemon of the bucket kill test.
+// bucketDaemonConfig is the config of one daemon of the bucket kill test:
+// the crash test's intervals, on the bucket.
 func bucketDaemonConfig(srv *miniotest.Server, bucket, owner string) string {
 	return fmt.Sprintf(`
 source: s3://%s/jobs
@@ -29,19 +30,7 @@ s3:
   list_interval: 100ms
   lease_ttl: 2s
   checkpoint_interval: 200ms
-pipeline:
-  commit_interval: 20ms
-  commit_every: 64
-  progress_interval: 50ms
-  workers: 4
-openai:
-  max_inflight: 8
-  retry_wait_min: 10ms
-  retry_wait_max: 100ms
-  probe_interval: 50ms
-log:
-  level: debug
-`, bucket, srv.Endpoint, miniotest.AccessKey, miniotest.SecretKey, owner)
+`, bucket, srv.Endpoint, miniotest.AccessKey, miniotest.SecretKey, owner) + crashConfig
 }
 
 // One daemon is killed with SIGKILL in the middle of a bucket batch; the
