@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"github.com/batchd/batchd/pipeline"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -21,9 +22,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// Each look at the batches moves the running batch on by 1%.
 	src := &fakeSource{
 		batches: []BatchView{
-			{ID: "b-done", Name: "yesterday", Status: StatusCompleted, Total: 50, Completed: 50,
+			{ID: "b-done", Name: "yesterday", Status: pipeline.StatusCompleted, Total: 50, Completed: 50,
 				CreatedAt: 1_700_000_000, EndedAt: 1_700_000_100},
-			{ID: "b-running", Name: "today", Status: StatusInProgress, Endpoint: "/v1/chat/completions",
+			{ID: "b-running", Name: "today", Status: pipeline.StatusInProgress, Endpoint: "/v1/chat/completions",
 				Total: 1000, Completed: 100, CreatedAt: 1_700_001_000, InProgressAt: 1_700_001_001, Rate: 25},
 		},
 		engine:        EngineView{Name: "native", InFlight: 8, Queued: 100, PrefixCacheHitRate: 0.5},

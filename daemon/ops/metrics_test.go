@@ -2,6 +2,7 @@ package ops
 
 import (
 	"errors"
+	"github.com/batchd/batchd/pipeline"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -61,11 +62,11 @@ next:
 
 func testBatches() []BatchView {
 	return []BatchView{
-		{ID: "b1", Name: "old", Status: StatusCompleted, Total: 10, Completed: 9, Failed: 1,
+		{ID: "b1", Name: "old", Status: pipeline.StatusCompleted, Total: 10, Completed: 9, Failed: 1,
 			InputTokens: 100, OutputTokens: 50, CreatedAt: 1000, EndedAt: 1100},
-		{ID: "b2", Name: "running", Status: StatusInProgress, Total: 100, Completed: 40, Failed: 2,
+		{ID: "b2", Name: "running", Status: pipeline.StatusInProgress, Total: 100, Completed: 40, Failed: 2,
 			InputTokens: 400, OutputTokens: 300, CreatedAt: 2000, InProgressAt: 2001, Rate: 4},
-		{ID: "b3", Name: "also running", Status: StatusInProgress, Total: 5,
+		{ID: "b3", Name: "also running", Status: pipeline.StatusInProgress, Total: 5,
 			CreatedAt: 3000, InProgressAt: 3001},
 	}
 }

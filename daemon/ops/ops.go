@@ -1,26 +1,16 @@
 // Package ops owns batchd's operator view: Prometheus metrics, a sampler of
 // token throughput and a self-refreshing status page. It reads the daemon's
-// state only through Source, so it must never import the pipeline, the engine
-// or the daemon; the daemon implements Source and mounts the handlers.
+// state only through Source (the daemon implements it and mounts the
+// handlers); of the rest of batchd it uses only the pipeline's status names.
 package ops
 
-// Batch statuses, as OpenAI's batch object spells them.
-const (
-	StatusValidating = "validating"
-	StatusFailed     = "failed"
-	StatusInProgress = "in_progress"
-	StatusFinalizing = "finalizing"
-	StatusCompleted  = "completed"
-	StatusExpired    = "expired"
-	StatusCancelling = "cancelling"
-	StatusCancelled  = "cancelled"
-)
+import "github.com/batchd/batchd/pipeline"
 
 // statuses lists every batch status, so that metrics report zeros instead of
 // letting a series vanish when no batch has that status.
 var statuses = []string{
-	StatusValidating, StatusFailed, StatusInProgress, StatusFinalizing,
-	StatusCompleted, StatusExpired, StatusCancelling, StatusCancelled,
+	pipeline.StatusValidating, pipeline.StatusFailed, pipeline.StatusInProgress, pipeline.StatusFinalizing,
+	pipeline.StatusCompleted, pipeline.StatusExpired, pipeline.StatusCancelling, pipeline.StatusCancelled,
 }
 
 // BatchView is one batch as the operator sees it.

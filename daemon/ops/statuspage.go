@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"github.com/batchd/batchd/pipeline"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -164,10 +165,10 @@ func batchStatus(b BatchView) BatchStatus {
 	switch {
 	case b.Total > 0:
 		s.Progress = min(1, float64(finished)/float64(b.Total))
-	case b.Status == StatusCompleted:
+	case b.Status == pipeline.StatusCompleted:
 		s.Progress = 1 // an empty batch that is done
 	}
-	if b.Status == StatusInProgress && b.Rate > 0 && b.Total > 0 {
+	if b.Status == pipeline.StatusInProgress && b.Rate > 0 && b.Total > 0 {
 		eta := float64(max(0, b.Total-finished)) / b.Rate
 		s.ETASeconds = &eta
 	}

@@ -3,6 +3,7 @@ package ops
 import (
 	"encoding/json"
 	"errors"
+	"github.com/batchd/batchd/pipeline"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -174,12 +175,12 @@ func TestBatchStatusProgress(t *testing.T) {
 		prog float64
 		eta  float64 // -1: none
 	}{
-		{"empty and done", BatchView{Status: StatusCompleted}, 1, -1},
-		{"empty, validating", BatchView{Status: StatusValidating}, 0, -1},
-		{"finalizing", BatchView{Status: StatusFinalizing, Total: 4, Completed: 4, Rate: 2}, 1, -1},
-		{"running, failures count as finished", BatchView{Status: StatusInProgress, Total: 10, Completed: 3, Failed: 2, Rate: 0.5}, 0.5, 10},
-		{"running, no rate yet", BatchView{Status: StatusInProgress, Total: 10}, 0, -1},
-		{"cancelling", BatchView{Status: StatusCancelling, Total: 10, Completed: 1, Rate: 1}, 0.1, -1},
+		{"empty and done", BatchView{Status: pipeline.StatusCompleted}, 1, -1},
+		{"empty, validating", BatchView{Status: pipeline.StatusValidating}, 0, -1},
+		{"finalizing", BatchView{Status: pipeline.StatusFinalizing, Total: 4, Completed: 4, Rate: 2}, 1, -1},
+		{"running, failures count as finished", BatchView{Status: pipeline.StatusInProgress, Total: 10, Completed: 3, Failed: 2, Rate: 0.5}, 0.5, 10},
+		{"running, no rate yet", BatchView{Status: pipeline.StatusInProgress, Total: 10}, 0, -1},
+		{"cancelling", BatchView{Status: pipeline.StatusCancelling, Total: 10, Completed: 1, Rate: 1}, 0.1, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
