@@ -24,6 +24,7 @@ import (
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 )
@@ -34,29 +35,12 @@ type env struct {
 	dirs daemon.Dirs
 	srv  *openaitest.Server
 	url  string
-	logs *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *syncbuf.Buffer
 }
 
 func newEnv(t *testing.T, opts openaitest.Options) *env {
 	t.Helper()
-	e := &env{t: t, dirs: daemon.DataDirs(t.TempDir()), logs: new(lockedBuffer)}
+	e := &env{t: t, dirs: daemon.DataDirs(t.TempDir()), logs: new(syncbuf.Buffer)}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", e.logs)

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -32,29 +32,11 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errOut.String()
 }
 
-// lockedBuffer collects a daemon's logs, shown when a test fails.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startDaemon runs a daemon in this process on data, against a fresh
 // stand-in server; both stop when the test ends.
 func startDaemon(t *testing.T, data string) *daemon.Daemon {
 	t.Helper()
-	logs := new(lockedBuffer)
+	logs := new(syncbuf.Buffer)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", logs)

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/internal/syncbuf"
 )
 
 // waitLimit only keeps a broken test from hanging; nothing waits for it.
@@ -85,22 +87,7 @@ func always(status int) func(int, http.Header) int {
 }
 
 // logBuffer collects JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 // records returns the logged records whose message contains msg.
 func (b *logBuffer) records(t *testing.T, msg string) []map[string]any {

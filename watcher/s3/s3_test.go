@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/batchd/batchd/internal/miniotest"
+	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -338,7 +338,7 @@ func TestDownloadResumesAfterDroppedConnection(t *testing.T) {
 	data := bytes.Repeat([]byte("line of a big batch input\n"), 200_000) // 5.2 MB
 	srv.Put(bucket, "team/inbox/big.jsonl", data)
 	proxy := newDropProxy(t, srv.Endpoint, 1<<20, 2)
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	b := testBucket(t, srv, bucket, "a", func(c *Config) {
 		c.Endpoint = proxy.ln.Addr().String()
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -355,21 +355,4 @@ func TestDownloadResumesAfterDroppedConnection(t *testing.T) {
 	if n := strings.Count(logs.String(), "download interrupted; resuming"); n != 2 {
 		t.Fatalf("%d resumes logged, want 2:\n%s", n, logs.String())
 	}
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
