@@ -411,7 +411,7 @@ func (p *Pipeline) reopen(b *ledger.Batch, eff Options, retryAll bool) (bool, er
 	if removed == 0 {
 		return false, nil
 	}
-	if err := copyPrefix(oldOut, newOut, b.OutLen); err != nil {
+	if err := fsx.CopyPrefix(oldOut, newOut, b.OutLen); err != nil {
 		return false, err
 	}
 	if err := fsx.WriteFile(newErrs, kept.Bytes(), true); err != nil {
@@ -433,27 +433,6 @@ func (p *Pipeline) reopen(b *ledger.Batch, eff Options, retryAll bool) (bool, er
 	os.Remove(oldOut)
 	os.Remove(oldErrs)
 	return true, nil
-}
-
-func copyPrefix(src, dst string, n int64) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", src, err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", dst, err)
-	}
-	if _, err := io.CopyN(out, in, n); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return fmt.Errorf("sync %s: %w", dst, err)
-	}
-	return out.Close()
 }
 
 // openResults opens the current generation's result files, cut back to their

@@ -59,7 +59,11 @@ func WriteFile(path string, data []byte, durable bool) error {
 }
 
 // CopyFile copies src to dst (created or truncated) and fsyncs dst.
-func CopyFile(src, dst string) error {
+func CopyFile(src, dst string) error { return CopyPrefix(src, dst, -1) }
+
+// CopyPrefix copies the first n bytes of src (all of it when n < 0) to dst
+// (created or truncated) and fsyncs dst.
+func CopyPrefix(src, dst string, n int64) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", src, err)
@@ -69,7 +73,14 @@ func CopyFile(src, dst string) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", dst, err)
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	var r io.Reader = in
+	if n >= 0 {
+		r = io.LimitReader(in, n)
+	}
+	if c, err := io.Copy(out, r); err == nil && n >= 0 && c < n {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", src, io.ErrUnexpectedEOF)
+	} else if err != nil {
 		out.Close()
 		return fmt.Errorf("copy %s: %w", src, err)
 	}

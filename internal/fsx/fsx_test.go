@@ -55,3 +55,18 @@ func TestCopyFile(t *testing.T) {
 		t.Fatal("copying a missing file succeeded")
 	}
 }
+
+func TestCopyPrefix(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	os.WriteFile(src, []byte("committed|torn"), 0o644)
+	if err := CopyPrefix(src, dst, 9); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dst); string(got) != "committed" {
+		t.Fatalf("prefix copy holds %q", got)
+	}
+	if err := CopyPrefix(src, dst, 100); err == nil {
+		t.Fatal("copying more than the file holds succeeded")
+	}
+}
