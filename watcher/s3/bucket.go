@@ -87,9 +87,6 @@ func (b *Bucket) Name() string { return b.bucket }
 // Owner is the name this daemon uses in leases and checkpoints.
 func (b *Bucket) Owner() string { return b.cfg.Owner }
 
-// Client is the underlying client (tests).
-func (b *Bucket) Client() *minio.Client { return b.client }
-
 // Key is the object key of name under the configured prefix and dir.
 func (b *Bucket) Key(dir, name string) string {
 	if b.prefix == "" {

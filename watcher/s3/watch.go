@@ -33,7 +33,6 @@ type Watcher struct {
 
 	mu        sync.Mutex
 	delivered map[string]string // key → ETag delivered
-	wake      chan struct{}
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -41,7 +40,7 @@ type Watcher struct {
 
 // NewWatcher returns a watcher of b's inbox; Open starts it.
 func NewWatcher(b *Bucket) *Watcher {
-	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}, wake: make(chan struct{}, 1)}
+	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}}
 }
 
 // Events delivers inputs and cancel requests; it is closed by Close.
@@ -73,14 +72,6 @@ func (w *Watcher) Forget(key string) {
 	w.mu.Unlock()
 }
 
-// Rescan asks for a listing now.
-func (w *Watcher) Rescan() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (w *Watcher) listLoop(ctx context.Context) {
 	defer w.wg.Done()
 	t := time.NewTicker(w.b.cfg.ListInterval)
@@ -93,7 +84,6 @@ func (w *Watcher) listLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-w.wake:
 		}
 	}
 }
