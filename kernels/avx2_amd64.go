@@ -286,7 +286,10 @@ func avx2RMSNorm(out, x, weight []float32, eps float32) {
 	}
 }
 
-var swapPairs8 = archsimd.LoadUint32x8(&[8]uint32{1, 0, 3, 2, 5, 4, 7, 6})
+// swapPairs8 are the lane indices that swap adjacent pairs. A plain array:
+// a vector built at package initialisation would run AVX2 before the CPU
+// is known (see TestNoSIMDAtInit).
+var swapPairs8 = [8]uint32{1, 0, 3, 2, 5, 4, 7, 6}
 
 func avx2RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool) {
 	pc, ps := f32ptr(c), f32ptr(s)
@@ -314,7 +317,7 @@ func avx2RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool)
 		j := 0
 		for ; j+8 <= n; j += 8 {
 			xv := archsimd.LoadFloat32x8(f32x8At(pv, j))
-			sw := xv.Permute(swapPairs8)
+			sw := xv.Permute(archsimd.LoadUint32x8(&swapPairs8))
 			xv.Mul(archsimd.LoadFloat32x8(f32x8At(pc, j))).Add(sw.Mul(archsimd.LoadFloat32x8(f32x8At(ps, j)))).Store(f32x8At(pv, j))
 		}
 		for ; j < n; j += 2 {

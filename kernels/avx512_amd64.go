@@ -503,7 +503,8 @@ func avx512RMSNorm(out, x, weight []float32, eps float32) {
 	}
 }
 
-var swapPairs16 = archsimd.LoadUint32x16(&[16]uint32{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14})
+// swapPairs16: see swapPairs8.
+var swapPairs16 = [16]uint32{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}
 
 func avx512RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool) {
 	pc, ps := f32ptr(c), f32ptr(s)
@@ -532,7 +533,7 @@ func avx512RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox boo
 		j := 0
 		for ; j+16 <= n; j += 16 {
 			xv := archsimd.LoadFloat32x16(f32At(pv, j))
-			sw := xv.Permute(swapPairs16)
+			sw := xv.Permute(archsimd.LoadUint32x16(&swapPairs16))
 			xv.Mul(archsimd.LoadFloat32x16(f32At(pc, j))).Add(sw.Mul(archsimd.LoadFloat32x16(f32At(ps, j)))).Store(f32At(pv, j))
 		}
 		for ; j < n; j += 2 {

@@ -364,3 +364,33 @@ func Dot(a, b []float32) float32 {
 	}
 	return best.dot(a, b[:len(a)])
 }
+
+// The vector helpers below run on the calling goroutine with c's code path
+// (the best one for a nil *CPU), without taking c's lock: they touch no
+// shared state.
+
+func (c *CPU) vec() *backend {
+	if c == nil {
+		return best
+	}
+	return c.be
+}
+
+// Add is the package-level Add on c's code path.
+func (c *CPU) Add(dst, src []float32) {
+	if len(src) < len(dst) {
+		panic(fmt.Sprintf("kernels: Add len(dst)=%d len(src)=%d", len(dst), len(src)))
+	}
+	c.vec().add(dst, src)
+}
+
+// Softmax is the package-level Softmax on c's code path.
+func (c *CPU) Softmax(x []float32) { c.vec().softmax(x) }
+
+// Argmax is the package-level Argmax on c's code path.
+func (c *CPU) Argmax(x []float32) int {
+	if len(x) == 0 {
+		return -1
+	}
+	return c.vec().argmax(x)
+}

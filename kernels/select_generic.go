@@ -6,5 +6,7 @@ package kernels
 // GOEXPERIMENT=simd on amd64 only the portable one exists.
 var best = portable
 
-// simdBackends is empty: no SIMD backend is built.
-var simdBackends []*backend
+// simdBuilt and simdBackends are empty: no SIMD backend is built.
+var simdBuilt, simdBackends []*backend
+
+func afterSIMD() {}

@@ -2,13 +2,20 @@
 
 package kernels
 
-import "math/bits"
+import (
+	"math/bits"
+	"simd/archsimd"
+)
 
 // best is the backend NewCPU and the package-level kernels use; init in
 // simd_amd64.go upgrades it from the CPU's features.
 var best = portable
 
-// simdBackends lists the SIMD backends this machine can run, fastest first.
+// simdBuilt lists the SIMD backends this binary has, fastest first;
+// simdBackends those of them this machine can run. Building the backend
+// values runs no vector code (only CPUID through archsimd.X86).
+var simdBuilt = []*backend{avx512, avx512Go, avx2}
+
 var simdBackends []*backend
 
 func trailingZeros16(x uint16) int { return bits.TrailingZeros16(x) }
@@ -27,3 +34,11 @@ const (
 	expC1 = 1.6666665459e-1
 	expC0 = 5.0000001201e-1
 )
+
+// afterSIMD runs VZEROUPPER, which needs AVX: only when a SIMD backend can
+// have run.
+func afterSIMD() {
+	if best != portable {
+		archsimd.ClearAVXUpperBits()
+	}
+}

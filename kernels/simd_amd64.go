@@ -24,14 +24,34 @@ import (
 // AVX2 keeps each 16-lane accumulator as two 8-lane halves.
 
 func init() {
-	switch {
-	case archsimd.X86.AVX512():
-		best = avx512
-		simdBackends = []*backend{avx512, avx512Go, avx2}
-	case archsimd.X86.AVX2() && archsimd.X86.FMA():
-		best = avx2
-		simdBackends = []*backend{avx2}
+	for _, b := range simdBuilt {
+		if canRun(b) {
+			simdBackends = append(simdBackends, b)
+		}
 	}
+	if len(simdBackends) > 0 {
+		best = simdBackends[0]
+	}
+}
+
+// canRun says whether the CPU has every feature b's family needs
+// (avx512-go is the avx512 family).
+func canRun(b *backend) bool {
+	fam := b.name
+	if fam == avx512Go.name {
+		fam = BackendAVX512
+	}
+	for _, s := range selectable {
+		if s.name == fam {
+			for _, f := range s.requires {
+				if !HasFeature(f) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // hsum16 sums a 16-lane accumulator in the fixed order described above.

@@ -33,9 +33,9 @@ type tokenLogprob struct {
 }
 
 // logSumExp is log Σ e^x, in float64.
-func logSumExp(x []float32) float64 {
-	m := float64(x[kernels.Argmax(x)])
-	afterSIMD()
+func logSumExp(cpu *kernels.CPU, x []float32) float64 {
+	m := float64(x[cpu.Argmax(x)])
+	kernels.AfterSIMD()
 	if math.IsInf(m, 0) || math.IsNaN(m) {
 		return m
 	}

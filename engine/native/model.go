@@ -214,9 +214,9 @@ func (m *Model) hidden(b *batch, s *scratch) {
 		cpu.MatMul(s.k, s.h, T, L.wk)
 		cpu.MatMul(s.v, s.h, T, L.wv)
 		if L.bq != nil {
-			addBias(s.q, L.bq)
-			addBias(s.k, L.bk)
-			addBias(s.v, L.bv)
+			m.addBias(s.q, L.bq)
+			m.addBias(s.k, L.bk)
+			m.addBias(s.v, L.bv)
 		}
 		if L.qNorm != nil {
 			cpu.RMSNorm(s.q, s.q, L.qNorm, c.HeadDim, c.RMSEps)
@@ -235,13 +235,13 @@ func (m *Model) hidden(b *batch, s *scratch) {
 				kp, vp, sg.blocks, kv.bs, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
 		}
 		cpu.MatMul(s.o, s.att, T, L.wo)
-		kernels.Add(s.x, s.o)
+		m.cpu.Add(s.x, s.o)
 		cpu.RMSNorm(s.h, s.x, L.ffnNorm, dim, c.RMSEps)
 		cpu.MatMul(s.gate, s.h, T, L.wGate)
 		cpu.MatMul(s.up, s.h, T, L.wUp)
 		cpu.SiLUMul(s.gate, s.up)
 		cpu.MatMul(s.down, s.gate, T, L.wDown)
-		kernels.Add(s.x, s.down)
+		m.cpu.Add(s.x, s.down)
 	}
 }
 
@@ -259,9 +259,9 @@ func (m *Model) embed(tokens []int32, s *scratch) []float32 {
 	return out
 }
 
-func addBias(x, bias []float32) {
+func (m *Model) addBias(x, bias []float32) {
 	n := len(bias)
 	for i := 0; i+n <= len(x); i += n {
-		kernels.Add(x[i:i+n], bias)
+		m.cpu.Add(x[i:i+n], bias)
 	}
 }

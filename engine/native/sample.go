@@ -87,6 +87,7 @@ func compareCands(a, b candidate) int {
 // sampler holds the buffers sampling reuses from row to row; one per
 // runner, used by its loop goroutine only.
 type sampler struct {
+	cpu   *kernels.CPU // the engine's code path (nil: the best one)
 	cands []candidate
 	top   []candidate
 	w     []float64
@@ -168,11 +169,11 @@ func applyPenalties(x []float32, h *history, p *sampling) {
 // then top_p, then min_p. It does not modify x; a -Inf logit (masked) is
 // never drawn.
 func (sc *sampler) choose(x []float32, p *sampling, u float64) int32 {
-	best := kernels.Argmax(x)
+	best := sc.cpu.Argmax(x)
 	if p.greedy() || p.topK == 1 {
 		return int32(best)
 	}
-	afterSIMD()
+	kernels.AfterSIMD()
 	if m := float64(x[best]); math.IsInf(m, 0) || math.IsNaN(m) {
 		return int32(best)
 	}
@@ -300,8 +301,8 @@ func (sc *sampler) softmax(x []float32, invT float64) []float32 {
 			sc.probs[i] *= f
 		}
 	}
-	kernels.Softmax(sc.probs)
-	afterSIMD()
+	sc.cpu.Softmax(sc.probs)
+	kernels.AfterSIMD()
 	return sc.probs
 }
 
@@ -372,7 +373,7 @@ type seqSampling struct {
 // pick chooses s's next token from row, its raw logits (which it may
 // modify), and notes the token's raw logprobs when the request asks.
 func (r *runner) pick(s *seq, row []float32) int32 {
-	afterSIMD() // the forward pass's vector code ran last
+	kernels.AfterSIMD() // the forward pass's vector code ran last
 	p := s.job.p
 	sp := &p.sampling
 	st := s.samp
@@ -395,7 +396,7 @@ func (r *runner) pick(s *seq, row []float32) int32 {
 			sc.raw = append(sc.raw[:0], row...)
 			raw = sc.raw
 		}
-		lse = logSumExp(raw)
+		lse = logSumExp(sc.cpu, raw)
 		st.pending = tokenLogprob{}
 		if p.topLogprobs > 0 {
 			sc.top = topCandidates(raw, p.topLogprobs, sc.top[:0])

@@ -237,7 +237,7 @@ func TestLogSumExp(t *testing.T) {
 		s += math.Exp(float64(v) - m)
 	}
 	want := m + math.Log(s)
-	if got := logSumExp(x); math.Abs(got-want) > 1e-12 {
+	if got := logSumExp(nil, x); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("logSumExp = %v, want %v", got, want)
 	}
 }
@@ -287,7 +287,7 @@ func BenchmarkSample151936(b *testing.B) {
 	b.Run("logprobs_top20", func(b *testing.B) {
 		var top []candidate
 		for b.Loop() {
-			logSumExp(x)
+			logSumExp(nil, x)
 			top = topCandidates(x, 20, top[:0])
 		}
 	})

@@ -1,0 +1,114 @@
+package kernels
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Backend names NewCPUBackend accepts. Auto is the fastest built path the
+// CPU supports; the others force one path.
+const (
+	BackendAuto    = "auto"
+	BackendAVX512  = "avx512"
+	BackendAVX2    = "avx2"
+	BackendGeneric = "generic"
+)
+
+// ErrBackendUnavailable is returned (wrapped) when a backend is asked for that
+// this binary does not have or this CPU cannot run.
+var ErrBackendUnavailable = errors.New("kernel backend unavailable")
+
+// BackendInfo describes one code path as this binary and CPU see it.
+type BackendInfo struct {
+	Name string
+	// Built says the binary has this path (the SIMD ones need amd64 and
+	// GOEXPERIMENT=simd at build time).
+	Built bool
+	// Missing names the CPU features the path needs and this CPU lacks
+	// (/proc/cpuinfo spelling); empty when it can run here.
+	Missing []string
+	// Requires is every feature the path needs.
+	Requires []string
+}
+
+// Usable says the path can run on this machine.
+func (b BackendInfo) Usable() bool { return b.Built && len(b.Missing) == 0 }
+
+// selectable is every user-facing backend, fastest first, with what it needs.
+var selectable = []struct {
+	name     string
+	requires []string
+}{
+	{BackendAVX512, []string{"avx512f", "avx512bw", "avx512dq", "avx512vl"}},
+	{BackendAVX2, []string{"avx2", "fma", "f16c"}},
+	{BackendGeneric, nil},
+}
+
+// Backends lists the selectable code paths, fastest first.
+func Backends() []BackendInfo {
+	var out []BackendInfo
+	for _, s := range selectable {
+		bi := BackendInfo{Name: s.name, Requires: s.requires, Built: builtBackend(s.name) != nil}
+		for _, f := range s.requires {
+			if !HasFeature(f) {
+				bi.Missing = append(bi.Missing, f)
+			}
+		}
+		out = append(out, bi)
+	}
+	return out
+}
+
+// BestBackend is the name of the path Auto chooses here.
+func BestBackend() string { return best.name }
+
+// builtBackend returns the backend of that name if this binary has it.
+func builtBackend(name string) *backend {
+	if name == portable.name {
+		return portable
+	}
+	for _, b := range simdBuilt {
+		if b.name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+// resolveBackend maps a selectable name to a backend this CPU can run.
+func resolveBackend(name string) (*backend, error) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" || name == BackendAuto {
+		return best, nil
+	}
+	i := slices.IndexFunc(Backends(), func(b BackendInfo) bool { return b.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: unknown backend %q (want auto, avx512, avx2 or generic)", ErrBackendUnavailable, name)
+	}
+	bi := Backends()[i]
+	if !bi.Built {
+		return nil, fmt.Errorf("%w: %s: not built into this binary (it needs amd64 and GOEXPERIMENT=simd at build time)", ErrBackendUnavailable, name)
+	}
+	if len(bi.Missing) > 0 {
+		return nil, fmt.Errorf("%w: %s: this CPU lacks %s (it has: %s)", ErrBackendUnavailable, name,
+			strings.Join(bi.Missing, ", "), strings.Join(Features(), " "))
+	}
+	return builtBackend(name), nil
+}
+
+// NewCPUBackend is NewCPU on a chosen code path: "auto" (or "") for the best
+// this CPU supports, or "avx512", "avx2", "generic". Asking for a path the
+// binary lacks or the CPU cannot run is an error wrapping
+// ErrBackendUnavailable that names the missing features.
+func NewCPUBackend(threads int, name string) (*CPU, error) {
+	be, err := resolveBackend(name)
+	if err != nil {
+		return nil, err
+	}
+	return newCPU(threads, be), nil
+}
+
+// Backend is the name of the code path this CPU runs ("avx2", ...).
+func (c *CPU) Backend() string { return c.be.name }
