@@ -119,6 +119,9 @@ type NativeConfig struct {
 	Threads        int                  `yaml:"threads"`
 	MaxBatchTokens int                  `yaml:"max_batch_tokens"`
 	MaxSeqs        int                  `yaml:"max_seqs"`
+	// Kernels is the CPU code path: auto (the fastest this CPU runs), or
+	// avx512, avx2, generic to force one; BATCHD_KERNELS overrides it.
+	Kernels string `yaml:"kernels"`
 	// KVCacheBytes is each model's paged KV cache (0: 25% of memory, at
 	// most 4 GiB); DisablePrefixCache turns off reuse of cached prompt blocks.
 	KVCacheBytes       int64 `yaml:"kv_cache_bytes"`
@@ -160,7 +163,8 @@ func DefaultConfig() Config {
 		Data:   "./data",
 		Listen: "127.0.0.1:8080",
 		Engine: "native",
-		Native: NativeConfig{MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs},
+		Native: NativeConfig{Kernels: native.DefaultConfig().Kernels,
+			MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs},
 		OpenAI: OpenAIConfig{
 			URLs:           []string{"http://127.0.0.1:8000/v1"},
 			MaxInFlight:    64,
@@ -235,6 +239,7 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	str("BATCHD_DATA", &cfg.Data)
 	str("BATCHD_LISTEN", &cfg.Listen)
 	str("BATCHD_ENGINE", &cfg.Engine)
+	str("BATCHD_KERNELS", &cfg.Native.Kernels)
 	if v := getenv("BATCHD_MODEL"); v != "" {
 		cfg.Native.Models = []native.ModelConfig{{Path: v}}
 	}

@@ -116,6 +116,7 @@ func (c Config) nativeConfig() native.Config {
 	nc := native.DefaultConfig()
 	nc.Models = c.Native.Models
 	nc.Threads = c.Native.Threads
+	nc.Kernels = c.Native.Kernels
 	if c.Native.MaxBatchTokens > 0 {
 		nc.MaxBatchTokens = c.Native.MaxBatchTokens
 	}

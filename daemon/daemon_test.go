@@ -573,6 +573,24 @@ pipeline:
 			t.Errorf("defaults lost: workers %d log %+v", cfg.Pipeline.Workers, cfg.Log)
 		}
 	})
+	t.Run("native.kernels", func(t *testing.T) {
+		if def := daemon.DefaultConfig().Native.Kernels; def != "auto" {
+			t.Errorf("default native.kernels %q, want auto", def)
+		}
+		cfg, err := daemon.LoadFile(writeConfig(t, "native:\n  kernels: avx2\n"))
+		if err != nil || cfg.Native.Kernels != "avx2" {
+			t.Fatalf("native.kernels avx2: %q, %v", cfg.Native.Kernels, err)
+		}
+		// BATCHD_KERNELS overrides the file.
+		if err := daemon.ApplyEnv(&cfg, func(k string) string {
+			if k == "BATCHD_KERNELS" {
+				return "generic"
+			}
+			return ""
+		}); err != nil || cfg.Native.Kernels != "generic" {
+			t.Errorf("BATCHD_KERNELS=generic over the file: %q, %v", cfg.Native.Kernels, err)
+		}
+	})
 	t.Run("a missing file is an error", func(t *testing.T) {
 		if _, err := daemon.LoadFile(filepath.Join(t.TempDir(), "none.yaml")); err == nil {
 			t.Error("no error")
@@ -591,6 +609,7 @@ func TestApplyEnv(t *testing.T) {
 		"BATCHD_LOG_FORMAT":             "json",
 		"BATCHD_MAX_CONCURRENT_BATCHES": "7",
 		"BATCHD_OPENAI_MAX_INFLIGHT":    "11",
+		"BATCHD_KERNELS":                "generic",
 	}
 	cfg := daemon.DefaultConfig()
 	cfg.Engine = "openai"
@@ -604,6 +623,7 @@ func TestApplyEnv(t *testing.T) {
 	want.OpenAI.APIKey, want.OpenAI.Model, want.OpenAI.MaxInFlight = "sk-env", "m", 11
 	want.Log = daemon.LogConfig{Level: "debug", Format: "json"}
 	want.Pipeline.MaxConcurrentBatches = 7
+	want.Native.Kernels = "generic"
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
 	}
@@ -651,6 +671,9 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"watcher.settle", func(c *daemon.Config) { c.Watcher.Settle = 0 }},
 		{"watcher.settle and watcher.rescan", func(c *daemon.Config) { c.Watcher.Rescan = -time.Second }},
 		{"on_invalid", func(c *daemon.Config) { c.Batch.OnInvalid = "shrug" }},
+		{"native.kernels", func(c *daemon.Config) {
+			c.Engine, c.Native.Models, c.Native.Kernels = "native", []native.ModelConfig{{Path: "m.gguf"}}, "sse9"
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.field, func(t *testing.T) {

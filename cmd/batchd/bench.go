@@ -21,6 +21,7 @@ import (
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -29,7 +30,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchEngine(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -210,6 +211,15 @@ func cmdEchoServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return exitOK
 }
 
+// defaultKernels is the kernels a command uses unless told: BATCHD_KERNELS,
+// else auto.
+func defaultKernels() string {
+	if v := os.Getenv("BATCHD_KERNELS"); v != "" {
+		return v
+	}
+	return kernels.BackendAuto
+}
+
 func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench engine", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -218,6 +228,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	shape := fs.String("shape", "qwen2.5-0.5b", "demo model shape when --model is not given")
 	typ := fs.String("type", "q8_0", "demo model weight type when --model is not given")
 	threads := fs.Int("threads", 0, "kernel threads (0: every core)")
+	kernelsName := fs.String("kernels", defaultKernels(), "CPU kernels: auto, avx512, avx2 or generic ($BATCHD_KERNELS sets the default)")
 	prompt := fs.Int("prompt", 256, "prefill length in tokens")
 	steps := fs.Int("steps", 32, "decode steps measured")
 	seqs := fs.String("seqs", "1,8,32", "sequence counts for aggregate decode")
@@ -258,7 +269,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		path = strings.TrimSpace(out.String())
 	}
 	if *prefixReqs > 0 {
-		res, err := native.BenchPrefix(path, native.PrefixBenchOptions{Threads: *threads, Requests: *prefixReqs,
+		res, err := native.BenchPrefix(path, native.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
 			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes})
 		if err != nil {
 			return errorf(stderr, exitFailure, "bench engine: %v", err)
@@ -266,7 +277,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, res)
 		return exitOK
 	}
-	res, err := native.Bench(path, native.BenchOptions{Threads: *threads, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
+	res, err := native.Bench(path, native.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
 	if err != nil {
 		return errorf(stderr, exitFailure, "bench engine: %v", err)
 	}

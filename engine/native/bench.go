@@ -14,9 +14,10 @@ import (
 // BenchOptions configures Bench.
 type BenchOptions struct {
 	Threads      int
-	PromptTokens int   // prefill length
-	DecodeSteps  int   // decode steps measured per run
-	Seqs         []int // sequence counts for aggregate decode
+	Kernels      string // CPU code path: auto ("" too), avx512, avx2, generic
+	PromptTokens int    // prefill length
+	DecodeSteps  int    // decode steps measured per run
+	Seqs         []int  // sequence counts for aggregate decode
 }
 
 // BenchResult is what Bench measured.
@@ -38,7 +39,10 @@ func Bench(path string, o BenchOptions) (*BenchResult, error) {
 		return nil, err
 	}
 	defer w.Close()
-	cpu := kernels.NewCPU(o.Threads)
+	cpu, err := kernels.NewCPUBackend(o.Threads, o.Kernels)
+	if err != nil {
+		return nil, fmt.Errorf("kernels: %w", err)
+	}
 	defer cpu.Close()
 	m, err := NewModel(w, cpu)
 	if err != nil {

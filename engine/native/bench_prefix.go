@@ -18,6 +18,7 @@ import (
 // OutputTokens generated tokens (greedy, EOS ignored).
 type PrefixBenchOptions struct {
 	Threads                                          int
+	Kernels                                          string // auto ("" too), avx512, avx2, generic
 	Requests, SystemTokens, UserTokens, OutputTokens int
 	MaxSeqs, MaxBatchTokens                          int   // 0: the defaults
 	KVCacheBytes                                     int64 // 0: the default
@@ -47,7 +48,7 @@ func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) 
 	for _, cache := range []bool{true, false} {
 		cfg := DefaultConfig()
 		cfg.Models = []ModelConfig{{Path: path}}
-		cfg.Threads, cfg.KVCacheBytes, cfg.DisablePrefixCache = o.Threads, o.KVCacheBytes, !cache
+		cfg.Threads, cfg.Kernels, cfg.KVCacheBytes, cfg.DisablePrefixCache = o.Threads, o.Kernels, o.KVCacheBytes, !cache
 		if o.MaxSeqs > 0 {
 			cfg.MaxSeqs = o.MaxSeqs
 		}

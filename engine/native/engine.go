@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -47,6 +48,9 @@ type Config struct {
 	Models []ModelConfig
 	// Threads for the kernels (0: every core).
 	Threads int
+	// Kernels names the CPU code path: auto (or ""), the fastest this CPU
+	// runs, or avx512, avx2, generic to force one (see kernels.NewCPUBackend).
+	Kernels string
 	// MaxBatchTokens is the token budget of one forward pass.
 	MaxBatchTokens int
 	// MaxSeqs bounds the sequences running at once.
@@ -66,7 +70,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults; Models must still be set.
 func DefaultConfig() Config {
-	return Config{MaxBatchTokens: 512, MaxSeqs: 64}
+	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 64}
 }
 
 // Validate names the first bad field.
@@ -89,6 +93,11 @@ func (c Config) Validate() error {
 		default:
 			return fmt.Errorf("native.models[%d].pooling: must be mean, last or cls, got %q", i, m.Pooling)
 		}
+	}
+	switch c.Kernels {
+	case "", kernels.BackendAuto, kernels.BackendAVX512, kernels.BackendAVX2, kernels.BackendGeneric:
+	default:
+		return fmt.Errorf("native.kernels: must be auto, avx512, avx2 or generic, got %q", c.Kernels)
 	}
 	if c.MaxBatchTokens < 1 {
 		return fmt.Errorf("native.max_batch_tokens: must be at least 1, got %d", c.MaxBatchTokens)
@@ -115,6 +124,7 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	cpu     *kernels.CPU
+	backend string // cpu's code path; kept after Close for Kernels
 	runners map[string]*runner
 	order   []string
 	compute sync.Mutex // one forward pass at a time across models
@@ -135,8 +145,14 @@ func New(cfg Config) (*Engine, error) {
 }
 
 // Open loads every model and starts its scheduler.
+// A CPU that cannot run the kernels Config names is an error here, at
+// start-up, naming the features it lacks.
 func (e *Engine) Open(ctx context.Context) error {
-	e.cpu = kernels.NewCPU(e.cfg.Threads)
+	cpu, err := kernels.NewCPUBackend(e.cfg.Threads, e.cfg.Kernels)
+	if err != nil {
+		return fmt.Errorf("native.kernels: %w", err)
+	}
+	e.cpu, e.backend = cpu, cpu.Backend()
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	for _, mc := range e.cfg.Models {
@@ -154,8 +170,20 @@ func (e *Engine) Open(ctx context.Context) error {
 			r.loop(runCtx)
 		}()
 	}
-	e.log.Info("native engine ready", "models", e.order, "kernels", e.cpu.Name())
+	e.log.Info("native engine ready", "models", e.order, "kernels", e.cpu.Backend(), "threads", e.cpu.Threads(),
+		"requested", kernelsName(e.cfg.Kernels), "arch", runtime.GOARCH, "cpu_features", strings.Join(kernels.Features(), " "))
 	return nil
+}
+
+// Kernels is the name of the CPU code path the engine runs (avx512, avx2,
+// generic); "" before Open.
+func (e *Engine) Kernels() string { return e.backend }
+
+func kernelsName(s string) string {
+	if s == "" {
+		return kernels.BackendAuto
+	}
+	return s
 }
 
 func (e *Engine) load(mc ModelConfig) (*runner, error) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/enginetest"
+	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/kernels"
 )
 
@@ -361,5 +364,70 @@ func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
 				t.Errorf("request %d after a restart differs:\n%s\n%s", i, got, alone[i])
 			}
 		}
+	}
+}
+
+// Config.Kernels picks the CPU code path: each backend this CPU can run
+// opens and answers, auto is the best one, and a backend the CPU or binary
+// lacks is a start-up error naming native.kernels and what is missing.
+func TestKernelsSelection(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Models = []ModelConfig{{Path: "m.gguf"}}
+	cfg.Kernels = "sse9"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "native.kernels") {
+		t.Errorf("kernels sse9: %v, want an error naming native.kernels", err)
+	}
+	path := demoPath(t)
+	open := func(name string) (*Engine, string, error) {
+		logs := new(syncbuf.Buffer)
+		cfg := DefaultConfig()
+		cfg.Models = []ModelConfig{{Path: path}}
+		cfg.Kernels, cfg.Threads = name, 2
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = e.Open(context.Background())
+		if err == nil {
+			t.Cleanup(func() { e.Close(context.Background()) })
+		}
+		return e, logs.String(), err
+	}
+	for _, name := range []string{"", kernels.BackendAuto} {
+		e, logs, err := open(name)
+		if err != nil {
+			t.Fatalf("kernels %q: %v", name, err)
+		}
+		if e.Kernels() != kernels.BestBackend() {
+			t.Errorf("kernels %q runs %s, want the best, %s", name, e.Kernels(), kernels.BestBackend())
+		}
+		want := fmt.Sprintf("kernels=%s ", kernels.BestBackend())
+		if !strings.Contains(logs, "native engine ready") || !strings.Contains(logs, want) || !strings.Contains(logs, "cpu_features=") {
+			t.Errorf("start-up log does not name the backend (%q) and the CPU's features:\n%s", want, logs)
+		}
+	}
+	for _, b := range kernels.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			e, _, err := open(b.Name)
+			if !b.Usable() {
+				want := "not built"
+				if b.Built {
+					want = b.Missing[0]
+				}
+				if err == nil || !errors.Is(err, kernels.ErrBackendUnavailable) ||
+					!strings.Contains(err.Error(), "native.kernels") || !strings.Contains(err.Error(), want) {
+					t.Fatalf("Open with kernels %s here: %v, want an error naming native.kernels and %q", b.Name, err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Kernels() != b.Name {
+				t.Fatalf("Kernels() = %q, want %q", e.Kernels(), b.Name)
+			}
+			do(t, e, engine.EndpointCompletions, `{"prompt":"hello","max_tokens":3}`)
+		})
 	}
 }
