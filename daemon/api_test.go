@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 )
 
@@ -511,6 +513,9 @@ func TestMetricsAndStatusPage(t *testing.T) {
 			t.Fatalf("metrics (%d) lack %q:\n%s", st, want, metrics)
 		}
 	}
+	if strings.Contains(metrics, "batchd_kernels_info{") {
+		t.Errorf("batchd_kernels_info reported for a remote engine:\n%s", metrics)
+	}
 	st, ct, page := get("/")
 	if st != 200 || !strings.HasPrefix(ct, "text/html") || !strings.Contains(page, "<html") {
 		t.Fatalf("status page: %d %s", st, ct)
@@ -518,6 +523,27 @@ func TestMetricsAndStatusPage(t *testing.T) {
 	st, _, status := get("/status.json")
 	if st != 200 || !strings.Contains(status, `"m"`) {
 		t.Fatalf("status.json: %d %s", st, status)
+	}
+}
+
+// The native engine's CPU kernels, as native.kernels chose them, are in the
+// metrics with the architecture and the CPU's features.
+func TestMetricsNameTheNativeKernels(t *testing.T) {
+	model := demoModel(t)
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
+		c.Engine = "native"
+		c.Native.Models = []native.ModelConfig{{Path: model}}
+		c.Native.Kernels = kernels.BackendGeneric
+	})
+	resp, err := http.Get(e.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := fmt.Sprintf(`batchd_kernels_info{arch=%q,backend="generic",features=%q} 1`, runtime.GOARCH, strings.Join(kernels.Features(), ","))
+	if !strings.Contains(string(b), want) {
+		t.Fatalf("metrics lack %s:\n%s", want, b)
 	}
 }
 

@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"runtime"
+
 	"github.com/batchd/batchd/daemon/ops"
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
+	"github.com/batchd/batchd/kernels"
 )
 
 // opsSource is what the metrics and the status page see of the daemon.
@@ -42,6 +45,7 @@ func (s opsSource) Engine() ops.EngineView {
 		if cs.PromptTokens > 0 {
 			v.PrefixCacheHitRate = cs.HitRate()
 		}
+		v.Kernels = ops.KernelsView{Backend: ne.Kernels(), Arch: runtime.GOARCH, Features: kernels.Features()}
 		v.KVBytesTotal = cs.BudgetBytes
 		if cs.Blocks > 0 {
 			v.KVBytesUsed = cs.BudgetBytes / int64(cs.Blocks) * int64(cs.BlocksUsed)

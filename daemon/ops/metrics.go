@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,7 +64,7 @@ type collector struct {
 
 	batches, requests, tokens, tokensPerSecond       *prometheus.Desc
 	inFlight, queueDepth, paused, prefixHit, kvBytes *prometheus.Desc
-	retries                                          *prometheus.Desc
+	retries, kernelsInfo                             *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -91,13 +92,16 @@ func newCollector(src Source) *collector {
 		kvBytes: d("batchd_kv_cache_bytes",
 			"KV cache memory, used and total; absent when the engine does not know.", []string{"state"}, nil),
 		retries: d("batchd_engine_retries_total", "Requests to a remote engine retried so far.", nil, nil),
+		kernelsInfo: d("batchd_kernels_info",
+			"1, labelled with the CPU kernels the native engine runs, the architecture and the CPU features found (comma-separated); absent for other engines.",
+			[]string{"backend", "arch", "features"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.batches, c.requests, c.tokens, c.tokensPerSecond,
-		c.inFlight, c.queueDepth, c.paused, c.prefixHit, c.kvBytes, c.retries,
+		c.inFlight, c.queueDepth, c.paused, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
 	} {
 		ch <- d
 	}
@@ -162,4 +166,7 @@ func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
 		gauge(c.kvBytes, float64(e.KVBytesTotal), "total")
 	}
 	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(e.Retries))
+	if k := e.Kernels; k.Backend != "" {
+		gauge(c.kernelsInfo, 1, k.Backend, k.Arch, strings.Join(k.Features, ","))
+	}
 }

@@ -75,7 +75,8 @@ func TestMetrics(t *testing.T) {
 	src := &fakeSource{
 		batches: testBatches(),
 		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true,
-			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3},
+			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3,
+			Kernels: KernelsView{Backend: "avx2", Arch: "amd64", Features: []string{"avx", "avx2", "fma", "f16c"}}},
 	}
 	fams := scrape(t, NewMetrics(src).Handler())
 
@@ -99,6 +100,7 @@ func TestMetrics(t *testing.T) {
 		{"batchd_kv_cache_bytes", []string{"state", "used"}, 1 << 20, dto.MetricType_GAUGE},
 		{"batchd_kv_cache_bytes", []string{"state", "total"}, 4 << 20, dto.MetricType_GAUGE},
 		{"batchd_engine_retries_total", nil, 3, dto.MetricType_COUNTER},
+		{"batchd_kernels_info", []string{"backend", "avx2", "arch", "amd64", "features", "avx,avx2,fma,f16c"}, 1, dto.MetricType_GAUGE},
 	}
 	for _, tt := range tests {
 		got, ok := value(fams, tt.name, tt.labels...)
@@ -134,7 +136,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsOmitUnknownEngineValues(t *testing.T) {
 	src := &fakeSource{engine: EngineView{Name: "openai", PrefixCacheHitRate: -1}}
 	fams := scrape(t, NewMetrics(src).Handler())
-	for _, name := range []string{"batchd_prefix_cache_hit_ratio", "batchd_kv_cache_bytes"} {
+	for _, name := range []string{"batchd_prefix_cache_hit_ratio", "batchd_kv_cache_bytes", "batchd_kernels_info"} {
 		if _, ok := fams[name]; ok {
 			t.Errorf("%s reported though the engine does not know it", name)
 		}

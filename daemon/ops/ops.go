@@ -30,6 +30,15 @@ type EngineView struct {
 	PrefixCacheHitRate        float64 // 0..1; negative when unknown
 	KVBytesUsed, KVBytesTotal int64   // 0 when unknown
 	Retries                   int64   // remote-engine retries so far
+	Kernels                   KernelsView
+}
+
+// KernelsView is the CPU code path an in-process engine runs; the zero value
+// for an engine that runs none (a remote one).
+type KernelsView struct {
+	Backend  string   // avx512, avx2 or generic
+	Arch     string   // GOARCH: amd64, arm64, ...
+	Features []string // the CPU features found, /proc/cpuinfo spelling
 }
 
 // Source is the daemon's state as package ops reads it. Both methods are
