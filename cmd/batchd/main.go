@@ -37,10 +37,7 @@ func init() {
 		{"demo-model", "write a small random-weight model (GGUF, real tokenizer) to try the native engine", cmdDemoModel},
 		{"pull", "download a Hugging Face model repo into the local cache", cmdPull},
 		{"echo-server", "serve a stand-in OpenAI-compatible server that echoes (for trying batchd without a model)", cmdEchoServer},
-		{"version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) int {
-			fmt.Fprintln(stdout, "batchd", version)
-			return exitOK
-		}},
+		{"version", "print the version, the CPU kernels and the CPU features found", cmdVersion},
 	}
 }
 
