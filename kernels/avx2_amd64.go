@@ -7,14 +7,26 @@ import (
 	"unsafe"
 )
 
-// avx2 is the AVX2+FMA backend. It keeps every 16-lane accumulator of the
-// AVX-512 backend as two 8-lane halves (lo = lanes 0-7, hi = lanes 8-15), so
-// the two agree bit for bit. Its matmul tiles are 4 rows × 1 token (16 ymm
-// registers leave no room for more); rows stay in cache across tokens.
+// avx2 is the AVX2+FMA+F16C backend. Its float accumulators are the
+// AVX-512 backend's 16 lanes kept as two 8-lane halves (lo = lanes 0-7,
+// hi = lanes 8-15), so for F32, F16 and BF16 weights the two backends agree
+// bit for bit. Its matmul runs the assembly in avx2_amd64.s: single-token
+// rows read straight from the weights, and for more tokens 2-row × 3-token
+// tiles over rows converted to float32 once per work item.
+//
+// Q8_0 differs from the other backends: AVX2 has no one-instruction int8
+// dot product (VPDPBUSD), and the integer route — sign fix-up, VPMADDUBSW,
+// VPMADDWD, convert, scale product, FMA — costs six vector operations per
+// row, token and 8 columns where a float FMA costs one. So Q8_0 weights are
+// dequantized exactly (float32(q)·d has at most 19 significant bits) and
+// multiplied with the float32 activations, unquantized: more accurate than
+// the int8·int8 products, and still batch-invariant since the single-token
+// kernel forms the same products in the same order.
 var avx2 = &backend{
 	name:        "avx2",
 	matmul:      avx2MatMul,
-	quantizeAct: genericQuantizeAct, // identical output; VPACKSSWB is not exposed
+	quantizeAct: genericQuantizeAct,
+	floatQ8:     true,
 	dot:         avx2Dot,
 	rmsnorm:     avx2RMSNorm,
 	rope:        avx2RoPE,
@@ -27,49 +39,151 @@ var avx2 = &backend{
 
 type acc16 struct{ lo, hi archsimd.Float32x8 }
 
+// Assembly kernels (avx2_amd64.s). chunks counts 16-column chunks.
+
+//go:noescape
+func avx2Tile2x3(res *[6]float32, w0, w1, x unsafe.Pointer, ldx, chunks int)
+
+//go:noescape
+func avx2Tile2x2(res *[6]float32, w0, w1, x unsafe.Pointer, ldx, chunks int)
+
+//go:noescape
+func avx2F32Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
+
+//go:noescape
+func avx2F16Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
+
+//go:noescape
+func avx2BF16Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
+
+//go:noescape
+func avx2Q8Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, nb int)
+
+//go:noescape
+func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb int)
+
+//go:noescape
+func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
+
 func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
+	if a.w.Cols%16 != 0 {
+		avx2MatMulGo(a, w, r0, r1, t0, t1)
+		return
+	}
+	if t1-t0 == 1 {
+		avx2Rows(a, w, r0, r1, t0)
+		return
+	}
+	m := a.w
+	cols := m.Cols
+	base, rb, baseRow := bptr(m.Data), a.rb, 0
+	if m.Type != F32 {
+		w.f32 = growF32(w.f32, (r1-r0)*cols)
+		for r := r0; r < r1; r++ {
+			avx2UnpackRow(w.f32[(r-r0)*cols:(r-r0+1)*cols], m, unsafe.Add(base, r*a.rb))
+		}
+		base, rb, baseRow = f32ptr(w.f32), 4*cols, r0
+	}
+	rows, chunks := m.Rows, cols/16
+	ldx := 4 * cols
+	xp := f32ptr(a.x)
+	var res [6]float32
+	t := t0
+	for ; t < t1; t += 3 {
+		x := unsafe.Add(xp, t*ldx)
+		nt := min(3, t1-t)
+		for r := r0; r < r1; r += 2 {
+			p0 := unsafe.Add(base, (r-baseRow)*rb)
+			p1 := unsafe.Add(base, (min(r+1, r1-1)-baseRow)*rb)
+			switch nt {
+			case 3:
+				avx2Tile2x3(&res, p0, p1, x, ldx, chunks)
+			case 2:
+				avx2Tile2x2(&res, p0, p1, x, ldx, chunks)
+			default:
+				avx2F32Rows2((*[2]float32)(res[:2]), p0, p1, x, chunks)
+			}
+			nr := min(2, r1-r)
+			for tt := range nt {
+				copy(a.out[(t+tt)*rows+r:][:nr], res[2*tt:2*tt+nr])
+			}
+		}
+	}
+}
+
+// avx2UnpackRow converts one weight row to float32 (exactly).
+func avx2UnpackRow(dst []float32, m *Matrix, src unsafe.Pointer) {
+	switch m.Type {
+	case F16:
+		avx2CvtF16(&dst[0], src, m.Cols/8)
+	case BF16:
+		cvtBF16Row2(dst, src, m.Cols)
+	case Q8_0:
+		avx2Q8Unpack(&dst[0], src, m.Cols/Q8BlockSize)
+	}
+}
+
+// avx2Rows is the single-token matvec: two rows at a time, straight from
+// the weights.
+func avx2Rows(a *mmArgs, w *worker, r0, r1, t int) {
+	m := a.w
+	base := bptr(m.Data)
+	x := unsafe.Add(f32ptr(a.x), 4*t*m.Cols)
+	out := a.out[t*m.Rows:]
+	var res [2]float32
+	chunks := m.Cols / 16
+	for r := r0; r < r1; r += 2 {
+		p0 := unsafe.Add(base, r*a.rb)
+		p1 := unsafe.Add(base, min(r+1, r1-1)*a.rb)
+		switch m.Type {
+		case F32:
+			avx2F32Rows2(&res, p0, p1, x, chunks)
+		case F16:
+			avx2F16Rows2(&res, p0, p1, x, chunks)
+		case BF16:
+			avx2BF16Rows2(&res, p0, p1, x, chunks)
+		case Q8_0:
+			avx2Q8Rows2(&res, p0, p1, x, m.Cols/Q8BlockSize)
+		}
+		out[r] = res[0]
+		if r+1 < r1 {
+			out[r+1] = res[1]
+		}
+	}
+}
+
+// avx2MatMulGo is the archsimd path for float weights whose rows are not
+// whole 16-column chunks (same arithmetic as the assembly, zero-padded
+// tail). Q8_0 rows are always whole chunks.
+func avx2MatMulGo(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 	m := a.w
 	rows, cols := m.Rows, m.Cols
 	var res [16]float32
-	switch m.Type {
-	case F32, F16, BF16:
-		base, rb, baseRow := bptr(m.Data), a.rb, 0
-		kind := m.Type
-		if m.Type != F32 && t1-t0 >= 4 {
-			conv := cvtF16Row2
-			if m.Type == BF16 {
-				conv = cvtBF16Row2
-			}
-			w.f32 = growF32(w.f32, (r1-r0)*cols)
-			packRows(w.f32, m, a.rb, r0, r1, conv)
-			base, rb, baseRow, kind = f32ptr(w.f32), 4*cols, r0, F32
+	base, rb, baseRow := bptr(m.Data), a.rb, 0
+	kind := m.Type
+	if m.Type != F32 && t1-t0 >= 4 {
+		conv := cvtF16Row2
+		if m.Type == BF16 {
+			conv = cvtBF16Row2
 		}
-		xp := f32ptr(a.x)
-		for t := t0; t < t1; t++ {
-			x := unsafe.Add(xp, 4*t*cols)
-			for r := r0; r < r1; r += 4 {
-				p0, p1, p2, p3 := rowPtrs(base, rb, r-baseRow, r1-baseRow)
-				switch kind {
-				case F32:
-					f32Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
-				case F16:
-					f16Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
-				case BF16:
-					bf16Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
-				}
-				storeTile(a.out, rows, r, r1, t, 1, &res)
+		w.f32 = growF32(w.f32, (r1-r0)*cols)
+		packRows(w.f32, m, a.rb, r0, r1, conv)
+		base, rb, baseRow, kind = f32ptr(w.f32), 4*cols, r0, F32
+	}
+	xp := f32ptr(a.x)
+	for t := t0; t < t1; t++ {
+		x := unsafe.Add(xp, 4*t*cols)
+		for r := r0; r < r1; r += 4 {
+			p0, p1, p2, p3 := rowPtrs(base, rb, r-baseRow, r1-baseRow)
+			switch kind {
+			case F32:
+				f32Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
+			case F16:
+				f16Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
+			case BF16:
+				bf16Tile4x1x2(&res, p0, p1, p2, p3, x, cols)
 			}
-		}
-	case Q8_0:
-		base := bptr(m.Data)
-		q := a.act
-		for t := t0; t < t1; t++ {
-			qt, st := unsafe.Add(bptr(q.qs), t*q.qStride), unsafe.Add(f32ptr(q.xs), 4*t*q.sStride)
-			for r := r0; r < r1; r += 4 {
-				p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
-				q8Tile4x1x2(&res, p0, p1, p2, p3, qt, st, q.nb)
-				storeTile(a.out, rows, r, r1, t, 1, &res)
-			}
+			storeTile(a.out, rows, r, r1, t, 1, &res)
 		}
 	}
 }
@@ -201,42 +315,6 @@ func cvtBF16Row2(dst []float32, src unsafe.Pointer, n int) {
 	for ; c < n; c++ {
 		dst[c] = BF16ToF32(u16At(src, 2*c))
 	}
-}
-
-// q8Half is one block's 8 lanes: Σ over byte quads of w·x, as float32.
-func q8Half(w, x archsimd.Int8x32) archsimd.Float32x8 {
-	return w.Abs().AsUint8x32().DotProductPairsSaturated(x.CopySign(w)).DotProductPairs(archsimd.BroadcastInt16x16(1)).ConvertToFloat32()
-}
-
-func q8Tile4x1x2(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int) {
-	var a0, a1, a2, a3 acc16
-	pairs := (nb + 1) / 2
-	for p := range pairs {
-		x0 := archsimd.LoadInt8x32(i8x32At(qs, 64*p))
-		x1 := archsimd.LoadInt8x32(i8x32At(qs, 64*p+32))
-		dx0 := archsimd.LoadFloat32x8(f32x8At(xs, 16*p))
-		dx1 := archsimd.LoadFloat32x8(f32x8At(xs, 16*p+8))
-		full := 2*p+1 < nb
-		a0 = q8Step2(a0, w0, p, full, x0, x1, dx0, dx1)
-		a1 = q8Step2(a1, w1, p, full, x0, x1, dx0, dx1)
-		a2 = q8Step2(a2, w2, p, full, x0, x1, dx0, dx1)
-		a3 = q8Step2(a3, w3, p, full, x0, x1, dx0, dx1)
-	}
-	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
-}
-
-func q8Step2(a acc16, w unsafe.Pointer, p int, full bool, x0, x1 archsimd.Int8x32, dx0, dx1 archsimd.Float32x8) acc16 {
-	off := 2 * p * Q8BlockBytes
-	d0 := archsimd.BroadcastFloat32x8(f16Table[u16At(w, off)])
-	a.lo = q8Half(archsimd.LoadInt8x32(i8x32At(w, off+2)), x0).MulAdd(d0.Mul(dx0), a.lo)
-	var v1 archsimd.Int8x32
-	var d1 archsimd.Float32x8
-	if full {
-		v1 = archsimd.LoadInt8x32(i8x32At(w, off+Q8BlockBytes+2))
-		d1 = archsimd.BroadcastFloat32x8(f16Table[u16At(w, off+Q8BlockBytes)])
-	}
-	a.hi = q8Half(v1, x1).MulAdd(d1.Mul(dx1), a.hi)
-	return a
 }
 
 func avx2Dot(a, b []float32) float32 {

@@ -15,6 +15,10 @@ type backend struct {
 	// the q8Act layout: qs gets the int8 values padded to whole block pairs,
 	// xs each block's float32 scale repeated 8 times (see q8Act).
 	quantizeAct func(qs []byte, xs []float32, x []float32)
+	// floatQ8 says matmul multiplies Q8_0 weights with the float32
+	// activations (dequantized exactly) instead of quantized ones: MatMul
+	// then skips quantizeAct.
+	floatQ8 bool
 
 	dot     func(a, b []float32) float32
 	rmsnorm func(out, x, weight []float32, eps float32) // one row of len(x)

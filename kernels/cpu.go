@@ -110,7 +110,7 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mm = mmArgs{out: out, x: x, T: T, w: w, rb: rb}
-	if w.Type == Q8_0 {
+	if w.Type == Q8_0 && !c.be.floatQ8 {
 		c.quantizeActs(x, T, w.Cols)
 		c.mm.act = &c.act
 	}
@@ -128,6 +128,11 @@ func (c *CPU) planMatMul(rows, T, rb int) {
 	budget := 512 << 10 // weight bytes per item
 	if T > 1 {
 		budget = 128 << 10
+		if c.be.floatQ8 {
+			// The rows are converted to float32 per item: keep those in L2.
+			budget = 192 << 10
+			rb = 4 * c.mm.w.Cols
+		}
 	}
 	per := max(budget/max(rb, 1), 4)
 	tokItems := (T + toks - 1) / toks
