@@ -546,7 +546,28 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	sum := avx2ExpSum(scores, avx2Max(scores))
 	inv := archsimd.BroadcastFloat32x8(1 / sum)
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
-	for d := 0; d < hd; d += 8 {
+	d := 0
+	if hd%32 == 0 {
+		// Four independent 8-lane chains per pass over the positions.
+		po, vp := f32ptr(o), f32ptr(a.v)
+		for ; d < hd; d += 32 {
+			var a0, a1, a2, a3 archsimd.Float32x8
+			for p, e := range scores {
+				row := unsafe.Add(vp, 4*(a.rowOff(p, g)+d))
+				ev := archsimd.BroadcastFloat32x8(e)
+				a0 = archsimd.LoadFloat32x8(f32x8At(row, 0)).MulAdd(ev, a0)
+				a1 = archsimd.LoadFloat32x8(f32x8At(row, 8)).MulAdd(ev, a1)
+				a2 = archsimd.LoadFloat32x8(f32x8At(row, 16)).MulAdd(ev, a2)
+				a3 = archsimd.LoadFloat32x8(f32x8At(row, 24)).MulAdd(ev, a3)
+			}
+			a0.Mul(inv).Store(f32x8At(po, d))
+			a1.Mul(inv).Store(f32x8At(po, d+8))
+			a2.Mul(inv).Store(f32x8At(po, d+16))
+			a3.Mul(inv).Store(f32x8At(po, d+24))
+		}
+		return
+	}
+	for ; d < hd; d += 8 {
 		m := min(8, hd-d)
 		var acc archsimd.Float32x8
 		for p, e := range scores {

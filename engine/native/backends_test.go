@@ -1,0 +1,123 @@
+package native
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/kernels"
+)
+
+// forEachBackend runs f on a CPU of each kernel backend this machine can
+// run; the others skip, naming what they need.
+func forEachBackend(t *testing.T, f func(t *testing.T, cpu *kernels.CPU)) {
+	for _, b := range kernels.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			if !b.Built {
+				t.Skipf("backend %s is not built into this test binary (amd64 with GOEXPERIMENT=simd only)", b.Name)
+			}
+			if len(b.Missing) > 0 {
+				t.Skipf("backend %s needs CPU features this machine lacks: %s", b.Name, strings.Join(b.Missing, " "))
+			}
+			cpu, err := kernels.NewCPUBackend(2, b.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cpu.Close()
+			if cpu.Backend() != b.Name {
+				t.Fatalf("NewCPUBackend(%q) runs %q", b.Name, cpu.Backend())
+			}
+			f(t, cpu)
+		})
+	}
+}
+
+func loadOn(t *testing.T, path string, cpu *kernels.CPU) *Model {
+	t.Helper()
+	w, err := weights.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	m, err := NewModel(w, cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// checkPrefillMatchesDecode runs seq as one prefill with logits for every
+// position, then token by token, and requires equal logits bit for bit.
+func checkPrefillMatchesDecode(t *testing.T, m *Model, seq []int32) {
+	t.Helper()
+	kv, table := m.scratchKV(len(seq))
+	var s scratch
+	all := batch{kv: kv, tokens: seq, segs: []segment{{blocks: table, n: len(seq)}}}
+	for i := range seq {
+		all.pos = append(all.pos, int32(i))
+		all.logitRows = append(all.logitRows, i)
+	}
+	vocab := m.cfg.VocabSize
+	prefill := append([]float32(nil), m.forward(&all, &s)[:len(seq)*vocab]...)
+	kv2, table2 := m.scratchKV(len(seq))
+	for i, tok := range seq {
+		one := batch{kv: kv2, tokens: []int32{tok}, pos: []int32{int32(i)}, segs: []segment{{blocks: table2, n: 1, start: i}}, logitRows: []int{0}}
+		row := m.forward(&one, &s)[:vocab]
+		for j, v := range row {
+			if v != prefill[i*vocab+j] {
+				t.Fatalf("position %d logit %d: %g decoded alone, %g in the prefill", i, j, v, prefill[i*vocab+j])
+			}
+		}
+	}
+}
+
+// TestStoriesGoldenOnEveryBackend runs the real stories260K model's greedy
+// golden on each kernel backend, not only the fastest, and checks batch
+// invariance there: a prompt's prefill and its token-by-token decode agree
+// bit for bit.
+func TestStoriesGoldenOnEveryBackend(t *testing.T) {
+	path := storiesPath(t)
+	forEachBackend(t, func(t *testing.T, cpu *kernels.CPU) {
+		m := loadOn(t, path, cpu)
+		want := goldenIDs(t)
+		got := greedy(m, []int32{1}, len(want))
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("token %d: got %d, want %d\ngot  %v\nwant %v", i, got[i], want[i], got, want)
+			}
+		}
+		checkPrefillMatchesDecode(t, m, append([]int32{1}, got[:19]...))
+	})
+}
+
+// TestQuantizedModelsOnEveryBackend: prefill and decode agree bit for bit
+// for Q8_0, F16 and BF16 weights on each backend (demo models whose shapes
+// run the backends' assembly kernels).
+func TestQuantizedModelsOnEveryBackend(t *testing.T) {
+	dir := t.TempDir()
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.F16, kernels.BF16} {
+		path := filepath.Join(dir, dt.String()+".gguf")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteDemoModel(f, DemoShapes["tiny"], dt, 7); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, cpu *kernels.CPU) {
+				m := loadOn(t, path, cpu)
+				seq := make([]int32, 23) // 7 three-token tiles and a two-token one
+				for i := range seq {
+					seq[i] = int32((i*7919 + 13) % m.cfg.VocabSize)
+				}
+				checkPrefillMatchesDecode(t, m, seq)
+			})
+		})
+	}
+}
