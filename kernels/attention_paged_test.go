@@ -35,12 +35,17 @@ func scatter(r *rand.Rand, k, v []float32, n, nKV, hd, bs, nBlocks int) (kp, vp 
 // table is bit-identical to Attention over the same rows stored
 // contiguously, on every backend, for block sizes that do and do not divide
 // the kernel's position blocking, and prefilled in one call, in chunks or
-// token by token.
+// token by token. -short (CI's emulated runs) keeps one block size below
+// the blocking and one above, in one call and token by token.
 func TestPagedAttentionEqualsContiguous(t *testing.T) {
+	const N = 150
 	r := rand.New(rand.NewPCG(50, 51))
-	for _, be := range backendsUnderTest() {
+	blockSizes, chunks := []int{16, 32, 128, 4, 64}, []int{N, 17, 1}
+	if testing.Short() {
+		blockSizes, chunks = []int{128, 4}, []int{N, 1}
+	}
+	for _, be := range backendsUnderTest(t) {
 		for _, c := range attnCases {
-			const N = 150
 			stride := c.kv * c.hd
 			q := randF32(r, N*c.heads*c.hd, 2)
 			k, v := randF32(r, N*stride, 2), randF32(r, N*stride, 1)
@@ -48,9 +53,9 @@ func TestPagedAttentionEqualsContiguous(t *testing.T) {
 			want := make([]float32, len(q))
 			cpu := newCPU(2, be)
 			cpu.Attention(want, q, k, v, N, 0, c.heads, c.kv, c.hd, 0.2)
-			for _, bs := range []int{16, 32, 128, 4, 64} {
+			for _, bs := range blockSizes {
 				kp, vp, table := scatter(r, k, v, N, c.kv, c.hd, bs, (N+bs-1)/bs+3)
-				for _, chunk := range []int{N, 17, 1} {
+				for _, chunk := range chunks {
 					got := make([]float32, len(q))
 					for s := 0; s < N; s += chunk {
 						m := min(chunk, N-s)

@@ -214,7 +214,7 @@ func BenchmarkPoolOverhead(b *testing.B) {
 //	GOEXPERIMENT=simd go test -run '^$' -bench MatMulPaths ./kernels/
 func BenchmarkMatMulPaths(b *testing.B) {
 	const rows, cols = 4864, 896
-	for _, be := range backendsUnderTest() {
+	for _, be := range backendsUnderTest(b) {
 		cpu := newCPU(0, be)
 		for _, dt := range allTypes {
 			m := benchMatrix(dt, rows, cols)

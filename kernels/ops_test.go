@@ -9,7 +9,7 @@ import (
 
 // withBackends runs f once per backend with a 2-thread CPU on it.
 func withBackends(t *testing.T, f func(t *testing.T, be *backend, cpu *CPU)) {
-	for _, be := range backendsUnderTest() {
+	for _, be := range backendsUnderTest(t) {
 		t.Run(be.name, func(t *testing.T) {
 			cpu := newCPU(2, be)
 			defer cpu.Close()
@@ -160,7 +160,7 @@ func TestSiLUMul(t *testing.T) {
 // float32 sum of n terms carries up to n·2^-24 relative error.
 func TestSoftmax(t *testing.T) {
 	r := rand.New(rand.NewPCG(28, 29))
-	for _, be := range backendsUnderTest() {
+	for _, be := range backendsUnderTest(t) {
 		for _, n := range []int{1, 5, 16, 33, 1000} {
 			for _, shift := range []float32{0, 1000, -1000} {
 				x := randF32(r, n, 5)
@@ -196,7 +196,7 @@ func TestSoftmax(t *testing.T) {
 
 func TestArgmax(t *testing.T) {
 	r := rand.New(rand.NewPCG(30, 31))
-	for _, be := range backendsUnderTest() {
+	for _, be := range backendsUnderTest(t) {
 		for _, n := range []int{1, 2, 15, 16, 17, 100, 151936} {
 			x := randF32(r, n, 1)
 			for i := range x {
@@ -219,7 +219,7 @@ func TestArgmax(t *testing.T) {
 
 func TestDotAndAdd(t *testing.T) {
 	r := rand.New(rand.NewPCG(32, 33))
-	for _, be := range backendsUnderTest() {
+	for _, be := range backendsUnderTest(t) {
 		for _, n := range []int{0, 1, 15, 16, 17, 64, 1000} {
 			a, b := randF32(r, n, 1), randF32(r, n, 1)
 			var ref float64
@@ -312,7 +312,7 @@ func TestAttention(t *testing.T) {
 // or token by token gives bit-identical outputs, on 1 or 2 threads.
 func TestAttentionBatchInvariance(t *testing.T) {
 	r := rand.New(rand.NewPCG(36, 37))
-	for _, be := range backendsUnderTest() {
+	for _, be := range backendsUnderTest(t) {
 		for _, c := range attnCases {
 			const N = 45
 			q := randF32(r, N*c.heads*c.hd, 2)
@@ -345,9 +345,7 @@ func TestAttentionBatchInvariance(t *testing.T) {
 // one: RoPE and Add are bit-identical (same float32 operations); the
 // reductions agree within tolerance; all SIMD backends agree bit for bit.
 func TestSIMDMatchesPortableOps(t *testing.T) {
-	if len(simdBackends) == 0 {
-		t.Skip("no SIMD backend in this build")
-	}
+	skipWithoutSIMD(t)
 	r := rand.New(rand.NewPCG(38, 39))
 	type result struct {
 		name string
@@ -355,7 +353,7 @@ func TestSIMDMatchesPortableOps(t *testing.T) {
 	}
 	run := func(f func(be *backend, cpu *CPU) []float32) []result {
 		var res []result
-		for _, be := range backendsUnderTest() {
+		for _, be := range backendsUnderTest(t) {
 			cpu := newCPU(2, be)
 			res = append(res, result{be.name, f(be, cpu)})
 			cpu.Close()

@@ -4,10 +4,20 @@ package kernels
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"simd/archsimd"
 )
+
+// needBackend skips t, naming the missing features, unless the CPU can run
+// b's instructions: these tests call b's functions directly.
+func needBackend(t *testing.T, b *backend) {
+	t.Helper()
+	if !canRun(b) {
+		t.Skipf("needs %s: the CPU lacks %s", b.name, strings.Join(missingFeatures(b), " "))
+	}
+}
 
 // TestHalfConversionsExhaustive checks every SIMD half→float32 conversion
 // (the AVX-512 and AVX2 integer tricks, VCVTPH2PS, the BF16 shift) against
@@ -18,7 +28,8 @@ func TestHalfConversionsExhaustive(t *testing.T) {
 		src[2*i], src[2*i+1] = byte(i), byte(i>>8)
 	}
 	p := bptr(src)
-	check := func(name string, got []float32, ref func(uint16) float32) {
+	const n = 1 << 16
+	check := func(t *testing.T, name string, got []float32, ref func(uint16) float32) {
 		t.Helper()
 		for i, g := range got {
 			want := ref(uint16(i))
@@ -27,35 +38,41 @@ func TestHalfConversionsExhaustive(t *testing.T) {
 			}
 		}
 	}
-	const n = 1 << 16
-	out := make([]float32, n)
-	cvtF16Row512(out, p, n)
-	check("f16to32x16", out, F16ToF32)
-	if archsimd.X86.AVX512() {
+	t.Run("avx512", func(t *testing.T) {
+		needBackend(t, avx512)
+		out := make([]float32, n)
+		cvtF16Row512(out, p, n)
+		check(t, "f16to32x16", out, F16ToF32)
 		clear(out)
 		cvtF16RowAsm(out, p, n)
-		check("VCVTPH2PS", out, F16ToF32)
+		check(t, "VCVTPH2PS", out, F16ToF32)
 		clear(out)
 		cvtF16RowAsm(out[:n-5], p, n-5) // masked tail
-		check("VCVTPH2PS tail", out[:n-5], F16ToF32)
+		check(t, "VCVTPH2PS tail", out[:n-5], F16ToF32)
 		if out[n-5] != 0 {
 			t.Fatalf("VCVTPH2PS tail wrote past n")
 		}
-	}
-	cvtBF16Row512(out, p, n)
-	check("bf16to32x16", out, BF16ToF32)
-	for i := 0; i < n; i += 8 {
-		f16to32x8(loadHalf8(p, i)).Store((*[8]float32)(out[i:]))
-	}
-	check("f16to32x8", out, F16ToF32)
-	for i := 0; i < n; i += 8 {
-		bf16to32x8(loadHalf8(p, i)).Store((*[8]float32)(out[i:]))
-	}
-	check("bf16to32x8", out, BF16ToF32)
+		cvtBF16Row512(out, p, n)
+		check(t, "bf16to32x16", out, BF16ToF32)
+	})
+	t.Run("avx2", func(t *testing.T) {
+		needBackend(t, avx2)
+		out := make([]float32, n)
+		for i := 0; i < n; i += 8 {
+			f16to32x8(loadHalf8(p, i)).Store((*[8]float32)(out[i:]))
+		}
+		check(t, "f16to32x8", out, F16ToF32)
+		for i := 0; i < n; i += 8 {
+			bf16to32x8(loadHalf8(p, i)).Store((*[8]float32)(out[i:]))
+		}
+		check(t, "bf16to32x8", out, BF16ToF32)
+	})
 }
 
-// TestHsum4x16 checks the shared-horizontal-add reduction against hsum16.
+// TestHsum4x16 checks the shared-horizontal-add reduction against hsum16
+// (AVX-512 vectors).
 func TestHsum4x16(t *testing.T) {
+	needBackend(t, avx512)
 	var v [4][16]float32
 	for i := range v {
 		for j := range v[i] {

@@ -4,13 +4,62 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
 // backendsUnderTest is the portable backend plus every SIMD backend this
-// machine can run.
-func backendsUnderTest() []*backend { return append([]*backend{portable}, simdBackends...) }
+// machine can run; it logs each built backend it leaves out and what the CPU
+// lacks for it.
+func backendsUnderTest(t testing.TB) []*backend {
+	t.Helper()
+	_, logged := untestedLogged.LoadOrStore(t, true) // once per test, however often it asks
+	out := []*backend{portable}
+	for _, b := range simdBuilt {
+		if slices.Contains(simdBackends, b) {
+			out = append(out, b)
+			continue
+		}
+		if !logged {
+			t.Logf("backend %s not tested here: the CPU lacks %s", b.name, strings.Join(missingFeatures(b), " "))
+		}
+	}
+	return out
+}
+
+var untestedLogged sync.Map // testing.TB → true
+
+// skipWithoutSIMD skips t when no SIMD backend can run, saying whether the
+// build has none or the CPU lacks what they need.
+func skipWithoutSIMD(t testing.TB) {
+	t.Helper()
+	if len(simdBackends) > 0 {
+		return
+	}
+	if len(simdBuilt) == 0 {
+		t.Skip("no SIMD backend in this build (it needs amd64 and GOEXPERIMENT=simd)")
+	}
+	var why []string
+	for _, b := range simdBuilt {
+		why = append(why, b.name+" needs "+strings.Join(missingFeatures(b), " "))
+	}
+	t.Skipf("no SIMD backend runs on this CPU: %s", strings.Join(why, "; "))
+}
+
+// missingFeatures is what the CPU lacks for b, whose family is the
+// selectable backend its name starts with (avx512-go is avx512's).
+func missingFeatures(b *backend) []string {
+	fam, _, _ := strings.Cut(b.name, "-")
+	for _, bi := range Backends() {
+		if bi.Name == fam {
+			return bi.Missing
+		}
+	}
+	return []string{"(unknown backend family " + fam + ")"}
+}
 
 func randF32(r *rand.Rand, n int, scale float32) []float32 {
 	x := make([]float32, n)
