@@ -540,7 +540,27 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	g := h / (a.nHeads / a.nKV)
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
 	scores := w.scores[:n]
-	for p := range scores {
+	p := 0
+	if hd%16 == 0 {
+		// Four positions at a time share the query loads; each position's
+		// dot product is avx2Dot's, chunk by chunk.
+		qp, kp := f32ptr(q), f32ptr(a.k)
+		for ; p+4 <= n; p += 4 {
+			k0, k1 := unsafe.Add(kp, 4*a.rowOff(p, g)), unsafe.Add(kp, 4*a.rowOff(p+1, g))
+			k2, k3 := unsafe.Add(kp, 4*a.rowOff(p+2, g)), unsafe.Add(kp, 4*a.rowOff(p+3, g))
+			var c0, c1, c2, c3 acc16
+			for d := 0; d < hd; d += 16 {
+				q0, q1 := archsimd.LoadFloat32x8(f32x8At(qp, d)), archsimd.LoadFloat32x8(f32x8At(qp, d+8))
+				c0 = c0.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k0, d)), archsimd.LoadFloat32x8(f32x8At(k0, d+8)))
+				c1 = c1.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k1, d)), archsimd.LoadFloat32x8(f32x8At(k1, d+8)))
+				c2 = c2.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k2, d)), archsimd.LoadFloat32x8(f32x8At(k2, d+8)))
+				c3 = c3.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k3, d)), archsimd.LoadFloat32x8(f32x8At(k3, d+8)))
+			}
+			scores[p], scores[p+1] = c0.sum()*a.scale, c1.sum()*a.scale
+			scores[p+2], scores[p+3] = c2.sum()*a.scale, c3.sum()*a.scale
+		}
+	}
+	for ; p < n; p++ {
 		scores[p] = avx2Dot(q, a.kRow(p, g)) * a.scale
 	}
 	sum := avx2ExpSum(scores, avx2Max(scores))
