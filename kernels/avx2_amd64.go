@@ -7,26 +7,27 @@ import (
 	"unsafe"
 )
 
-// avx2 is the AVX2+FMA+F16C backend. Its float accumulators are the
-// AVX-512 backend's 16 lanes kept as two 8-lane halves (lo = lanes 0-7,
-// hi = lanes 8-15), so for F32, F16 and BF16 weights the two backends agree
-// bit for bit. Its matmul runs the assembly in avx2_amd64.s: single-token
-// rows read straight from the weights, and for more tokens 2-row × 3-token
-// tiles over rows converted to float32 once per work item.
+// avx2 is the AVX2+FMA+F16C backend. Its matmul is the assembly in
+// avx2_amd64.s; everything else follows the AVX-512 backend's reduction
+// order with each 16-lane accumulator kept as two 8-lane halves (lo = lanes
+// 0-7, hi = lanes 8-15), and agrees with it bit for bit.
 //
-// Q8_0 differs from the other backends: AVX2 has no one-instruction int8
-// dot product (VPDPBUSD), and the integer route — sign fix-up, VPMADDUBSW,
-// VPMADDWD, convert, scale product, FMA — costs six vector operations per
-// row, token and 8 columns where a float FMA costs one. So Q8_0 weights are
-// dequantized exactly (float32(q)·d has at most 19 significant bits) and
-// multiplied with the float32 activations, unquantized: more accurate than
-// the int8·int8 products, and still batch-invariant since the single-token
-// kernel forms the same products in the same order.
+// Its matmul sums each output in 8 lanes (see avx2_amd64.s), so it agrees
+// with the AVX-512 one within float32 rounding, not bit for bit: with 16
+// registers, one accumulator per output is what lets one widened weight
+// vector serve 12 tokens. And it multiplies Q8_0 weights, dequantized
+// exactly, with the float32 activations unquantized: AVX2 has no
+// one-instruction int8 dot product (VPDPBUSD), and the integer route —
+// sign fix-up, VPMADDUBSW, VPMADDWD, convert, scale product, FMA — costs six
+// vector operations per row, token and 8 columns where the float route costs
+// one FMA plus the widening shared by all the tokens. It is also the more
+// accurate product.
 var avx2 = &backend{
 	name:        "avx2",
 	matmul:      avx2MatMul,
 	quantizeAct: genericQuantizeAct,
 	floatQ8:     true,
+	mmLanes:     8,
 	dot:         avx2Dot,
 	rmsnorm:     avx2RMSNorm,
 	rope:        avx2RoPE,
@@ -39,116 +40,166 @@ var avx2 = &backend{
 
 type acc16 struct{ lo, hi archsimd.Float32x8 }
 
-// Assembly kernels (avx2_amd64.s). chunks counts 16-column chunks.
+// Assembly kernels (avx2_amd64.s). n counts Q8_0 blocks or 8-column groups.
 
 //go:noescape
-func avx2Tile2x3(res *[6]float32, w0, w1, x unsafe.Pointer, ldx, chunks int)
+func avx2Q8Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
 
 //go:noescape
-func avx2Tile2x2(res *[6]float32, w0, w1, x unsafe.Pointer, ldx, chunks int)
+func avx2F32Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
 
 //go:noescape
-func avx2F32Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
+func avx2F16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
 
 //go:noescape
-func avx2F16Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
+func avx2BF16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
 
 //go:noescape
-func avx2BF16Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
+func avx2Q8Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
 
 //go:noescape
-func avx2Q8Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, nb int)
+func avx2Q8Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
 
 //go:noescape
-func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb int)
+func avx2Q8Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
 
 //go:noescape
-func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
+func avx2F32Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+
+//go:noescape
+func avx2F32Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+
+//go:noescape
+func avx2F32Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+
+//go:noescape
+func avx2F16Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+
+//go:noescape
+func avx2F16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+
+//go:noescape
+func avx2F16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+
+//go:noescape
+func avx2BF16Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+
+//go:noescape
+func avx2BF16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+
+//go:noescape
+func avx2BF16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+
+// avx2Kernels is one weight type's set of assembly kernels.
+type avx2Kernels struct {
+	rows4       func(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+	tile12      func(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+	tile8       func(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+	tile4       func(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+	colsPerStep int // columns per n
+	stepBytes   int // weight bytes per n
+}
+
+var avx2ByType = [...]avx2Kernels{
+	F32:  {avx2F32Rows4, avx2F32Tile12, avx2F32Tile8, avx2F32Tile4, 8, 32},
+	F16:  {avx2F16Rows4, avx2F16Tile12, avx2F16Tile8, avx2F16Tile4, 8, 16},
+	BF16: {avx2BF16Rows4, avx2BF16Tile12, avx2BF16Tile8, avx2BF16Tile4, 8, 16},
+	Q8_0: {avx2Q8Rows4, avx2Q8Tile12, avx2Q8Tile8, avx2Q8Tile4, Q8BlockSize, Q8BlockBytes},
+}
+
+// avx2Panel is how many columns a tile covers before the next token group
+// takes the row: 12 tokens' activations of a panel (12 KiB) stay in L1.
+const avx2Panel = 256
+
+// Tile flags (avx2_amd64.s).
+const (
+	avx2Resume = 1 // start from the stored raw accumulators
+	avx2Reduce = 2 // last panel: write the reduced results
+)
 
 func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
-	if a.w.Cols%16 != 0 {
+	m := a.w
+	if m.Cols%8 != 0 {
 		avx2MatMulGo(a, w, r0, r1, t0, t1)
 		return
 	}
+	k := &avx2ByType[m.Type]
 	if t1-t0 == 1 {
-		avx2Rows(a, w, r0, r1, t0)
+		avx2Rows(a, k, r0, r1, t0)
 		return
 	}
-	m := a.w
-	cols := m.Cols
-	base, rb, baseRow := bptr(m.Data), a.rb, 0
-	if m.Type != F32 {
-		w.f32 = growF32(w.f32, (r1-r0)*cols)
-		for r := r0; r < r1; r++ {
-			avx2UnpackRow(w.f32[(r-r0)*cols:(r-r0+1)*cols], m, unsafe.Add(base, r*a.rb))
-		}
-		base, rb, baseRow = f32ptr(w.f32), 4*cols, r0
-	}
-	rows, chunks := m.Rows, cols/16
+	rows, cols := m.Rows, m.Cols
+	base, xp := bptr(m.Data), f32ptr(a.x)
 	ldx := 4 * cols
-	xp := f32ptr(a.x)
-	var res [6]float32
-	t := t0
-	for ; t < t1; t += 3 {
-		x := unsafe.Add(xp, t*ldx)
-		nt := min(3, t1-t)
-		for r := r0; r < r1; r += 2 {
-			p0 := unsafe.Add(base, (r-baseRow)*rb)
-			p1 := unsafe.Add(base, (min(r+1, r1-1)-baseRow)*rb)
-			switch nt {
-			case 3:
-				avx2Tile2x3(&res, p0, p1, x, ldx, chunks)
-			case 2:
-				avx2Tile2x2(&res, p0, p1, x, ldx, chunks)
-			default:
-				avx2F32Rows2((*[2]float32)(res[:2]), p0, p1, x, chunks)
+	// Token groups of 12, then 8, then at most 4 (a short last group
+	// repeats its last token).
+	nt := t1 - t0
+	groups := nt/12 + (nt%12)/8 + (nt%12%8+3)/4
+	nr := r1 - r0
+	w.acc = growF32(w.acc, groups*nr*96)
+	for p0 := 0; p0 < cols; p0 += avx2Panel {
+		pc := min(avx2Panel, cols-p0)
+		flags := 0
+		if p0 > 0 {
+			flags |= avx2Resume
+		}
+		if p0+pc == cols {
+			flags |= avx2Reduce
+		}
+		n, woff := pc/k.colsPerStep, p0/k.colsPerStep*k.stepBytes
+		t, g := t0, 0
+		for t < t1 {
+			size := min(t1-t, 12)
+			if size < 12 && size >= 8 {
+				size = 8
+			} else if size < 8 {
+				size = min(size, 4)
 			}
-			nr := min(2, r1-r)
-			for tt := range nt {
-				copy(a.out[(t+tt)*rows+r:][:nr], res[2*tt:2*tt+nr])
+			x := unsafe.Add(xp, t*ldx+4*p0)
+			for r := r0; r < r1; r++ {
+				acc := (*[96]float32)(w.acc[(g*nr+r-r0)*96:])
+				wr := unsafe.Add(base, r*a.rb+woff)
+				switch {
+				case size == 12:
+					k.tile12(acc, wr, x, ldx, n, flags)
+				case size == 8:
+					k.tile8(acc, wr, x, ldx, n, flags)
+				default:
+					last := unsafe.Add(x, (size-1)*ldx)
+					x1, x2, x3 := last, last, last
+					if size > 1 {
+						x1 = unsafe.Add(x, ldx)
+					}
+					if size > 2 {
+						x2 = unsafe.Add(x, 2*ldx)
+					}
+					k.tile4(acc, wr, x, x1, x2, x3, n, flags)
+				}
+				if flags&avx2Reduce != 0 {
+					for i := range size {
+						a.out[(t+i)*rows+r] = acc[i]
+					}
+				}
 			}
+			t += size
+			g++
 		}
 	}
 }
 
-// avx2UnpackRow converts one weight row to float32 (exactly).
-func avx2UnpackRow(dst []float32, m *Matrix, src unsafe.Pointer) {
-	switch m.Type {
-	case F16:
-		avx2CvtF16(&dst[0], src, m.Cols/8)
-	case BF16:
-		cvtBF16Row2(dst, src, m.Cols)
-	case Q8_0:
-		avx2Q8Unpack(&dst[0], src, m.Cols/Q8BlockSize)
-	}
-}
-
-// avx2Rows is the single-token matvec: two rows at a time, straight from
+// avx2Rows is the single-token matvec: four rows at a time, straight from
 // the weights.
-func avx2Rows(a *mmArgs, w *worker, r0, r1, t int) {
+func avx2Rows(a *mmArgs, k *avx2Kernels, r0, r1, t int) {
 	m := a.w
 	base := bptr(m.Data)
 	x := unsafe.Add(f32ptr(a.x), 4*t*m.Cols)
 	out := a.out[t*m.Rows:]
-	var res [2]float32
-	chunks := m.Cols / 16
-	for r := r0; r < r1; r += 2 {
-		p0 := unsafe.Add(base, r*a.rb)
-		p1 := unsafe.Add(base, min(r+1, r1-1)*a.rb)
-		switch m.Type {
-		case F32:
-			avx2F32Rows2(&res, p0, p1, x, chunks)
-		case F16:
-			avx2F16Rows2(&res, p0, p1, x, chunks)
-		case BF16:
-			avx2BF16Rows2(&res, p0, p1, x, chunks)
-		case Q8_0:
-			avx2Q8Rows2(&res, p0, p1, x, m.Cols/Q8BlockSize)
-		}
-		out[r] = res[0]
-		if r+1 < r1 {
-			out[r+1] = res[1]
-		}
+	n := m.Cols / k.colsPerStep
+	var res [4]float32
+	for r := r0; r < r1; r += 4 {
+		p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
+		k.rows4(&res, p0, p1, p2, p3, x, n)
+		copy(out[r:min(r+4, r1)], res[:])
 	}
 }
 

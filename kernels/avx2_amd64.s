@@ -4,324 +4,437 @@
 
 // AVX2+FMA+F16C matmul kernels (no AVX-512 instruction anywhere here).
 //
-// Every product is a float32 FMA of a float32 weight and a float32
-// activation, accumulated in the package's 16-lane order (simd_amd64.go)
-// kept as two 8-lane halves: for each 16-column chunk, lanes 0-7 (LO) take
-// columns 0-7 and lanes 8-15 (HI) columns 8-15, chunks in column order; the
-// result is hsum8(LO+HI). Q8_0 weights enter as float32(q)·d, which is exact
-// (an 8-bit integer times a float16 has at most 19 significant bits), so the
-// single-token kernels, which convert as they go, and the packed tiles, which
-// convert once per work item, compute the same products in the same order:
-// results are bit-identical whatever the number of tokens.
+// Reduction order of the avx2 matmul: an output element has one 8-lane
+// accumulator; lane l takes columns c ≡ l (mod 8) in column order, each by
+// one fused multiply-add of a float32 weight and a float32 activation; the
+// lanes are then summed as ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)) (HSUM1).
+// Q8_0 weights enter as float32(q)·d, which is exact (an 8-bit integer times
+// a float16 has at most 19 significant bits), F16 and BF16 by exact
+// widening. The single-token kernels and the multi-token tiles therefore form
+// the same products in the same order: results are bit-identical whatever
+// the number of tokens and however columns are split into panels (a tile
+// can resume from stored accumulators).
 //
-// Column counts are whole 16-column chunks (Q8_0 rows are whole 32-column
-// blocks); callers handle other shapes.
+// Column counts are whole 8-column groups (Q8_0: whole 32-column blocks).
 
-// HSUM8 reduces the 16-lane accumulator (LO, HI) to one float at OFF(AX).
-// Clobbers LO and X15.
-#define HSUM8(YLO, XLO, YHI, OFF) \
-	VADDPS YHI, YLO, YLO; \
-	VEXTRACTF128 $1, YLO, X15; \
-	VADDPS X15, XLO, XLO; \
-	VHADDPS XLO, XLO, XLO; \
-	VHADDPS XLO, XLO, XLO; \
-	VMOVSS XLO, OFF(AX)
+// HSUM1 reduces the 8 lanes of Y to one float at OFF(AX). Clobbers Y, X15.
+#define HSUM1(Y, X, OFF) \
+	VEXTRACTF128 $1, Y, X15; \
+	VADDPS X15, X, X; \
+	VHADDPS X, X, X; \
+	VHADDPS X, X, X; \
+	VMOVSS X, OFF(AX)
 
-#define ZERO4 \
-	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3
-
-#define ZERO12 \
-	ZERO4; \
-	VXORPS Y4, Y4, Y4; VXORPS Y5, Y5, Y5; VXORPS Y6, Y6, Y6; VXORPS Y7, Y7, Y7; \
-	VXORPS Y8, Y8, Y8; VXORPS Y9, Y9, Y9; VXORPS Y10, Y10, Y10; VXORPS Y11, Y11, Y11
-
-// ---- packed float32 rows × tokens -------------------------------------------
+// ---- one token, four rows at a time ---------------------------------------
 //
-// Two weight rows (R8, R9) × up to three tokens (R12, R13, R14), DX the byte
-// offset, CX the chunks. The accumulator of token t, row r, half h is
-// Y(4t+2r+h). Per half: two weight loads, then each token's activation load
-// feeds both rows (10 loads per 12 FMAs with three tokens).
-
-#define TOK(XADDR, YX, A0, A1) \
-	VMOVUPS XADDR, YX; \
-	VFMADD231PS YX, Y12, A0; \
-	VFMADD231PS YX, Y13, A1
-
-#define WLOAD(OFF) \
-	VMOVUPS OFF(R8)(DX*1), Y12; \
-	VMOVUPS OFF(R9)(DX*1), Y13
-
-// func avx2Tile2x3(res *[6]float32, w0, w1, x unsafe.Pointer, ldx, chunks int)
-// res[2t+r] = row r · token t.
-TEXT ·avx2Tile2x3(SB), NOSPLIT, $0-48
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ x+24(FP), R12
-	MOVQ ldx+32(FP), SI
-	LEAQ (R12)(SI*1), R13
-	LEAQ (R13)(SI*1), R14
-	MOVQ chunks+40(FP), CX
-	ZERO12
-	XORQ DX, DX
-	TESTQ CX, CX
-	JZ   t23done
-
-t23loop:
-	WLOAD(0)
-	TOK((R12)(DX*1), Y14, Y0, Y2)
-	TOK((R13)(DX*1), Y15, Y4, Y6)
-	TOK((R14)(DX*1), Y14, Y8, Y10)
-	WLOAD(32)
-	TOK(32(R12)(DX*1), Y15, Y1, Y3)
-	TOK(32(R13)(DX*1), Y14, Y5, Y7)
-	TOK(32(R14)(DX*1), Y15, Y9, Y11)
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  t23loop
-
-t23done:
-	MOVQ res+0(FP), AX
-	HSUM8(Y0, X0, Y1, 0)
-	HSUM8(Y2, X2, Y3, 4)
-	HSUM8(Y4, X4, Y5, 8)
-	HSUM8(Y6, X6, Y7, 12)
-	HSUM8(Y8, X8, Y9, 16)
-	HSUM8(Y10, X10, Y11, 20)
-	VZEROUPPER
-	RET
-
-// func avx2Tile2x2(res *[6]float32, w0, w1, x unsafe.Pointer, ldx, chunks int)
-TEXT ·avx2Tile2x2(SB), NOSPLIT, $0-48
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ x+24(FP), R12
-	MOVQ ldx+32(FP), SI
-	LEAQ (R12)(SI*1), R13
-	MOVQ chunks+40(FP), CX
-	ZERO4
-	VXORPS Y4, Y4, Y4; VXORPS Y5, Y5, Y5; VXORPS Y6, Y6, Y6; VXORPS Y7, Y7, Y7
-	XORQ DX, DX
-	TESTQ CX, CX
-	JZ   t22done
-
-t22loop:
-	WLOAD(0)
-	TOK((R12)(DX*1), Y14, Y0, Y2)
-	TOK((R13)(DX*1), Y15, Y4, Y6)
-	WLOAD(32)
-	TOK(32(R12)(DX*1), Y14, Y1, Y3)
-	TOK(32(R13)(DX*1), Y15, Y5, Y7)
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  t22loop
-
-t22done:
-	MOVQ res+0(FP), AX
-	HSUM8(Y0, X0, Y1, 0)
-	HSUM8(Y2, X2, Y3, 4)
-	HSUM8(Y4, X4, Y5, 8)
-	HSUM8(Y6, X6, Y7, 12)
-	VZEROUPPER
-	RET
-
-// ---- one token, weights read directly ---------------------------------------
-//
-// Two rows at a time (four accumulator chains hide the FMA latency), each
-// row one sequential stream with a software prefetch ROWAHEAD bytes ahead.
-// The activation chunk (Y8, Y9) is loaded once for both rows.
+// Rows R8-R11, activations R12, four accumulator chains (Y0-Y3), each row
+// one sequential stream with a software prefetch ROWAHEAD bytes ahead.
 
 #define ROWAHEAD 2048
 
-// func avx2F32Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
-TEXT ·avx2F32Rows2(SB), NOSPLIT, $0-40
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ x+24(FP), R12
-	MOVQ chunks+32(FP), CX
-	ZERO4
-	XORQ DX, DX
-	TESTQ CX, CX
-	JZ   f32r2done
 
-f32r2loop:
-	PREFETCHT0 ROWAHEAD(R8)(DX*1)
-	PREFETCHT0 ROWAHEAD(R9)(DX*1)
-	VMOVUPS (R12)(DX*1), Y8
-	VMOVUPS 32(R12)(DX*1), Y9
-	VFMADD231PS (R8)(DX*1), Y8, Y0
-	VFMADD231PS 32(R8)(DX*1), Y9, Y1
-	VFMADD231PS (R9)(DX*1), Y8, Y2
-	VFMADD231PS 32(R9)(DX*1), Y9, Y3
-	ADDQ $64, DX
-	DECQ CX
-	JNZ  f32r2loop
-
-f32r2done:
-	MOVQ res+0(FP), AX
-	HSUM8(Y0, X0, Y1, 0)
-	HSUM8(Y2, X2, Y3, 4)
-	VZEROUPPER
-	RET
-
-// HALFROWS2 is the F16/BF16 loop: CVT(ADDR, Y) widens 8 halves to float32.
-// DI is the weight byte offset (2 per column), DX the activation one (4).
-#define HALFROWS2(CVT, LOOP, DONE) \
-	ZERO4; \
-	XORQ DX, DX; \
-	XORQ DI, DI; \
-	TESTQ CX, CX; \
-	JZ   DONE; \
-LOOP: \
-	PREFETCHT0 ROWAHEAD(R8)(DI*1); \
-	PREFETCHT0 ROWAHEAD(R9)(DI*1); \
-	VMOVUPS (R12)(DX*1), Y8; \
-	VMOVUPS 32(R12)(DX*1), Y9; \
-	CVT((R8)(DI*1), Y10); \
-	CVT(16(R8)(DI*1), Y11); \
-	CVT((R9)(DI*1), Y12); \
-	CVT(16(R9)(DI*1), Y13); \
-	VFMADD231PS Y8, Y10, Y0; \
-	VFMADD231PS Y9, Y11, Y1; \
-	VFMADD231PS Y8, Y12, Y2; \
-	VFMADD231PS Y9, Y13, Y3; \
-	ADDQ $64, DX; \
-	ADDQ $32, DI; \
-	DECQ CX; \
-	JNZ  LOOP; \
-DONE: \
-	MOVQ res+0(FP), AX; \
-	HSUM8(Y0, X0, Y1, 0); \
-	HSUM8(Y2, X2, Y3, 4); \
+#define ROWS4_DONE \
+	HSUM1(Y0, X0, 0); \
+	HSUM1(Y1, X1, 4); \
+	HSUM1(Y2, X2, 8); \
+	HSUM1(Y3, X3, 12); \
 	VZEROUPPER; \
 	RET
 
-#define CVTH8(ADDR, Y) VCVTPH2PS ADDR, Y
-#define CVTB8(ADDR, Y) VPMOVZXWD ADDR, Y; VPSLLD $16, Y, Y
-
-// func avx2F16Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
-TEXT ·avx2F16Rows2(SB), NOSPLIT, $0-40
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ x+24(FP), R12
-	MOVQ chunks+32(FP), CX
-	HALFROWS2(CVTH8, f16r2loop, f16r2done)
-
-// func avx2BF16Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, chunks int)
-TEXT ·avx2BF16Rows2(SB), NOSPLIT, $0-40
-	MOVQ w0+8(FP), R8
-	MOVQ w1+16(FP), R9
-	MOVQ x+24(FP), R12
-	MOVQ chunks+32(FP), CX
-	HALFROWS2(CVTB8, bf16r2loop, bf16r2done)
-
-// ---- Q8_0 ------------------------------------------------------------------
-//
-// Q8W(R, OFF, ACC, X): ACC += (float32(q[OFF..OFF+7])·d)·X for the block at
-// (R)(SI*1) whose scale, widened, is in Y12.
-#define Q8W(R, OFF, ACC, YX) \
-	VPMOVSXBD OFF(R)(SI*1), Y13; \
-	VCVTDQ2PS Y13, Y13; \
-	VMULPS Y12, Y13, Y13; \
-	VFMADD231PS YX, Y13, ACC
-
-// Q8ROW: one block of row R into (LO, HI); the block's 32 activations are
-// in Y8-Y11.
-#define Q8ROW(R, LO, HI) \
-	VPBROADCASTW (R)(SI*1), X12; \
+// Q8R: row R's block into ACC; the block's activations are in Y8-Y11.
+#define Q8R(R, ACC) \
+	PREFETCHT0 ROWAHEAD(R); \
+	VPBROADCASTW (R), X12; \
 	VCVTPH2PS X12, Y12; \
-	Q8W(R, 2, LO, Y8); \
-	Q8W(R, 10, HI, Y9); \
-	Q8W(R, 18, LO, Y10); \
-	Q8W(R, 26, HI, Y11)
+	VPMOVSXBD 2(R), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; VFMADD231PS Y8, Y13, ACC; \
+	VPMOVSXBD 10(R), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; VFMADD231PS Y9, Y14, ACC; \
+	VPMOVSXBD 18(R), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; VFMADD231PS Y10, Y13, ACC; \
+	VPMOVSXBD 26(R), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; VFMADD231PS Y11, Y14, ACC; \
+	ADDQ $34, R
 
-// func avx2Q8Rows2(res *[2]float32, w0, w1, x unsafe.Pointer, nb int)
-TEXT ·avx2Q8Rows2(SB), NOSPLIT, $0-40
+// func avx2Q8Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+// n: blocks.
+TEXT ·avx2Q8Rows4(SB), NOSPLIT, $0-56
 	MOVQ w0+8(FP), R8
 	MOVQ w1+16(FP), R9
-	MOVQ x+24(FP), R12
-	MOVQ nb+32(FP), CX
-	ZERO4
-	XORQ DX, DX
-	XORQ SI, SI
-	TESTQ CX, CX
-	JZ   q8r2done
-
-q8r2loop:
-	PREFETCHT0 ROWAHEAD(R8)(SI*1)
-	PREFETCHT0 ROWAHEAD(R9)(SI*1)
-	VMOVUPS (R12)(DX*1), Y8
-	VMOVUPS 32(R12)(DX*1), Y9
-	VMOVUPS 64(R12)(DX*1), Y10
-	VMOVUPS 96(R12)(DX*1), Y11
-	Q8ROW(R8, Y0, Y1)
-	Q8ROW(R9, Y2, Y3)
-	ADDQ $128, DX
-	ADDQ $34, SI
-	DECQ CX
-	JNZ  q8r2loop
-
-q8r2done:
+	MOVQ w2+24(FP), R10
+	MOVQ w3+32(FP), R11
+	MOVQ x+40(FP), R12
 	MOVQ res+0(FP), AX
-	HSUM8(Y0, X0, Y1, 0)
-	HSUM8(Y2, X2, Y3, 4)
-	VZEROUPPER
+	MOVQ n+48(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ CX, CX
+	JZ   q8r4done
+
+q8r4loop:
+	VMOVUPS (R12), Y8
+	VMOVUPS 32(R12), Y9
+	VMOVUPS 64(R12), Y10
+	VMOVUPS 96(R12), Y11
+	Q8R(R8, Y0)
+	Q8R(R9, Y1)
+	Q8R(R10, Y2)
+	Q8R(R11, Y3)
+	ADDQ $128, R12
+	DECQ CX
+	JNZ  q8r4loop
+
+q8r4done:
+	ROWS4_DONE
+
+// FR: row R's 8-column group, widened by CVT into Y13, into ACC (x in Y8).
+#define FR(CVT, R, ACC, STEP) \
+	CVT((R), Y13); \
+	VFMADD231PS Y8, Y13, ACC; \
+	ADDQ $STEP, R
+
+#define CVTF32(ADDR, Y) VMOVUPS ADDR, Y
+#define CVTF16(ADDR, Y) VCVTPH2PS ADDR, Y
+#define CVTBF16(ADDR, Y) VPMOVZXWD ADDR, Y; VPSLLD $16, Y, Y
+
+// FROWS4 is the float loop over n 8-column groups.
+#define FROWS4(CVT, STEP, LOOP, DONE) \
+	TESTQ CX, CX; \
+	JZ   DONE; \
+LOOP: \
+	PREFETCHT0 ROWAHEAD(R8); \
+	PREFETCHT0 ROWAHEAD(R9); \
+	PREFETCHT0 ROWAHEAD(R10); \
+	PREFETCHT0 ROWAHEAD(R11); \
+	VMOVUPS (R12), Y8; \
+	FR(CVT, R8, Y0, STEP); \
+	FR(CVT, R9, Y1, STEP); \
+	FR(CVT, R10, Y2, STEP); \
+	FR(CVT, R11, Y3, STEP); \
+	ADDQ $32, R12; \
+	DECQ CX; \
+	JNZ  LOOP; \
+DONE: \
+	ROWS4_DONE
+
+// func avx2F32Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+// n: 8-column groups (likewise F16, BF16).
+TEXT ·avx2F32Rows4(SB), NOSPLIT, $0-56
+	MOVQ w0+8(FP), R8
+	MOVQ w1+16(FP), R9
+	MOVQ w2+24(FP), R10
+	MOVQ w3+32(FP), R11
+	MOVQ x+40(FP), R12
+	MOVQ res+0(FP), AX
+	MOVQ n+48(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	FROWS4(CVTF32, 32, f32r4loop, f32r4done)
+
+// func avx2F16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+TEXT ·avx2F16Rows4(SB), NOSPLIT, $0-56
+	MOVQ w0+8(FP), R8
+	MOVQ w1+16(FP), R9
+	MOVQ w2+24(FP), R10
+	MOVQ w3+32(FP), R11
+	MOVQ x+40(FP), R12
+	MOVQ res+0(FP), AX
+	MOVQ n+48(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	FROWS4(CVTF16, 16, f16r4loop, f16r4done)
+
+// func avx2BF16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+TEXT ·avx2BF16Rows4(SB), NOSPLIT, $0-56
+	MOVQ w0+8(FP), R8
+	MOVQ w1+16(FP), R9
+	MOVQ w2+24(FP), R10
+	MOVQ w3+32(FP), R11
+	MOVQ x+40(FP), R12
+	MOVQ res+0(FP), AX
+	MOVQ n+48(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	FROWS4(CVTBF16, 16, bf16r4loop, bf16r4done)
+
+// ---- one row × many tokens -------------------------------------------------
+//
+// Each weight group is widened once and multiplied with every token's
+// activations (memory operands): 12, 8 or 4 accumulators. Token t's
+// activations are at X(t) = R10 + t·ldx for t < 4, R11 + (t-4)·ldx,
+// R12 + (t-8)·ldx (SI = ldx, DI = 3·ldx); the 4-token tile takes four
+// pointers (R10, R11, R12, R13) instead, so a short group can repeat one.
+//
+// A tile covers one panel of columns. flags bit 0: start from the raw
+// accumulators stored at acc (else zero); bit 1: the last panel — write the
+// reduced results to acc[0..N) (else store the raw accumulators back).
+
+#define FMA4(B, OFF, YW, A0, A1, A2, A3) \
+	VFMADD231PS OFF(B), YW, A0; \
+	VFMADD231PS OFF(B)(SI*1), YW, A1; \
+	VFMADD231PS OFF(B)(SI*2), YW, A2; \
+	VFMADD231PS OFF(B)(DI*1), YW, A3
+
+#define FMAS12(OFF, YW) \
+	FMA4(R10, OFF, YW, Y0, Y1, Y2, Y3); \
+	FMA4(R11, OFF, YW, Y4, Y5, Y6, Y7); \
+	FMA4(R12, OFF, YW, Y8, Y9, Y10, Y11)
+
+#define FMAS8(OFF, YW) \
+	FMA4(R10, OFF, YW, Y0, Y1, Y2, Y3); \
+	FMA4(R11, OFF, YW, Y4, Y5, Y6, Y7)
+
+#define FMASP4(OFF, YW) \
+	VFMADD231PS OFF(R10), YW, Y0; \
+	VFMADD231PS OFF(R11), YW, Y1; \
+	VFMADD231PS OFF(R12), YW, Y2; \
+	VFMADD231PS OFF(R13), YW, Y3
+
+#define ADV12(N) ADDQ $N, R10; ADDQ $N, R11; ADDQ $N, R12
+#define ADV8(N) ADDQ $N, R10; ADDQ $N, R11
+#define ADVP4(N) ADDQ $N, R10; ADDQ $N, R11; ADDQ $N, R12; ADDQ $N, R13
+
+#define LD4(A, B, C, D, OFF) \
+	VMOVUPS OFF(AX), A; VMOVUPS OFF+32(AX), B; VMOVUPS OFF+64(AX), C; VMOVUPS OFF+96(AX), D
+#define ST4(A, B, C, D, OFF) \
+	VMOVUPS A, OFF(AX); VMOVUPS B, OFF+32(AX); VMOVUPS C, OFF+64(AX); VMOVUPS D, OFF+96(AX)
+#define Z4(A, B, C, D) VXORPS A, A, A; VXORPS B, B, B; VXORPS C, C, C; VXORPS D, D, D
+#define H4(A, XA, B, XB, C, XC, D, XD, OFF) \
+	HSUM1(A, XA, OFF); HSUM1(B, XB, OFF+4); HSUM1(C, XC, OFF+8); HSUM1(D, XD, OFF+12)
+
+#define LOAD12 LD4(Y0, Y1, Y2, Y3, 0); LD4(Y4, Y5, Y6, Y7, 128); LD4(Y8, Y9, Y10, Y11, 256)
+#define STORE12 ST4(Y0, Y1, Y2, Y3, 0); ST4(Y4, Y5, Y6, Y7, 128); ST4(Y8, Y9, Y10, Y11, 256)
+#define ZERO12 Z4(Y0, Y1, Y2, Y3); Z4(Y4, Y5, Y6, Y7); Z4(Y8, Y9, Y10, Y11)
+#define RED12 \
+	H4(Y0, X0, Y1, X1, Y2, X2, Y3, X3, 0); \
+	H4(Y4, X4, Y5, X5, Y6, X6, Y7, X7, 16); \
+	H4(Y8, X8, Y9, X9, Y10, X10, Y11, X11, 32)
+#define LOAD8 LD4(Y0, Y1, Y2, Y3, 0); LD4(Y4, Y5, Y6, Y7, 128)
+#define STORE8 ST4(Y0, Y1, Y2, Y3, 0); ST4(Y4, Y5, Y6, Y7, 128)
+#define ZERO8 Z4(Y0, Y1, Y2, Y3); Z4(Y4, Y5, Y6, Y7)
+#define RED8 \
+	H4(Y0, X0, Y1, X1, Y2, X2, Y3, X3, 0); \
+	H4(Y4, X4, Y5, X5, Y6, X6, Y7, X7, 16)
+#define LOAD4 LD4(Y0, Y1, Y2, Y3, 0)
+#define STORE4 ST4(Y0, Y1, Y2, Y3, 0)
+#define ZERO4 Z4(Y0, Y1, Y2, Y3)
+#define RED4 H4(Y0, X0, Y1, X1, Y2, X2, Y3, X3, 0)
+
+// Arguments: func(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// (the 4-token tile: acc, w, x0, x1, x2, x3, n, flags).
+
+
+// TILE is a whole tile: START loads or zeroes the accumulators, BODY does
+// one step (a Q8_0 block or an 8-column group) and advances R8 and the
+// activation pointers.
+#define TILE(LOAD, ZERO, STORE, RED, BODY, L0, L1, L2, L3, L4) \
+	TESTQ $1, BX; \
+	JZ   L0; \
+	LOAD; \
+	JMP  L1; \
+L0: \
+	ZERO; \
+L1: \
+	TESTQ CX, CX; \
+	JZ   L3; \
+L2: \
+	BODY; \
+	DECQ CX; \
+	JNZ  L2; \
+L3: \
+	TESTQ $2, BX; \
+	JNZ  L4; \
+	STORE; \
+	VZEROUPPER; \
+	RET; \
+L4: \
+	RED; \
+	VZEROUPPER; \
 	RET
 
-// func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb int)
-// dst[32b+i] = float32(q_b[i])·d_b, exactly as the Q8 kernels above form it.
-TEXT ·avx2Q8Unpack(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
+// Q8 step: one block (32 columns) with FMAS, then advance by ADV.
+#define Q8STEP(FMAS, ADV) \
+	VPBROADCASTW (R8), X12; \
+	VCVTPH2PS X12, Y12; \
+	VPMOVSXBD 2(R8), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; FMAS(0, Y13); \
+	VPMOVSXBD 10(R8), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; FMAS(32, Y14); \
+	VPMOVSXBD 18(R8), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; FMAS(64, Y13); \
+	VPMOVSXBD 26(R8), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; FMAS(96, Y14); \
+	ADDQ $34, R8; \
+	ADV(128)
+
+// Float step: one 8-column group.
+#define FSTEP(CVT, WSTEP, FMAS, ADV) \
+	CVT((R8), Y13); \
+	FMAS(0, Y13); \
+	ADDQ $WSTEP, R8; \
+	ADV(32)
+
+#define Q8S12 Q8STEP(FMAS12, ADV12)
+#define Q8S8 Q8STEP(FMAS8, ADV8)
+#define Q8SP4 Q8STEP(FMASP4, ADVP4)
+#define F32S12 FSTEP(CVTF32, 32, FMAS12, ADV12)
+#define F32S8 FSTEP(CVTF32, 32, FMAS8, ADV8)
+#define F32SP4 FSTEP(CVTF32, 32, FMASP4, ADVP4)
+#define F16S12 FSTEP(CVTF16, 16, FMAS12, ADV12)
+#define F16S8 FSTEP(CVTF16, 16, FMAS8, ADV8)
+#define F16SP4 FSTEP(CVTF16, 16, FMASP4, ADVP4)
+#define BF16S12 FSTEP(CVTBF16, 16, FMAS12, ADV12)
+#define BF16S8 FSTEP(CVTBF16, 16, FMAS8, ADV8)
+#define BF16SP4 FSTEP(CVTBF16, 16, FMASP4, ADVP4)
+
+// func avx2Q8Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2Q8Tile12(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ nb+16(FP), CX
-	XORQ SI, SI
-	TESTQ CX, CX
-	JZ   q8udone
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD12, ZERO12, STORE12, RED12, Q8S12, q12z, q12s, q12l, q12e, q12r)
 
-q8uloop:
-	VPBROADCASTW (R8)(SI*1), X12
-	VCVTPH2PS X12, Y12
-	VPMOVSXBD 2(R8)(SI*1), Y0
-	VPMOVSXBD 10(R8)(SI*1), Y1
-	VPMOVSXBD 18(R8)(SI*1), Y2
-	VPMOVSXBD 26(R8)(SI*1), Y3
-	VCVTDQ2PS Y0, Y0
-	VCVTDQ2PS Y1, Y1
-	VCVTDQ2PS Y2, Y2
-	VCVTDQ2PS Y3, Y3
-	VMULPS Y12, Y0, Y0
-	VMULPS Y12, Y1, Y1
-	VMULPS Y12, Y2, Y2
-	VMULPS Y12, Y3, Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y2, 64(DI)
-	VMOVUPS Y3, 96(DI)
-	ADDQ $128, DI
-	ADDQ $34, SI
-	DECQ CX
-	JNZ  q8uloop
+// func avx2Q8Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2Q8Tile8(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD8, ZERO8, STORE8, RED8, Q8S8, q8z, q8s, q8l, q8e, q8r)
 
-q8udone:
-	VZEROUPPER
-	RET
+// func avx2Q8Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+TEXT ·avx2Q8Tile4(SB), NOSPLIT, $0-64
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x0+16(FP), R10
+	MOVQ x1+24(FP), R11
+	MOVQ x2+32(FP), R12
+	MOVQ x3+40(FP), R13
+	MOVQ n+48(FP), CX
+	MOVQ flags+56(FP), BX
+	TILE(LOAD4, ZERO4, STORE4, RED4, Q8SP4, q4z, q4s, q4l, q4e, q4r)
 
-// func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
-// Converts 8·n8 halves.
-TEXT ·avx2CvtF16(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n8+16(FP), CX
-	XORQ DX, DX
-	TESTQ CX, CX
-	JZ   cvt8done
+// func avx2F32Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2F32Tile12(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD12, ZERO12, STORE12, RED12, F32S12, f32t12z, f32t12s, f32t12l, f32t12e, f32t12r)
 
-cvt8loop:
-	VCVTPH2PS (SI)(DX*1), Y0
-	VMOVUPS Y0, (DI)(DX*2)
-	ADDQ $16, DX
-	DECQ CX
-	JNZ  cvt8loop
+// func avx2F32Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2F32Tile8(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD8, ZERO8, STORE8, RED8, F32S8, f32t8z, f32t8s, f32t8l, f32t8e, f32t8r)
 
-cvt8done:
-	VZEROUPPER
-	RET
+// func avx2F32Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+TEXT ·avx2F32Tile4(SB), NOSPLIT, $0-64
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x0+16(FP), R10
+	MOVQ x1+24(FP), R11
+	MOVQ x2+32(FP), R12
+	MOVQ x3+40(FP), R13
+	MOVQ n+48(FP), CX
+	MOVQ flags+56(FP), BX
+	TILE(LOAD4, ZERO4, STORE4, RED4, F32SP4, f32t4z, f32t4s, f32t4l, f32t4e, f32t4r)
+
+// func avx2F16Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2F16Tile12(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD12, ZERO12, STORE12, RED12, F16S12, f16t12z, f16t12s, f16t12l, f16t12e, f16t12r)
+
+// func avx2F16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2F16Tile8(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD8, ZERO8, STORE8, RED8, F16S8, f16t8z, f16t8s, f16t8l, f16t8e, f16t8r)
+
+// func avx2F16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+TEXT ·avx2F16Tile4(SB), NOSPLIT, $0-64
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x0+16(FP), R10
+	MOVQ x1+24(FP), R11
+	MOVQ x2+32(FP), R12
+	MOVQ x3+40(FP), R13
+	MOVQ n+48(FP), CX
+	MOVQ flags+56(FP), BX
+	TILE(LOAD4, ZERO4, STORE4, RED4, F16SP4, f16t4z, f16t4s, f16t4l, f16t4e, f16t4r)
+
+// func avx2BF16Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2BF16Tile12(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD12, ZERO12, STORE12, RED12, BF16S12, bf16t12z, bf16t12s, bf16t12l, bf16t12e, bf16t12r)
+
+// func avx2BF16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+TEXT ·avx2BF16Tile8(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x+16(FP), R10
+	MOVQ ldx+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ flags+40(FP), BX
+	LEAQ (SI)(SI*2), DI
+	LEAQ (R10)(SI*4), R11
+	LEAQ (R11)(SI*4), R12
+	TILE(LOAD8, ZERO8, STORE8, RED8, BF16S8, bf16t8z, bf16t8s, bf16t8l, bf16t8e, bf16t8r)
+
+// func avx2BF16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
+TEXT ·avx2BF16Tile4(SB), NOSPLIT, $0-64
+	MOVQ acc+0(FP), AX
+	MOVQ w+8(FP), R8
+	MOVQ x0+16(FP), R10
+	MOVQ x1+24(FP), R11
+	MOVQ x2+32(FP), R12
+	MOVQ x3+40(FP), R13
+	MOVQ n+48(FP), CX
+	MOVQ flags+56(FP), BX
+	TILE(LOAD4, ZERO4, STORE4, RED4, BF16SP4, bf16t4z, bf16t4s, bf16t4l, bf16t4e, bf16t4r)

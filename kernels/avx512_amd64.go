@@ -29,6 +29,7 @@ func newAVX512(name string, asm, vnni bool) *backend {
 		name:        name,
 		matmul:      k.matmul,
 		quantizeAct: avx512QuantizeAct,
+		mmLanes:     16,
 		dot:         avx512Dot,
 		rmsnorm:     avx512RMSNorm,
 		rope:        avx512RoPE,

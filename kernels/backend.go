@@ -19,6 +19,9 @@ type backend struct {
 	// activations (dequantized exactly) instead of quantized ones: MatMul
 	// then skips quantizeAct.
 	floatQ8 bool
+	// mmLanes names matmul's reduction order: backends with the same
+	// value (and floatQ8) compute MatMul bit for bit alike.
+	mmLanes int
 
 	dot     func(a, b []float32) float32
 	rmsnorm func(out, x, weight []float32, eps float32) // one row of len(x)

@@ -129,9 +129,10 @@ func (c *CPU) planMatMul(rows, T, rb int) {
 	if T > 1 {
 		budget = 128 << 10
 		if c.be.floatQ8 {
-			// The rows are converted to float32 per item: keep those in L2.
-			budget = 192 << 10
-			rb = 4 * c.mm.w.Cols
+			// avx2 keeps a 384-byte accumulator block per row and token
+			// group of the item: keep those, the rows and the activations
+			// in L2.
+			budget = 64 << 10
 		}
 	}
 	per := max(budget/max(rb, 1), 4)
