@@ -90,6 +90,12 @@ func avx2BF16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
 //go:noescape
 func avx2BF16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
 
+//go:noescape
+func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb int)
+
+//go:noescape
+func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
+
 // avx2Kernels is one weight type's set of assembly kernels.
 type avx2Kernels struct {
 	rows4       func(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
@@ -147,6 +153,16 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 			flags |= avx2Reduce
 		}
 		n, woff := pc/k.colsPerStep, p0/k.colsPerStep*k.stepBytes
+		// With several token groups, widen the panel of every row once
+		// (the float32 tiles then do the same products in the same order).
+		tk, wbase, wstride := k, unsafe.Add(base, woff), a.rb
+		if groups > 1 && m.Type != F32 {
+			w.f32 = growF32(w.f32, nr*pc)
+			for r := r0; r < r1; r++ {
+				avx2Widen(w.f32[(r-r0)*pc:(r-r0+1)*pc], m.Type, unsafe.Add(base, r*a.rb+woff))
+			}
+			tk, wbase, wstride, n = &avx2ByType[F32], unsafe.Add(f32ptr(w.f32), -4*r0*pc), 4*pc, pc/8
+		}
 		t, g := t0, 0
 		for t < t1 {
 			size := min(t1-t, 12)
@@ -158,12 +174,12 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 			x := unsafe.Add(xp, t*ldx+4*p0)
 			for r := r0; r < r1; r++ {
 				acc := (*[96]float32)(w.acc[(g*nr+r-r0)*96:])
-				wr := unsafe.Add(base, r*a.rb+woff)
+				wr := unsafe.Add(wbase, r*wstride)
 				switch {
 				case size == 12:
-					k.tile12(acc, wr, x, ldx, n, flags)
+					tk.tile12(acc, wr, x, ldx, n, flags)
 				case size == 8:
-					k.tile8(acc, wr, x, ldx, n, flags)
+					tk.tile8(acc, wr, x, ldx, n, flags)
 				default:
 					last := unsafe.Add(x, (size-1)*ldx)
 					x1, x2, x3 := last, last, last
@@ -173,7 +189,7 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 					if size > 2 {
 						x2 = unsafe.Add(x, 2*ldx)
 					}
-					k.tile4(acc, wr, x, x1, x2, x3, n, flags)
+					tk.tile4(acc, wr, x, x1, x2, x3, n, flags)
 				}
 				if flags&avx2Reduce != 0 {
 					for i := range size {
@@ -184,6 +200,18 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 			t += size
 			g++
 		}
+	}
+}
+
+// avx2Widen converts len(dst) weights of type dt at src to float32, exactly.
+func avx2Widen(dst []float32, dt DType, src unsafe.Pointer) {
+	switch dt {
+	case F16:
+		avx2CvtF16(&dst[0], src, len(dst)/8)
+	case BF16:
+		cvtBF16Row2(dst, src, len(dst))
+	case Q8_0:
+		avx2Q8Unpack(&dst[0], src, len(dst)/Q8BlockSize)
 	}
 }
 

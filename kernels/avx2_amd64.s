@@ -438,3 +438,63 @@ TEXT ·avx2BF16Tile4(SB), NOSPLIT, $0-64
 	MOVQ n+48(FP), CX
 	MOVQ flags+56(FP), BX
 	TILE(LOAD4, ZERO4, STORE4, RED4, BF16SP4, bf16t4z, bf16t4s, bf16t4l, bf16t4e, bf16t4r)
+
+// ---- widening a panel once for several token groups ------------------------
+
+// func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb int)
+// dst[32b+i] = float32(q_b[i])·d_b, exactly as the kernels above form it.
+TEXT ·avx2Q8Unpack(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	MOVQ nb+16(FP), CX
+	TESTQ CX, CX
+	JZ   q8udone
+
+q8uloop:
+	VPBROADCASTW (R8), X12
+	VCVTPH2PS X12, Y12
+	VPMOVSXBD 2(R8), Y0
+	VPMOVSXBD 10(R8), Y1
+	VPMOVSXBD 18(R8), Y2
+	VPMOVSXBD 26(R8), Y3
+	VCVTDQ2PS Y0, Y0
+	VCVTDQ2PS Y1, Y1
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VMULPS Y12, Y0, Y0
+	VMULPS Y12, Y1, Y1
+	VMULPS Y12, Y2, Y2
+	VMULPS Y12, Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ $128, DI
+	ADDQ $34, R8
+	DECQ CX
+	JNZ  q8uloop
+
+q8udone:
+	VZEROUPPER
+	RET
+
+// func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
+// Widens 8·n8 halves.
+TEXT ·avx2CvtF16(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n8+16(FP), CX
+	TESTQ CX, CX
+	JZ   cvt8done
+
+cvt8loop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ  cvt8loop
+
+cvt8done:
+	VZEROUPPER
+	RET
