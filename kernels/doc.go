@@ -5,18 +5,24 @@
 //
 // # Code paths
 //
-// The portable path is plain Go, always built and tested. Built with
-// GOEXPERIMENT=simd on amd64, two more exist and the best one the CPU
-// supports is chosen at run time (CPU.Name says which):
-//   - avx512: simd/archsimd for most kernels, plus Go assembly
-//     (tiles_amd64.s) for the matmul tiles archsimd cannot express well —
-//     4×4 register tiles need all 32 vector registers (the compiler allocates
-//     15), Q8_0 uses VPDPBUSD (AVX512-VNNI, when present) and F16 uses
-//     VCVTPH2PS, neither of which archsimd exposes.
-//   - avx2: AVX2+FMA via archsimd.
+// The portable path ("generic") is plain Go, always built and tested. Built
+// with GOEXPERIMENT=simd on amd64, two more exist, and the best one the CPU
+// supports is chosen at run time from CPUID (Features, Backends); nothing
+// in this package executes a vector instruction before that choice, so the
+// same binary runs on any x86-64 (TestNoSIMDAtInit keeps it so).
+// NewCPUBackend forces a path by name:
+//   - avx512 (AVX-512 F/BW/DQ/VL): simd/archsimd for most kernels, plus Go
+//     assembly (tiles_amd64.s) for the matmul tiles archsimd cannot express
+//     well — 4×4 register tiles need all 32 vector registers, Q8_0 uses
+//     VPDPBUSD (AVX512-VNNI, when present) and F16 uses VCVTPH2PS.
+//   - avx2 (AVX2, FMA, F16C): archsimd, and Go assembly (avx2_amd64.s) for
+//     the matmul: a 4-row single-token matvec and 1-row × 12/8/4-token tiles
+//     over 256-column panels, each widened weight vector serving every token
+//     of the tile.
 //
-// Without GOEXPERIMENT=simd the portable path runs everywhere, roughly ten
-// times slower; production builds on amd64 should set it.
+// Without GOEXPERIMENT=simd, or on other architectures (arm64 included),
+// the portable path runs, roughly ten times slower; production builds on
+// amd64 should set it.
 //
 // # Determinism
 //
@@ -24,18 +30,25 @@
 // depends only on the shapes of the matrix and sequence, never on how many
 // tokens are in the call, how the call is split across threads or which tile
 // of the blocked kernel computed it. A token's output is therefore
-// bit-identical whether it runs alone or batched ("batch invariance"), as long
-// as the same code path runs. The avx512 and avx2 paths share one reduction
-// order (see simd_amd64.go) and agree bit for bit (NaN payloads aside). The
-// portable path sums in another order with unfused float32 arithmetic and
-// agrees with them within float32 rounding, not bit for bit; its RoPE, Add
-// and Q8_0 activation quantization are bit-identical to the SIMD ones.
+// bit-identical whether it runs alone or batched ("batch invariance"), on
+// any one code path. Across paths: avx512 and avx2 share one reduction order
+// for everything but MatMul (see simd_amd64.go) and agree bit for bit there;
+// avx2's MatMul sums each output in 8 lanes instead of 16 and multiplies
+// Q8_0 weights with unquantized activations (see avx2_amd64.go), so it
+// agrees with the others within float32 rounding (and, for Q8_0, the
+// activation quantization those make). The portable path sums in another
+// order with unfused float32 arithmetic and agrees with them within float32
+// rounding, not bit for bit; its RoPE, Add and Q8_0 activation quantization
+// are bit-identical to the SIMD ones.
 //
 // # Q8_0
 //
-// Q8_0 products quantize each activation row to Q8_0 (scale kept in float32)
-// once per call and run int8·int8 block dot products with int32 sums, as
-// llama.cpp does. They differ from a float product with the dequantized
-// weights by at most Σ_blocks (max|x_block|/254)·Σ_block|w| (the activation
-// rounding) plus float32 accumulation error.
+// Q8_0 products on the generic and avx512 paths quantize each activation row
+// to Q8_0 (scale kept in float32) once per call and run int8·int8 block dot
+// products with int32 sums, as llama.cpp does. They differ from a float
+// product with the dequantized weights by at most
+// Σ_blocks (max|x_block|/254)·Σ_block|w| (the activation rounding) plus
+// float32 accumulation error. The avx2 path multiplies the exactly
+// dequantized weights with the float32 activations: float32 accumulation
+// error only.
 package kernels
