@@ -117,6 +117,10 @@ var avx2ByType = [...]avx2Kernels{
 // takes the row: 12 tokens' activations of a panel (12 KiB) stay in L1.
 const avx2Panel = 256
 
+// avx2PanelFew is the panel when no group has more than 8 tokens: fewer,
+// longer tile calls, the activations still in L1.
+const avx2PanelFew = 512
+
 // Tile flags (avx2_amd64.s).
 const (
 	avx2Resume = 1 // start from the stored raw accumulators
@@ -143,8 +147,12 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 	groups := nt/12 + (nt%12)/8 + (nt%12%8+3)/4
 	nr := r1 - r0
 	w.acc = growF32(w.acc, groups*nr*96)
-	for p0 := 0; p0 < cols; p0 += avx2Panel {
-		pc := min(avx2Panel, cols-p0)
+	panel := avx2Panel
+	if nt <= 8 {
+		panel = avx2PanelFew
+	}
+	for p0 := 0; p0 < cols; p0 += panel {
+		pc := min(panel, cols-p0)
 		flags := 0
 		if p0 > 0 {
 			flags |= avx2Resume
@@ -272,6 +280,16 @@ func (a acc16) fma(w0, w1, x0, x1 archsimd.Float32x8) acc16 {
 }
 
 func (a acc16) sum() float32 { return hsum8(a.lo.Add(a.hi)) }
+
+// hsum4acc16 is [a.sum(), b.sum(), c.sum(), d.sum()], the same additions
+// with the horizontal adds shared (as hsum4x16).
+func hsum4acc16(a, b, c, d acc16) archsimd.Float32x4 {
+	q := func(v acc16) archsimd.Float32x4 {
+		h := v.lo.Add(v.hi)
+		return h.GetLo().Add(h.GetHi())
+	}
+	return q(a).AddPairs(q(b)).AddPairs(q(c).AddPairs(q(d)))
+}
 
 func loadF32x8(p unsafe.Pointer, i int) archsimd.Float32x8 {
 	return archsimd.LoadUint8x32(bytes32At(p, 4*i)).AsFloat32x8()
@@ -635,8 +653,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 				c2 = c2.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k2, d)), archsimd.LoadFloat32x8(f32x8At(k2, d+8)))
 				c3 = c3.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k3, d)), archsimd.LoadFloat32x8(f32x8At(k3, d+8)))
 			}
-			scores[p], scores[p+1] = c0.sum()*a.scale, c1.sum()*a.scale
-			scores[p+2], scores[p+3] = c2.sum()*a.scale, c3.sum()*a.scale
+			hsum4acc16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(a.scale)).Store((*[4]float32)(scores[p : p+4]))
 		}
 	}
 	for ; p < n; p++ {
