@@ -43,16 +43,16 @@ type acc16 struct{ lo, hi archsimd.Float32x8 }
 // Assembly kernels (avx2_amd64.s). n counts Q8_0 blocks or 8-column groups.
 
 //go:noescape
-func avx2Q8Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+func avx2Q8Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
 //go:noescape
-func avx2F32Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+func avx2F32Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
 //go:noescape
-func avx2F16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+func avx2F16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
 //go:noescape
-func avx2BF16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+func avx2BF16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
 //go:noescape
 func avx2Q8Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
@@ -98,7 +98,7 @@ func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
 
 // avx2Kernels is one weight type's set of assembly kernels.
 type avx2Kernels struct {
-	rows4       func(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+	rows4       func(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 	tile12      func(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
 	tile8       func(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
 	tile4       func(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
@@ -223,6 +223,12 @@ func avx2Widen(dst []float32, dt DType, src unsafe.Pointer) {
 	}
 }
 
+// avx2PrefetchRows: the single-token matvec prefetches each row's columns
+// this many rows ahead (two calls on): 20 → 35 tok/s single-sequence decode
+// of the Qwen2.5-0.5B-shaped Q8_0 model here, where 2 KiB ahead of each row
+// mostly fetched the rows of the same call.
+const avx2PrefetchRows = 8
+
 // avx2Rows is the single-token matvec: four rows at a time, straight from
 // the weights.
 func avx2Rows(a *mmArgs, k *avx2Kernels, r0, r1, t int) {
@@ -231,10 +237,11 @@ func avx2Rows(a *mmArgs, k *avx2Kernels, r0, r1, t int) {
 	x := unsafe.Add(f32ptr(a.x), 4*t*m.Cols)
 	out := a.out[t*m.Rows:]
 	n := m.Cols / k.colsPerStep
+	pf := avx2PrefetchRows * a.rb
 	var res [4]float32
 	for r := r0; r < r1; r += 4 {
 		p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
-		k.rows4(&res, p0, p1, p2, p3, x, n)
+		k.rows4(&res, p0, p1, p2, p3, x, n, pf)
 		copy(out[r:min(r+4, r1)], res[:])
 	}
 }
@@ -692,3 +699,4 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		storeF32x8Tail(acc.Mul(inv), o[d:d+m])
 	}
 }
+

@@ -27,10 +27,10 @@
 
 // ---- one token, four rows at a time ---------------------------------------
 //
-// Rows R8-R11, activations R12, four accumulator chains (Y0-Y3), each row
-// one sequential stream with a software prefetch ROWAHEAD bytes ahead.
-
-#define ROWAHEAD 2048
+// Rows R8-R11, activations R12, four accumulator chains (Y0-Y3). The four
+// rows lie side by side in memory and the next call takes the four after
+// them, so each row prefetches DX = pf bytes ahead: the same columns some
+// rows further on.
 
 
 #define ROWS4_DONE \
@@ -43,7 +43,7 @@
 
 // Q8R: row R's block into ACC; the block's activations are in Y8-Y11.
 #define Q8R(R, ACC) \
-	PREFETCHT0 ROWAHEAD(R); \
+	PREFETCHT0 (R)(DX*1); \
 	VPBROADCASTW (R), X12; \
 	VCVTPH2PS X12, Y12; \
 	VPMOVSXBD 2(R), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; VFMADD231PS Y8, Y13, ACC; \
@@ -52,9 +52,9 @@
 	VPMOVSXBD 26(R), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; VFMADD231PS Y11, Y14, ACC; \
 	ADDQ $34, R
 
-// func avx2Q8Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+// func avx2Q8Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 // n: blocks.
-TEXT ·avx2Q8Rows4(SB), NOSPLIT, $0-56
+TEXT ·avx2Q8Rows4(SB), NOSPLIT, $0-64
 	MOVQ w0+8(FP), R8
 	MOVQ w1+16(FP), R9
 	MOVQ w2+24(FP), R10
@@ -62,6 +62,7 @@ TEXT ·avx2Q8Rows4(SB), NOSPLIT, $0-56
 	MOVQ x+40(FP), R12
 	MOVQ res+0(FP), AX
 	MOVQ n+48(FP), CX
+	MOVQ pf+56(FP), DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -100,10 +101,10 @@ q8r4done:
 	TESTQ CX, CX; \
 	JZ   DONE; \
 LOOP: \
-	PREFETCHT0 ROWAHEAD(R8); \
-	PREFETCHT0 ROWAHEAD(R9); \
-	PREFETCHT0 ROWAHEAD(R10); \
-	PREFETCHT0 ROWAHEAD(R11); \
+	PREFETCHT0 (R8)(DX*1); \
+	PREFETCHT0 (R9)(DX*1); \
+	PREFETCHT0 (R10)(DX*1); \
+	PREFETCHT0 (R11)(DX*1); \
 	VMOVUPS (R12), Y8; \
 	FR(CVT, R8, Y0, STEP); \
 	FR(CVT, R9, Y1, STEP); \
@@ -115,9 +116,9 @@ LOOP: \
 DONE: \
 	ROWS4_DONE
 
-// func avx2F32Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+// func avx2F32Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 // n: 8-column groups (likewise F16, BF16).
-TEXT ·avx2F32Rows4(SB), NOSPLIT, $0-56
+TEXT ·avx2F32Rows4(SB), NOSPLIT, $0-64
 	MOVQ w0+8(FP), R8
 	MOVQ w1+16(FP), R9
 	MOVQ w2+24(FP), R10
@@ -125,14 +126,15 @@ TEXT ·avx2F32Rows4(SB), NOSPLIT, $0-56
 	MOVQ x+40(FP), R12
 	MOVQ res+0(FP), AX
 	MOVQ n+48(FP), CX
+	MOVQ pf+56(FP), DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	FROWS4(CVTF32, 32, f32r4loop, f32r4done)
 
-// func avx2F16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
-TEXT ·avx2F16Rows4(SB), NOSPLIT, $0-56
+// func avx2F16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+TEXT ·avx2F16Rows4(SB), NOSPLIT, $0-64
 	MOVQ w0+8(FP), R8
 	MOVQ w1+16(FP), R9
 	MOVQ w2+24(FP), R10
@@ -140,14 +142,15 @@ TEXT ·avx2F16Rows4(SB), NOSPLIT, $0-56
 	MOVQ x+40(FP), R12
 	MOVQ res+0(FP), AX
 	MOVQ n+48(FP), CX
+	MOVQ pf+56(FP), DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	FROWS4(CVTF16, 16, f16r4loop, f16r4done)
 
-// func avx2BF16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
-TEXT ·avx2BF16Rows4(SB), NOSPLIT, $0-56
+// func avx2BF16Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+TEXT ·avx2BF16Rows4(SB), NOSPLIT, $0-64
 	MOVQ w0+8(FP), R8
 	MOVQ w1+16(FP), R9
 	MOVQ w2+24(FP), R10
@@ -155,6 +158,7 @@ TEXT ·avx2BF16Rows4(SB), NOSPLIT, $0-56
 	MOVQ x+40(FP), R12
 	MOVQ res+0(FP), AX
 	MOVQ n+48(FP), CX
+	MOVQ pf+56(FP), DX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
