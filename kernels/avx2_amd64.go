@@ -699,4 +699,3 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		storeF32x8Tail(acc.Mul(inv), o[d:d+m])
 	}
 }
-
