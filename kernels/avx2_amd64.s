@@ -167,40 +167,30 @@ TEXT ·avx2BF16Rows4(SB), NOSPLIT, $0-64
 
 // ---- one row × many tokens -------------------------------------------------
 //
-// Each weight group is widened once and multiplied with every token's
-// activations (memory operands): 12, 8 or 4 accumulators. Token t's
-// activations are at X(t) = R10 + t·ldx for t < 4, R11 + (t-4)·ldx,
-// R12 + (t-8)·ldx (SI = ldx, DI = 3·ldx); the 4-token tile takes four
-// pointers (R10, R11, R12, R13) instead, so a short group can repeat one.
+// Each weight group of 8 columns is widened once and multiplied with every
+// token's activations: 12, 8 or 4 accumulators (Y0-Y11). The activations
+// come packed per tile (avx2PackX): for each 8-column group, the N tokens'
+// 8 values one after the other, so every FMA reads a fixed displacement from
+// one pointer (R10) — no indexed addressing, which Intel cores split into
+// two µops for a three-operand instruction.
 //
 // A tile covers one panel of columns. flags bit 0: start from the raw
 // accumulators stored at acc (else zero); bit 1: the last panel — write the
 // reduced results to acc[0..N) (else store the raw accumulators back).
+// Each step prefetches its weights pf bytes ahead (DX): the same columns of
+// a row further on, which the tiles of the next rows read.
 
-#define FMA4(B, OFF, YW, A0, A1, A2, A3) \
-	VFMADD231PS OFF(B), YW, A0; \
-	VFMADD231PS OFF(B)(SI*1), YW, A1; \
-	VFMADD231PS OFF(B)(SI*2), YW, A2; \
-	VFMADD231PS OFF(B)(DI*1), YW, A3
+// XFMA: ACC += YW · the activations at OFF(R10).
+#define XFMA(OFF, YW, ACC) VFMADD231PS OFF(R10), YW, ACC
 
-#define FMAS12(OFF, YW) \
-	FMA4(R10, OFF, YW, Y0, Y1, Y2, Y3); \
-	FMA4(R11, OFF, YW, Y4, Y5, Y6, Y7); \
-	FMA4(R12, OFF, YW, Y8, Y9, Y10, Y11)
-
+#define FMAS4(OFF, YW) \
+	XFMA(OFF, YW, Y0); XFMA(OFF+32, YW, Y1); XFMA(OFF+64, YW, Y2); XFMA(OFF+96, YW, Y3)
 #define FMAS8(OFF, YW) \
-	FMA4(R10, OFF, YW, Y0, Y1, Y2, Y3); \
-	FMA4(R11, OFF, YW, Y4, Y5, Y6, Y7)
-
-#define FMASP4(OFF, YW) \
-	VFMADD231PS OFF(R10), YW, Y0; \
-	VFMADD231PS OFF(R11), YW, Y1; \
-	VFMADD231PS OFF(R12), YW, Y2; \
-	VFMADD231PS OFF(R13), YW, Y3
-
-#define ADV12(N) ADDQ $N, R10; ADDQ $N, R11; ADDQ $N, R12
-#define ADV8(N) ADDQ $N, R10; ADDQ $N, R11
-#define ADVP4(N) ADDQ $N, R10; ADDQ $N, R11; ADDQ $N, R12; ADDQ $N, R13
+	FMAS4(OFF, YW); \
+	XFMA(OFF+128, YW, Y4); XFMA(OFF+160, YW, Y5); XFMA(OFF+192, YW, Y6); XFMA(OFF+224, YW, Y7)
+#define FMAS12(OFF, YW) \
+	FMAS8(OFF, YW); \
+	XFMA(OFF+256, YW, Y8); XFMA(OFF+288, YW, Y9); XFMA(OFF+320, YW, Y10); XFMA(OFF+352, YW, Y11)
 
 #define LD4(A, B, C, D, OFF) \
 	VMOVUPS OFF(AX), A; VMOVUPS OFF+32(AX), B; VMOVUPS OFF+64(AX), C; VMOVUPS OFF+96(AX), D
@@ -228,13 +218,10 @@ TEXT ·avx2BF16Rows4(SB), NOSPLIT, $0-64
 #define ZERO4 Z4(Y0, Y1, Y2, Y3)
 #define RED4 H4(Y0, X0, Y1, X1, Y2, X2, Y3, X3, 0)
 
-// Arguments: func(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
-// (the 4-token tile: acc, w, x0, x1, x2, x3, n, flags).
-
-
-// TILE is a whole tile: START loads or zeroes the accumulators, BODY does
-// one step (a Q8_0 block or an 8-column group) and advances R8 and the
-// activation pointers.
+// TILE is a whole tile after the arguments are loaded (AX = acc, R8 = w,
+// R10 = packed activations, CX = steps, BX = flags, DX = pf): LOAD or ZERO
+// the accumulators, BODY per step (a Q8_0 block or an 8-column group; it
+// advances R8 and R10), then STORE or RED.
 #define TILE(LOAD, ZERO, STORE, RED, BODY, L0, L1, L2, L3, L4) \
 	TESTQ $1, BX; \
 	JZ   L0; \
@@ -260,201 +247,183 @@ L4: \
 	VZEROUPPER; \
 	RET
 
-// Q8 step: one block (32 columns) with FMAS, then advance by ADV.
-#define Q8STEP(FMAS, ADV) \
+// Q8 step: one block (32 columns, 4 groups of N tokens × 32 bytes).
+#define Q8W(OFF, Y) \
+	VPMOVSXBD OFF(R8), Y; VCVTDQ2PS Y, Y; VMULPS Y12, Y, Y
+#define Q8STEP(FMAS, XB) \
+	PREFETCHT0 (R8)(DX*1); \
 	VPBROADCASTW (R8), X12; \
 	VCVTPH2PS X12, Y12; \
-	VPMOVSXBD 2(R8), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; FMAS(0, Y13); \
-	VPMOVSXBD 10(R8), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; FMAS(32, Y14); \
-	VPMOVSXBD 18(R8), Y13; VCVTDQ2PS Y13, Y13; VMULPS Y12, Y13, Y13; FMAS(64, Y13); \
-	VPMOVSXBD 26(R8), Y14; VCVTDQ2PS Y14, Y14; VMULPS Y12, Y14, Y14; FMAS(96, Y14); \
+	Q8W(2, Y13); FMAS(0, Y13); \
+	Q8W(10, Y14); FMAS(XB, Y14); \
+	Q8W(18, Y13); FMAS(2*XB, Y13); \
+	Q8W(26, Y14); FMAS(3*XB, Y14); \
 	ADDQ $34, R8; \
-	ADV(128)
+	ADDQ $(4*XB), R10
 
-// Float step: one 8-column group.
-#define FSTEP(CVT, WSTEP, FMAS, ADV) \
+// Float step: one 8-column group (XB bytes of packed activations).
+#define FSTEP(CVT, WSTEP, FMAS, XB) \
+	PREFETCHT0 (R8)(DX*1); \
 	CVT((R8), Y13); \
 	FMAS(0, Y13); \
 	ADDQ $WSTEP, R8; \
-	ADV(32)
+	ADDQ $XB, R10
 
-#define Q8S12 Q8STEP(FMAS12, ADV12)
-#define Q8S8 Q8STEP(FMAS8, ADV8)
-#define Q8SP4 Q8STEP(FMASP4, ADVP4)
-#define F32S12 FSTEP(CVTF32, 32, FMAS12, ADV12)
-#define F32S8 FSTEP(CVTF32, 32, FMAS8, ADV8)
-#define F32SP4 FSTEP(CVTF32, 32, FMASP4, ADVP4)
-#define F16S12 FSTEP(CVTF16, 16, FMAS12, ADV12)
-#define F16S8 FSTEP(CVTF16, 16, FMAS8, ADV8)
-#define F16SP4 FSTEP(CVTF16, 16, FMASP4, ADVP4)
-#define BF16S12 FSTEP(CVTBF16, 16, FMAS12, ADV12)
-#define BF16S8 FSTEP(CVTBF16, 16, FMAS8, ADV8)
-#define BF16SP4 FSTEP(CVTBF16, 16, FMASP4, ADVP4)
+// FSTEP32 is FSTEP for float32 weights, without the prefetch: they are the
+// widened panels, already in cache, or (rarely) a float32 model.
+#define FSTEP32(FMAS, XB) \
+	VMOVUPS (R8), Y13; \
+	FMAS(0, Y13); \
+	ADDQ $32, R8; \
+	ADDQ $XB, R10
 
-// func avx2Q8Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+#define Q8S12 Q8STEP(FMAS12, 384)
+#define Q8S8 Q8STEP(FMAS8, 256)
+#define Q8S4 Q8STEP(FMAS4, 128)
+#define F32S12 FSTEP32(FMAS12, 384)
+#define F32S8 FSTEP32(FMAS8, 256)
+#define F32S4 FSTEP32(FMAS4, 128)
+#define F16S12 FSTEP(CVTF16, 16, FMAS12, 384)
+#define F16S8 FSTEP(CVTF16, 16, FMAS8, 256)
+#define F16S4 FSTEP(CVTF16, 16, FMAS4, 128)
+#define BF16S12 FSTEP(CVTBF16, 16, FMAS12, 384)
+#define BF16S8 FSTEP(CVTBF16, 16, FMAS8, 256)
+#define BF16S4 FSTEP(CVTBF16, 16, FMAS4, 128)
+
+// func avx2Q8Tile12(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2Q8Tile12(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
-	TILE(LOAD12, ZERO12, STORE12, RED12, Q8S12, q12z, q12s, q12l, q12e, q12r)
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
+	TILE(LOAD12, ZERO12, STORE12, RED12, Q8S12, q8t12z, q8t12s, q8t12l, q8t12e, q8t12r)
 
-// func avx2Q8Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2Q8Tile8(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2Q8Tile8(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
-	TILE(LOAD8, ZERO8, STORE8, RED8, Q8S8, q8z, q8s, q8l, q8e, q8r)
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
+	TILE(LOAD8, ZERO8, STORE8, RED8, Q8S8, q8t8z, q8t8s, q8t8l, q8t8e, q8t8r)
 
-// func avx2Q8Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
-TEXT ·avx2Q8Tile4(SB), NOSPLIT, $0-64
+// func avx2Q8Tile4(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
+TEXT ·avx2Q8Tile4(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x0+16(FP), R10
-	MOVQ x1+24(FP), R11
-	MOVQ x2+32(FP), R12
-	MOVQ x3+40(FP), R13
-	MOVQ n+48(FP), CX
-	MOVQ flags+56(FP), BX
-	TILE(LOAD4, ZERO4, STORE4, RED4, Q8SP4, q4z, q4s, q4l, q4e, q4r)
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
+	TILE(LOAD4, ZERO4, STORE4, RED4, Q8S4, q8t4z, q8t4s, q8t4l, q8t4e, q8t4r)
 
-// func avx2F32Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2F32Tile12(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2F32Tile12(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
 	TILE(LOAD12, ZERO12, STORE12, RED12, F32S12, f32t12z, f32t12s, f32t12l, f32t12e, f32t12r)
 
-// func avx2F32Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2F32Tile8(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2F32Tile8(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
 	TILE(LOAD8, ZERO8, STORE8, RED8, F32S8, f32t8z, f32t8s, f32t8l, f32t8e, f32t8r)
 
-// func avx2F32Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
-TEXT ·avx2F32Tile4(SB), NOSPLIT, $0-64
+// func avx2F32Tile4(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
+TEXT ·avx2F32Tile4(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x0+16(FP), R10
-	MOVQ x1+24(FP), R11
-	MOVQ x2+32(FP), R12
-	MOVQ x3+40(FP), R13
-	MOVQ n+48(FP), CX
-	MOVQ flags+56(FP), BX
-	TILE(LOAD4, ZERO4, STORE4, RED4, F32SP4, f32t4z, f32t4s, f32t4l, f32t4e, f32t4r)
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
+	TILE(LOAD4, ZERO4, STORE4, RED4, F32S4, f32t4z, f32t4s, f32t4l, f32t4e, f32t4r)
 
-// func avx2F16Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2F16Tile12(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2F16Tile12(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
 	TILE(LOAD12, ZERO12, STORE12, RED12, F16S12, f16t12z, f16t12s, f16t12l, f16t12e, f16t12r)
 
-// func avx2F16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2F16Tile8(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2F16Tile8(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
 	TILE(LOAD8, ZERO8, STORE8, RED8, F16S8, f16t8z, f16t8s, f16t8l, f16t8e, f16t8r)
 
-// func avx2F16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
-TEXT ·avx2F16Tile4(SB), NOSPLIT, $0-64
+// func avx2F16Tile4(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
+TEXT ·avx2F16Tile4(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x0+16(FP), R10
-	MOVQ x1+24(FP), R11
-	MOVQ x2+32(FP), R12
-	MOVQ x3+40(FP), R13
-	MOVQ n+48(FP), CX
-	MOVQ flags+56(FP), BX
-	TILE(LOAD4, ZERO4, STORE4, RED4, F16SP4, f16t4z, f16t4s, f16t4l, f16t4e, f16t4r)
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
+	TILE(LOAD4, ZERO4, STORE4, RED4, F16S4, f16t4z, f16t4s, f16t4l, f16t4e, f16t4r)
 
-// func avx2BF16Tile12(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2BF16Tile12(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2BF16Tile12(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
 	TILE(LOAD12, ZERO12, STORE12, RED12, BF16S12, bf16t12z, bf16t12s, bf16t12l, bf16t12e, bf16t12r)
 
-// func avx2BF16Tile8(acc *[96]float32, w, x unsafe.Pointer, ldx, n, flags int)
+// func avx2BF16Tile8(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
 TEXT ·avx2BF16Tile8(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x+16(FP), R10
-	MOVQ ldx+24(FP), SI
-	MOVQ n+32(FP), CX
-	MOVQ flags+40(FP), BX
-	LEAQ (SI)(SI*2), DI
-	LEAQ (R10)(SI*4), R11
-	LEAQ (R11)(SI*4), R12
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
 	TILE(LOAD8, ZERO8, STORE8, RED8, BF16S8, bf16t8z, bf16t8s, bf16t8l, bf16t8e, bf16t8r)
 
-// func avx2BF16Tile4(acc *[96]float32, w, x0, x1, x2, x3 unsafe.Pointer, n, flags int)
-TEXT ·avx2BF16Tile4(SB), NOSPLIT, $0-64
+// func avx2BF16Tile4(acc *[96]float32, w, xp unsafe.Pointer, n, flags, pf int)
+TEXT ·avx2BF16Tile4(SB), NOSPLIT, $0-48
 	MOVQ acc+0(FP), AX
 	MOVQ w+8(FP), R8
-	MOVQ x0+16(FP), R10
-	MOVQ x1+24(FP), R11
-	MOVQ x2+32(FP), R12
-	MOVQ x3+40(FP), R13
-	MOVQ n+48(FP), CX
-	MOVQ flags+56(FP), BX
-	TILE(LOAD4, ZERO4, STORE4, RED4, BF16SP4, bf16t4z, bf16t4s, bf16t4l, bf16t4e, bf16t4r)
+	MOVQ xp+16(FP), R10
+	MOVQ n+24(FP), CX
+	MOVQ flags+32(FP), BX
+	MOVQ pf+40(FP), DX
+	TILE(LOAD4, ZERO4, STORE4, RED4, BF16S4, bf16t4z, bf16t4s, bf16t4l, bf16t4e, bf16t4r)
 
 // ---- widening a panel once for several token groups ------------------------
 
-// func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb int)
+// func avx2Q8Unpack(dst *float32, w unsafe.Pointer, nb, pf int)
 // dst[32b+i] = float32(q_b[i])·d_b, exactly as the kernels above form it.
-TEXT ·avx2Q8Unpack(SB), NOSPLIT, $0-24
+TEXT ·avx2Q8Unpack(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), R8
 	MOVQ nb+16(FP), CX
+	MOVQ pf+24(FP), DX
 	TESTQ CX, CX
 	JZ   q8udone
 
 q8uloop:
+	PREFETCHT0 (R8)(DX*1)
 	VPBROADCASTW (R8), X12
 	VCVTPH2PS X12, Y12
 	VPMOVSXBD 2(R8), Y0
@@ -482,16 +451,18 @@ q8udone:
 	VZEROUPPER
 	RET
 
-// func avx2CvtF16(dst *float32, src unsafe.Pointer, n8 int)
+// func avx2CvtF16(dst *float32, src unsafe.Pointer, n8, pf int)
 // Widens 8·n8 halves.
-TEXT ·avx2CvtF16(SB), NOSPLIT, $0-24
+TEXT ·avx2CvtF16(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n8+16(FP), CX
+	MOVQ pf+24(FP), DX
 	TESTQ CX, CX
 	JZ   cvt8done
 
 cvt8loop:
+	PREFETCHT0 (SI)(DX*1)
 	VCVTPH2PS (SI), Y0
 	VMOVUPS Y0, (DI)
 	ADDQ $16, SI

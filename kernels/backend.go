@@ -19,6 +19,10 @@ type backend struct {
 	// activations (dequantized exactly) instead of quantized ones: MatMul
 	// then skips quantizeAct.
 	floatQ8 bool
+	// packAct, if set, lays out the T activation rows of a MatMul for the
+	// backend's multi-token tiles (T > 1), items of chunk tokens apart; it
+	// returns dst grown to what it wrote (mmArgs.xpk).
+	packAct func(dst, x []float32, T, cols, chunk int) []float32
 	// mmLanes names matmul's reduction order: backends with the same
 	// value (and floatQ8) compute MatMul bit for bit alike.
 	mmLanes int
@@ -42,8 +46,9 @@ type mmArgs struct {
 	out, x []float32
 	T      int
 	w      *Matrix
-	rb     int    // bytes per weight row
-	act    *q8Act // quantized x, for Q8_0
+	rb     int       // bytes per weight row
+	act    *q8Act    // quantized x, for Q8_0
+	xpk    []float32 // x packed by the backend's packAct
 }
 
 // q8Act holds T activation rows quantized to Q8_0 with float32 scales. Row t
@@ -95,7 +100,7 @@ func (a *attnArgs) vRow(p, g int) []float32 { return a.v[a.rowOff(p, g):][:a.hea
 type worker struct {
 	f32    []float32   // dequantized / packed weight rows
 	scores []float32   // attention scores of one token's head group
-	acc    []float32   // attention output accumulators of a head group
+	acc    []float32   // attention output accumulators of a head group; avx2 matmul accumulators
 	rope   []float32   // cos/sin of one token
 	res    [16]float32 // one tile's results
 }

@@ -27,6 +27,7 @@ type CPU struct {
 	mmRows, mmToks  int // rows and tokens per work item
 	mmRowItems      int // work items across the rows
 	act             q8Act
+	xpk             []float32 // activations packed for the backend's tiles
 	actX            []float32
 	actCols         int
 	att             attnArgs
@@ -115,6 +116,10 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 		c.mm.act = &c.act
 	}
 	c.planMatMul(w.Rows, T, rb)
+	if c.be.packAct != nil && T > 1 {
+		c.mm.xpk = c.be.packAct(c.xpk[:0], x, T, w.Cols, c.mmToks)
+		c.xpk = c.mm.xpk
+	}
 	tokItems := (T + c.mmToks - 1) / c.mmToks
 	c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
 	c.mm = mmArgs{}
@@ -125,6 +130,9 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 // there are enough items for the threads to balance.
 func (c *CPU) planMatMul(rows, T, rb int) {
 	toks := min(T, 64)
+	if c.be.floatQ8 {
+		toks = min(T, 120) // avx2: whole 12-token groups (see avx2MatMul)
+	}
 	budget := 512 << 10 // weight bytes per item
 	if T > 1 {
 		budget = 128 << 10
