@@ -19,9 +19,9 @@ import (
 // exactly, with the float32 activations unquantized: AVX2 has no
 // one-instruction int8 dot product (VPDPBUSD), and the integer route —
 // sign fix-up, VPMADDUBSW, VPMADDWD, convert, scale product, FMA — costs six
-// vector operations per row, token and 8 columns where the float route costs
-// one FMA plus the widening shared by all the tokens. It is also the more
-// accurate product.
+// vector operations per row, token and 32 columns where the float route
+// costs four FMAs plus the widening, which all the tokens share. It is also
+// the more accurate product.
 var avx2 = &backend{
 	name:        "avx2",
 	matmul:      avx2MatMul,
