@@ -157,20 +157,21 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 		// With several token groups, widen the panel of every row once
 		// (the float32 tiles then do the same products in the same order).
 		// The tiles read a panel row after row: prefetch the rows ahead.
-		tk, wbase, wstride, pf := k, unsafe.Add(base, woff), a.rb, avx2PrefetchPanelRows*a.rb
+		// Row r's panel is at wbase + (r-wrow)·wstride.
+		tk, wbase, wrow, wstride, pf := k, unsafe.Add(base, woff), 0, a.rb, avx2PrefetchPanelRows*a.rb
 		if groups > 1 && m.Type != F32 {
 			w.f32 = growF32(w.f32, nr*pc)
 			for r := r0; r < r1; r++ {
 				avx2Widen(w.f32[(r-r0)*pc:(r-r0+1)*pc], m.Type, unsafe.Add(base, r*a.rb+woff), pf)
 			}
-			tk, wbase, wstride, n, pf = &avx2ByType[F32], unsafe.Add(f32ptr(w.f32), -4*r0*pc), 4*pc, pc/8, 0
+			tk, wbase, wrow, wstride, n, pf = &avx2ByType[F32], f32ptr(w.f32), r0, 4*pc, pc/8, 0
 		}
 		for t, g := t0, 0; t < t1; g++ {
 			size, which := avx2Group(t1 - t)
 			xpk := unsafe.Add(f32ptr(a.xpk), 4*(t*cols+p0*size))
 			for r := r0; r < r1; r++ {
 				acc := (*[96]float32)(w.acc[(g*nr+r-r0)*96:])
-				tk.tiles[which](acc, unsafe.Add(wbase, r*wstride), xpk, n, flags, pf)
+				tk.tiles[which](acc, unsafe.Add(wbase, (r-wrow)*wstride), xpk, n, flags, pf)
 				if flags&avx2Reduce != 0 {
 					for i := range min(size, t1-t) {
 						a.out[(t+i)*rows+r] = acc[i]
