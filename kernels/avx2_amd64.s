@@ -30,8 +30,7 @@
 // Rows R8-R11, activations R12, four accumulator chains (Y0-Y3). The four
 // rows lie side by side in memory and the next call takes the four after
 // them, so each row prefetches DX = pf bytes ahead: the same columns some
-// rows further on.
-
+// rows further on. AX holds res; ROWS4_DONE writes the four sums there.
 
 #define ROWS4_DONE \
 	HSUM1(Y0, X0, 0); \
