@@ -43,10 +43,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// openEngine opens an engine on models. BATCHD_KERNELS, when set, picks its
+// kernel backend, so that CI can run the engine's tests on each code path
+// the machine has, not only the fastest.
 func openEngine(t testing.TB, models ...ModelConfig) *Engine {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Models = models
+	cfg.Kernels = os.Getenv("BATCHD_KERNELS")
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
