@@ -352,23 +352,13 @@ func (c *CPU) attnItems(wk, lo, hi int) {
 // path for this machine.
 
 // Add sets dst[i] += src[i] for i < len(dst); src must be at least as long.
-func Add(dst, src []float32) {
-	if len(src) < len(dst) {
-		panic(fmt.Sprintf("kernels: Add len(dst)=%d len(src)=%d", len(dst), len(src)))
-	}
-	best.add(dst, src)
-}
+func Add(dst, src []float32) { (*CPU)(nil).Add(dst, src) }
 
 // Softmax replaces x by softmax(x), in float32 with the max subtracted.
-func Softmax(x []float32) { best.softmax(x) }
+func Softmax(x []float32) { (*CPU)(nil).Softmax(x) }
 
 // Argmax returns the first index of the largest value (-1 for an empty slice).
-func Argmax(x []float32) int {
-	if len(x) == 0 {
-		return -1
-	}
-	return best.argmax(x)
-}
+func Argmax(x []float32) int { return (*CPU)(nil).Argmax(x) }
 
 // Dot returns Σ a[i]·b[i] over len(a) (b must be at least as long), reduced
 // in an order fixed by len(a).

@@ -50,15 +50,42 @@ var selectable = []struct {
 func Backends() []BackendInfo {
 	var out []BackendInfo
 	for _, s := range selectable {
-		bi := BackendInfo{Name: s.name, Requires: s.requires, Built: builtBackend(s.name) != nil}
-		for _, f := range s.requires {
-			if !HasFeature(f) {
-				bi.Missing = append(bi.Missing, f)
-			}
-		}
-		out = append(out, bi)
+		out = append(out, BackendInfo{Name: s.name, Requires: s.requires,
+			Built: builtBackend(s.name) != nil, Missing: lacking(s.requires)})
 	}
 	return out
+}
+
+// lacking is the part of requires this CPU lacks.
+func lacking(requires []string) []string {
+	var out []string
+	for _, f := range requires {
+		if !HasFeature(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// missingFeatures is what the CPU lacks for backend b, of the family its
+// name starts with (avx512-go is avx512's); nil when it can run here.
+func missingFeatures(b *backend) []string {
+	fam, _, _ := strings.Cut(b.name, "-")
+	bi, ok := backendInfo(fam)
+	if !ok {
+		return []string{"(unknown backend family " + fam + ")"}
+	}
+	return bi.Missing
+}
+
+// backendInfo is Backends' entry for name.
+func backendInfo(name string) (BackendInfo, bool) {
+	all := Backends()
+	i := slices.IndexFunc(all, func(b BackendInfo) bool { return b.Name == name })
+	if i < 0 {
+		return BackendInfo{}, false
+	}
+	return all[i], true
 }
 
 // BestBackend is the name of the path Auto chooses here.
@@ -83,11 +110,10 @@ func resolveBackend(name string) (*backend, error) {
 	if name == "" || name == BackendAuto {
 		return best, nil
 	}
-	i := slices.IndexFunc(Backends(), func(b BackendInfo) bool { return b.Name == name })
-	if i < 0 {
+	bi, ok := backendInfo(name)
+	if !ok {
 		return nil, fmt.Errorf("%w: unknown backend %q (want auto, avx512, avx2 or generic)", ErrBackendUnavailable, name)
 	}
-	bi := Backends()[i]
 	if !bi.Built {
 		return nil, fmt.Errorf("%w: %s: not built into this binary (it needs amd64 and GOEXPERIMENT=simd at build time)", ErrBackendUnavailable, name)
 	}

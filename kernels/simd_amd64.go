@@ -36,23 +36,7 @@ func init() {
 
 // canRun says whether the CPU has every feature b's family needs
 // (avx512-go is the avx512 family).
-func canRun(b *backend) bool {
-	fam := b.name
-	if fam == avx512Go.name {
-		fam = BackendAVX512
-	}
-	for _, s := range selectable {
-		if s.name == fam {
-			for _, f := range s.requires {
-				if !HasFeature(f) {
-					return false
-				}
-			}
-			return true
-		}
-	}
-	return false
-}
+func canRun(b *backend) bool { return len(missingFeatures(b)) == 0 }
 
 // hsum16 sums a 16-lane accumulator in the fixed order described above.
 func hsum16(v archsimd.Float32x16) float32 {

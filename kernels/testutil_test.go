@@ -49,18 +49,6 @@ func skipWithoutSIMD(t testing.TB) {
 	t.Skipf("no SIMD backend runs on this CPU: %s", strings.Join(why, "; "))
 }
 
-// missingFeatures is what the CPU lacks for b, whose family is the
-// selectable backend its name starts with (avx512-go is avx512's).
-func missingFeatures(b *backend) []string {
-	fam, _, _ := strings.Cut(b.name, "-")
-	for _, bi := range Backends() {
-		if bi.Name == fam {
-			return bi.Missing
-		}
-	}
-	return []string{"(unknown backend family " + fam + ")"}
-}
-
 func randF32(r *rand.Rand, n int, scale float32) []float32 {
 	x := make([]float32, n)
 	for i := range x {
