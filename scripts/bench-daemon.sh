@@ -4,8 +4,8 @@
 # `batchd submit --wait` until the outputs are final (model load included).
 #
 # usage: scripts/bench-daemon.sh MODEL.gguf [BIN=bin/batchd]
-# KERNELS=avx2 forces the kernel backend (BATCHD_KERNELS); THREADS is unused:
-# the engine takes every core.
+# KERNELS=avx2 forces the kernel backend (BATCHD_KERNELS); the engine uses
+# every core.
 set -euo pipefail
 model=${1:?usage: scripts/bench-daemon.sh MODEL.gguf [BIN]}
 bin=${2:-bin/batchd}
