@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,13 @@ import (
 // After finishing a job a helper spins for a short while (yielding its P)
 // before parking: back-to-back kernel calls, as in a decode step, then cost
 // well under a microsecond to hand out.
+//
+// A panic in fn on a helper would end the process, whatever the caller
+// does; instead the helper keeps the first one (with its stack), leaves
+// the job as usual, and run panics with it on the calling goroutine once
+// every helper has left, so a caller that recovers (the engine, at its
+// request boundary) sees a kernel bug as an ordinary panic and the pool
+// stays usable.
 type pool struct {
 	helpers int // goroutines besides the caller
 
@@ -60,6 +69,24 @@ type job struct {
 	size  int64
 	grain int64
 	next  atomic.Int64 // the start of the next range to hand out
+	// panicked is the first panic of a participant, rethrown by run.
+	panicked atomic.Pointer[PanicError]
+}
+
+// PanicError is a panic raised inside a kernel's parallel section: run
+// panics with it on the calling goroutine. Stack is the goroutine that
+// panicked first, which may be a helper's.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("kernels: panic: %v", e.Value) }
+
+// Unwrap gives the panic's value when it was an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
 }
 
 // The pool's state word.
@@ -114,9 +141,12 @@ func (p *pool) run(size, grain int, fn func(worker, lo, hi int)) {
 			p.wake[i] <- struct{}{}
 		}
 	}
-	j.work(0)
+	j.safeWork(0)
 	p.finish()
 	j.fn = nil
+	if pe := j.panicked.Swap(nil); pe != nil {
+		panic(pe)
+	}
 }
 
 // finish closes the current job and waits until every helper that joined it
@@ -160,11 +190,26 @@ func (j *job) work(worker int) {
 	}
 }
 
+// safeWork is work that keeps a panic for run to rethrow: the participant
+// stops taking ranges, the others finish the job.
+func (j *job) safeWork(worker int) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe, ok := v.(*PanicError)
+			if !ok {
+				pe = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+			j.panicked.CompareAndSwap(nil, pe)
+		}
+	}()
+	j.work(worker)
+}
+
 func (p *pool) helper(id int) {
 	defer p.wg.Done()
 	var seen uint64 // the generation of the last job joined
 	for p.join(id, &seen) {
-		p.job.work(id + 1)
+		p.job.safeWork(id + 1)
 		if s := p.state.Add(^uint64(0)); s&refsMask == 0 && s&waitingBit != 0 {
 			p.done <- struct{}{}
 		}

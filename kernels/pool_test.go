@@ -116,3 +116,64 @@ func BenchmarkPoolHandoff(b *testing.B) {
 		cpu.pool.run(cpu.Threads()*4, 1, fn)
 	}
 }
+
+// TestPoolPanicReachesCaller: a panic in a helper's range must not end the
+// process; run rethrows it on the caller as a *PanicError once the helpers
+// have left, and the pool runs the next job normally.
+func TestPoolPanicReachesCaller(t *testing.T) {
+	p := newPool(2)
+	defer p.close()
+	var helperPanicked atomic.Bool
+	fn := func(w, lo, hi int) {
+		if w != 0 {
+			helperPanicked.Store(true)
+			panic("row 99 of a 10-row matrix")
+		}
+		// The caller holds its first range until a helper has panicked,
+		// so the panic is certainly a helper's.
+		for deadline := time.Now().Add(time.Minute); !helperPanicked.Load(); runtime.Gosched() {
+			if time.Now().After(deadline) {
+				return // no helper joined in a minute: the check below fails
+			}
+		}
+	}
+	pe := runPanics(t, func() { p.run(64, 1, fn) })
+	if !helperPanicked.Load() {
+		t.Fatal("no helper took a range within a minute")
+	}
+	if pe == nil || pe.Value != "row 99 of a 10-row matrix" || len(pe.Stack) == 0 {
+		t.Fatalf("run panicked with %+v, want the helper's panic with its stack", pe)
+	}
+	// The caller's own panic comes back the same way.
+	pe = runPanics(t, func() { p.run(64, 1, func(w, lo, hi int) { panic(lo) }) })
+	if pe == nil {
+		t.Fatal("a panic on every range did not reach the caller")
+	}
+	var hits [256]atomic.Int32
+	p.run(len(hits), 4, func(w, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			hits[i].Add(1)
+		}
+	})
+	for i := range hits {
+		if n := hits[i].Load(); n != 1 {
+			t.Fatalf("after the panics, index %d ran %d times", i, n)
+		}
+	}
+}
+
+func runPanics(t *testing.T, f func()) (pe *PanicError) {
+	t.Helper()
+	defer func() {
+		v := recover()
+		if v == nil {
+			t.Fatal("run returned without panicking")
+		}
+		var ok bool
+		if pe, ok = v.(*PanicError); !ok {
+			t.Fatalf("run panicked with %T %v, want *PanicError", v, v)
+		}
+	}()
+	f()
+	return nil
+}
