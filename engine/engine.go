@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // Endpoints an engine may be asked to serve.
@@ -50,6 +51,29 @@ type Response struct {
 	Body json.RawMessage
 }
 
+// CodeEngineError is the error code of a request the engine failed on: a
+// panic recovered at the request boundary, answered with a 500.
+const CodeEngineError = "engine_error"
+
+// Recovered is the answer to a request whose engine panicked with v: a 500
+// with an OpenAI error body (server_error, engine_error). The request is
+// not retried: a bug that fails it once fails it again, and retrying it
+// after every restart is how one request would stop all the others.
+func Recovered(v any) *Response {
+	var e struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	e.Error.Message = fmt.Sprintf("The engine failed on this request (%v); it was not retried. This is a bug in batchd: please report it with the request.", v)
+	e.Error.Type, e.Error.Code = "server_error", CodeEngineError
+	body, _ := json.Marshal(e)
+	return &Response{StatusCode: 500, Body: body}
+}
+
 // ErrUnavailable is wrapped by the error Do returns when a request could not
 // be answered after every retry. The pipeline turns it into an
 // `engine_unavailable` error line for that request.
@@ -61,8 +85,11 @@ var ErrUnavailable = errors.New("engine unavailable")
 //   - Do is safe for concurrent use and may block: an implementation bounds its
 //     own in-flight work and, when it is wholly down, holds callers (pausing the
 //     batches) while it probes, rather than failing every request.
-//   - Do returns exactly one of: a *Response (2xx or a 4xx refusal) and nil; an
-//     error wrapping ErrUnavailable; or ctx.Err() once ctx is done.
+//   - Do returns exactly one of: a *Response (2xx, a 4xx refusal, or the 500
+//     of Recovered for a request the engine failed on) and nil; an error
+//     wrapping ErrUnavailable; or ctx.Err() once ctx is done.
+//   - Do should not panic; callers recover a panic all the same and answer
+//     that request with Recovered.
 //   - Do never changes req.
 type Engine interface {
 	// Open starts the engine's background work (probes, model loading).

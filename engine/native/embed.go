@@ -68,10 +68,15 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 		if ctxLen := r.model.cfg.ContextLength; ctxLen > 0 && len(ids) > ctxLen {
 			return badRequest(fmt.Sprintf("input %d has %d tokens; this model's maximum context length is %d tokens", i, len(ids), ctxLen), "input", "context_length_exceeded"), nil
 		}
+		if resp := r.checkIDs(ids, "input"); resp != nil {
+			return resp, nil
+		}
 		total += len(ids)
-		r.e.compute.Lock()
-		h := r.model.embed(ids, &s)
-		r.e.compute.Unlock()
+		h, failed := r.embed(ids, &s)
+		if failed != nil {
+			failed.RequestID = requestID(req)
+			return failed, nil
+		}
 		v := pool(h, len(ids), dim, r.pooling)
 		if b.Dimensions != nil {
 			v = v[:*b.Dimensions]
@@ -99,6 +104,25 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 	body.Usage.PromptTokens, body.Usage.TotalTokens = total, total
 	raw, _ := json.Marshal(body)
 	return &engine.Response{StatusCode: 200, RequestID: requestID(req), Body: raw}, nil
+}
+
+// embed runs ids through the model under the compute lock. A panic in it
+// fails this request alone with a 500 (engine_error), as in the
+// scheduler (fault.go).
+func (r *runner) embed(ids []int32, s *scratch) (h []float32, failed *engine.Response) {
+	r.e.compute.Lock()
+	defer r.e.compute.Unlock()
+	defer func() {
+		if v := recover(); v != nil {
+			v, stack := panicDetails(v)
+			r.e.log.Error("engine failed an embeddings request: panic in its forward pass", "model", r.name, "panic", fmt.Sprint(v), "stack", string(stack))
+			failed = engine.Recovered(v)
+		}
+	}()
+	if h := faultHook.Load(); h != nil {
+		(*h)(ids)
+	}
+	return r.model.embed(ids, s), nil
 }
 
 // pool reduces [n][dim] hidden states to one vector.

@@ -39,6 +39,11 @@ type runner struct {
 	kv    *kvStore
 	bm    *blockManager
 	stats cacheCounters
+	// inStep is the sequences of the step being run, for recovery from a
+	// panic in it (fault.go).
+	inStep []*seq
+	// quarantine is set while suspect jobs may be queued (fault.go).
+	quarantine bool
 }
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
@@ -85,6 +90,11 @@ type job struct {
 	// stream, when set, gets each sequence's new text as it is decided
 	// (engine.Request.Stream).
 	stream func(choice int, delta string)
+	// suspect: the job was in a step that panicked with other jobs, so it
+	// runs alone until it ends (fault.go). Scheduler goroutine only.
+	suspect bool
+	// failed is set, before done closes, when the engine failed the job.
+	failed *engine.Response
 }
 
 func (r *runner) submit(j *job) {
@@ -123,15 +133,19 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 	case engine.EndpointCompletions:
 		for _, pi := range p.prompts {
 			if pi.ids != nil {
-				for _, id := range pi.ids {
-					if id < 0 || int(id) >= r.model.cfg.VocabSize {
-						return badRequest(fmt.Sprintf("token id %d is outside the vocabulary (0..%d)", id, r.model.cfg.VocabSize-1), "prompt", "invalid_value"), nil
-					}
-				}
 				prompts = append(prompts, pi.ids)
 			} else {
 				prompts = append(prompts, r.tok.Encode(pi.text, true, false))
 			}
+		}
+	}
+	param := "prompt"
+	if req.Endpoint == engine.EndpointChat {
+		param = "messages"
+	}
+	for _, pr := range prompts {
+		if resp := r.checkIDs(pr, param); resp != nil {
+			return resp, nil
 		}
 	}
 	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
@@ -153,7 +167,9 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 		for k := range p.n {
 			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder()}
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
-			s.tokens = append(make([]int32, 0, len(pr)+p.maxTokens), pr...)
+			// Room for the whole output, but never more than the cache
+			// could hold: max_tokens may be 2^31-1.
+			s.tokens = append(make([]int32, 0, min(len(pr)+p.maxTokens, r.kv.nBlocks*r.kv.bs+1)), pr...)
 			j.seqs = append(j.seqs, s)
 		}
 	}
@@ -165,7 +181,26 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 		j.cancelled.Store(true)
 		return nil, ctx.Err()
 	}
+	if j.failed != nil {
+		resp := *j.failed
+		resp.RequestID = requestID(req)
+		return &resp, nil
+	}
 	return r.response(req, j), nil
+}
+
+// checkIDs refuses a prompt with a token id the model has no row for:
+// every id is checked here, before it can reach a kernel, whether the
+// caller sent it or the tokenizer made it (a tokenizer with more tokens
+// than the model's embedding).
+func (r *runner) checkIDs(ids []int32, param string) *engine.Response {
+	vocab := r.model.cfg.VocabSize
+	for _, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return badRequest(fmt.Sprintf("token id %d is outside the vocabulary (0..%d)", id, vocab-1), param, "invalid_value")
+		}
+	}
+	return nil
 }
 
 // loop is the model's scheduler: it drops cancelled sequences and runs
@@ -198,7 +233,7 @@ func (r *runner) loop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.step()
+		r.safeStep()
 	}
 }
 

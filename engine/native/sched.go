@@ -327,7 +327,11 @@ func (r *runner) step() {
 	}
 	// Decodes first, oldest first: each costs one token and keeps its
 	// sequence moving.
+	iso := r.isolated()
 	for _, s := range slices.Clone(r.running) {
+		if iso != nil && s.job != iso {
+			continue
+		}
 		if budget > 0 && s.running && !s.sched && s.finish == "" && len(s.tokens)-s.n == 1 {
 			if r.grow(s, 1, false) == 1 {
 				add(s, 1)
@@ -336,6 +340,9 @@ func (r *runner) step() {
 	}
 	// Then prompt (or recompute) chunks with what the budget leaves.
 	for _, s := range slices.Clone(r.running) {
+		if iso != nil && s.job != iso {
+			continue
+		}
 		if budget > 0 && s.running && !s.sched && s.finish == "" && len(s.tokens)-s.n > 1 {
 			if k := r.grow(s, min(len(s.tokens)-s.n, budget), true); k > 0 {
 				add(s, k)
@@ -344,34 +351,40 @@ func (r *runner) step() {
 	}
 	// Then admit waiting sequences, in order, while blocks and budget last
 	// (not in a step that had to preempt: memory is short).
-	pending := r.pendingBlocks()
-	r.mu.Lock()
-	r.orderWaiting()
-	for i := 0; i < len(r.waiting) && budget > 0 && len(r.running) < r.e.cfg.MaxSeqs && r.stats.preemptions.Load() == preempted; {
-		s := r.waiting[i]
-		if s.job.cancelled.Load() {
+	func() {
+		pending := r.pendingBlocks()
+		r.mu.Lock()
+		defer r.mu.Unlock() // deferred: a panic in the step (fault.go) must not leave it held
+		r.orderWaiting()
+		for i := 0; i < len(r.waiting) && budget > 0 && len(r.running) < r.e.cfg.MaxSeqs && r.stats.preemptions.Load() == preempted; {
+			s := r.waiting[i]
+			if iso != nil && s.job != iso {
+				i++
+				continue
+			}
+			if s.job.cancelled.Load() {
+				r.waiting = slices.Delete(r.waiting, i, i+1)
+				r.active.Add(-1)
+				continue
+			}
+			// A sequence whose next uncached block another running sequence is
+			// computing waits for it, then shares it through the prefix cache:
+			// the other choices of an n > 1 request, requests arriving together
+			// with the same system prompt.
+			if r.waitsForPending(s, pending) {
+				i++
+				continue
+			}
+			k := r.admit(s, budget)
+			if k == 0 {
+				break
+			}
 			r.waiting = slices.Delete(r.waiting, i, i+1)
-			r.active.Add(-1)
-			continue
+			r.running = append(r.running, s)
+			add(s, k)
+			r.addPending(s, pending)
 		}
-		// A sequence whose next uncached block another running sequence is
-		// computing waits for it, then shares it through the prefix cache:
-		// the other choices of an n > 1 request, requests arriving together
-		// with the same system prompt.
-		if r.waitsForPending(s, pending) {
-			i++
-			continue
-		}
-		k := r.admit(s, budget)
-		if k == 0 {
-			break
-		}
-		r.waiting = slices.Delete(r.waiting, i, i+1)
-		r.running = append(r.running, s)
-		add(s, k)
-		r.addPending(s, pending)
-	}
-	r.mu.Unlock()
+	}()
 	r.stats.blocksUsed.Store(int64(r.bm.used()))
 	if u := int64(r.bm.used()); u > r.stats.blocksPeak.Load() {
 		r.stats.blocksPeak.Store(u)
@@ -380,9 +393,8 @@ func (r *runner) step() {
 		r.retire()
 		return
 	}
-	r.e.compute.Lock()
-	logits := r.model.forward(&b, &r.scratch)
-	r.e.compute.Unlock()
+	r.inStep = sched
+	logits := r.forward(&b)
 	for _, s := range sched {
 		if decode := s.chunk == 1 && s.n >= s.promptLen; !decode {
 			r.stats.prefillTokens.Add(int64(s.chunk))
@@ -399,5 +411,6 @@ func (r *runner) step() {
 		tok := r.pick(s, row)
 		r.advance(s, tok)
 	}
+	r.inStep = nil
 	r.retire()
 }

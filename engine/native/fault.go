@@ -1,0 +1,145 @@
+package native
+
+import (
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync/atomic"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/kernels"
+)
+
+// A panic while the engine runs a request is a bug in batchd or a request
+// it should have refused; either way it must fail that request, not the
+// daemon, and not the requests that happened to share its forward pass.
+//
+// The scheduler recovers a panicking step and finds the culprit by
+// isolation: when the step held one job, that job fails with a 500
+// (engine_error); when it held several, every running sequence is put back
+// in the queue (their KV recomputed later: batch invariance makes the
+// result the same) and each job of the step becomes a suspect that runs
+// alone, one at a time, until it ends. A suspect that panics alone fails;
+// the others finish as if nothing had happened. Kernel panics on the
+// kernels' helper goroutines reach the scheduler too (kernels.PanicError).
+
+// safeStep runs one step, recovering a panic in it.
+func (r *runner) safeStep() {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		r.recoverStep(panicDetails(v))
+	}()
+	r.step()
+}
+
+// panicDetails is a recovered panic's value and the stack that raised it
+// (a kernel helper's, when it came through kernels.PanicError).
+func panicDetails(v any) (any, []byte) {
+	if pe, ok := v.(*kernels.PanicError); ok {
+		return pe.Value, pe.Stack
+	}
+	return v, debug.Stack()
+}
+
+// faultHook, when set (by tests only), sees the tokens of every forward
+// pass and embedding before the model does, and may panic to stand for a
+// bug in the model code.
+var faultHook atomic.Pointer[func(tokens []int32)]
+
+// forward runs the model on b under the engine's compute lock.
+func (r *runner) forward(b *batch) []float32 {
+	r.e.compute.Lock()
+	defer r.e.compute.Unlock()
+	if h := faultHook.Load(); h != nil {
+		(*h)(b.tokens)
+	}
+	return r.model.forward(b, &r.scratch)
+}
+
+// isolated is the suspect job that runs alone in this step, or nil: the
+// first suspect still running, else the first one waiting.
+func (r *runner) isolated() *job {
+	if !r.quarantine {
+		return nil
+	}
+	for _, s := range r.running {
+		if s.job.suspect && s.finish == "" {
+			return s.job
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.waiting {
+		if s.job.suspect {
+			return s.job
+		}
+	}
+	r.quarantine = false
+	return nil
+}
+
+// recoverStep handles the panic v of the step whose sequences are
+// r.inStep (nil when it came before the forward pass: then every running
+// job is a suspect).
+func (r *runner) recoverStep(v any, stack []byte) {
+	step := r.inStep
+	r.inStep = nil
+	if step == nil {
+		step = slices.Clone(r.running)
+	}
+	var jobs []*job
+	for _, s := range step {
+		s.sched = false
+		if !slices.Contains(jobs, s.job) {
+			jobs = append(jobs, s.job)
+		}
+	}
+	if len(jobs) == 1 {
+		j := jobs[0]
+		r.e.log.Error("engine failed a request: panic in its forward pass", "model", r.name, "panic", fmt.Sprint(v), "stack", string(stack))
+		r.failJob(j, engine.Recovered(v))
+		return
+	}
+	r.e.log.Warn("engine step panicked; its requests are rerun one at a time to find the one that fails",
+		"model", r.name, "requests", len(jobs), "panic", fmt.Sprint(v), "stack", string(stack))
+	for _, j := range jobs {
+		j.suspect = true
+	}
+	r.quarantine = true
+	// Every running sequence goes back to the queue: its KV may be half
+	// written, and the suspects must find the cache free to run alone.
+	for _, s := range slices.Clone(r.running) {
+		if s.finish == "" {
+			r.preempt(s)
+		}
+	}
+}
+
+// failJob ends every unfinished sequence of j and answers its request with
+// a 500 (engine_error).
+func (r *runner) failJob(j *job, resp *engine.Response) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range j.seqs {
+		switch {
+		case s.running:
+			r.releaseBlocks(s)
+			s.running = false
+			r.running = slices.DeleteFunc(r.running, func(x *seq) bool { return x == s })
+		case slices.Contains(r.waiting, s):
+			r.waiting = slices.DeleteFunc(r.waiting, func(x *seq) bool { return x == s })
+		default:
+			continue // finished and retired before
+		}
+		s.finish = "error"
+		r.active.Add(-1)
+	}
+	j.failed = resp
+	if j.remaining > 0 {
+		j.remaining = 0
+		close(j.done)
+	}
+}
