@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -68,6 +69,15 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		}
 		ans := make(chan answer, 1)
 		go func() {
+			// Not the handler's goroutine: net/http would not recover a
+			// panic here, and one request would take the daemon down.
+			defer func() {
+				if v := recover(); v != nil {
+					d.log.Error("engine panicked on an online request; failing that request", "path", r.URL.Path,
+						"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+					ans <- answer{engine.Recovered(v), nil}
+				}
+			}()
 			resp, err := d.eng.Do(r.Context(), req)
 			ans <- answer{resp, err}
 		}()
@@ -100,6 +110,12 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		}
 		if resp.RequestID != "" && (st == nil || !st.started) {
 			w.Header().Set("X-Request-Id", resp.RequestID)
+		}
+		if st != nil && st.started && resp.StatusCode != http.StatusOK {
+			// Failed after its first tokens went out (a recovered engine
+			// panic): the error body is the stream's last event.
+			fmt.Fprintf(st.w, "data: %s\n\n", resp.Body)
+			return
 		}
 		if st == nil || (resp.StatusCode != http.StatusOK && !st.started) {
 			w.Header().Set("Content-Type", "application/json")

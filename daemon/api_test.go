@@ -657,3 +657,45 @@ func TestRetentionForgetsAPIBatches(t *testing.T) {
 		t.Fatalf("the input in done/ must stay: %v", err)
 	}
 }
+
+// The hostile requests of issue 10: a token id outside the vocabulary, sent
+// online or in a batch file, is a 400 naming the field; the daemon stays
+// up and the rest of the batch runs.
+func TestOutOfVocabularyTokenIDsAreRefusedNotFatal(t *testing.T) {
+	model := demoModel(t)
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
+		c.Engine = "native"
+		c.Native.Models = []native.ModelConfig{{Path: model}}
+	})
+	for _, c := range []struct{ path, body, param string }{
+		{"/v1/embeddings", `{"input":[[1,99999999]]}`, "input"},
+		{"/v1/completions", `{"prompt":[1,99999999],"max_tokens":2}`, "prompt"},
+	} {
+		var out struct {
+			Error struct {
+				Message string  `json:"message"`
+				Param   *string `json:"param"`
+			} `json:"error"`
+		}
+		st := e.call("POST", c.path, "application/json", strings.NewReader(c.body), &out)
+		if st != 400 || out.Error.Param == nil || *out.Error.Param != c.param || !strings.Contains(out.Error.Message, "outside the vocabulary") {
+			t.Fatalf("%s %s: %d %+v, want a 400 naming %s", c.path, c.body, st, out, c.param)
+		}
+	}
+	e.drop("tok.jsonl", `{"custom_id":"bad","method":"POST","url":"/v1/embeddings","body":{"input":[[1,99999999]]}}
+{"custom_id":"good","method":"POST","url":"/v1/embeddings","body":{"input":[[1,2,3]]}}
+`)
+	o := e.waitEnded("tok", "jsonl")
+	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 1 || o.RequestCounts.Failed != 1 {
+		t.Fatalf("%s %+v", o.Status, o.RequestCounts)
+	}
+	errs := e.lines("tok.errors.jsonl")
+	if len(errs) != 1 || !strings.Contains(errs[0], `"custom_id":"bad"`) || !strings.Contains(errs[0], `"status_code":400`) || !strings.Contains(errs[0], "outside the vocabulary") {
+		t.Fatalf("errors file: %q", errs)
+	}
+	e.check("tok", "jsonl")
+	var ok map[string]any
+	if st := e.call("POST", "/v1/embeddings", "application/json", strings.NewReader(`{"input":"still up"}`), &ok); st != 200 {
+		t.Fatalf("after the hostile requests: %d %v", st, ok)
+	}
+}

@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 
 	"github.com/batchd/batchd/engine"
@@ -25,6 +28,7 @@ type queue struct {
 // queues in turn so that files running at once share the engine fairly.
 type dispatcher struct {
 	eng     engine.Engine
+	log     *slog.Logger
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queues  []*queue
@@ -35,8 +39,8 @@ type dispatcher struct {
 	workers int
 }
 
-func newDispatcher(eng engine.Engine, workers, perJob int) *dispatcher {
-	d := &dispatcher{eng: eng, workers: workers, perJob: perJob}
+func newDispatcher(eng engine.Engine, log *slog.Logger, workers, perJob int) *dispatcher {
+	d := &dispatcher{eng: eng, log: log, workers: workers, perJob: perJob}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -126,7 +130,21 @@ func (d *dispatcher) work() {
 			return
 		}
 		<-q.slots
-		resp, err := d.eng.Do(t.ctx, t.req)
+		resp, err := d.do(t)
 		t.done(resp, err)
 	}
+}
+
+// do runs t on the engine. An engine that panics fails that request alone
+// with a 500 line (engine_error): a request must never take the daemon
+// down, nor, by crashing it again at every restart, every batch after it.
+func (d *dispatcher) do(t task) (resp *engine.Response, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			d.log.Error("engine panicked on a request; failing that request", keyCustomID, t.req.CustomID,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			resp, err = engine.Recovered(v), nil
+		}
+	}()
+	return d.eng.Do(t.ctx, t.req)
 }

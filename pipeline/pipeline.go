@@ -199,7 +199,7 @@ func (p *Pipeline) Open(ctx context.Context) error {
 		return err
 	}
 	p.ledger = l
-	p.disp = newDispatcher(p.eng, p.cfg.Workers, p.cfg.QueuePerBatch)
+	p.disp = newDispatcher(p.eng, p.log, p.cfg.Workers, p.cfg.QueuePerBatch)
 	p.disp.start()
 	return nil
 }
