@@ -228,12 +228,12 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.requeueAPI(); err != nil {
 		return err
 	}
-	if d.cfg.Listen != "" {
+	if !d.cfg.HTTPOff() {
 		if err := d.serveHTTP(); err != nil {
 			return err
 		}
 		if len(d.cfg.API.Keys) == 0 && !isLoopback(d.HTTPAddr()) {
-			d.log.Warn("the API on this address needs no key: set api.keys (or BATCHD_API_KEYS)", "listen", d.HTTPAddr())
+			d.log.Warn("api.open: the API, status page and metrics on this address need no key", "listen", d.HTTPAddr())
 		}
 	}
 	if d.cfg.Retention > 0 {
