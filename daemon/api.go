@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -67,29 +70,121 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(data, '\n'))
 }
 
-// requireKey wraps h with API-key auth: Authorization: Bearer KEY, one of
-// keys. With no keys configured the API is open (the daemon warns at start
-// when it listens beyond loopback). Keys are never logged.
-func requireKey(keys []string, h http.Handler) http.Handler {
-	if len(keys) == 0 {
+// access guards the HTTP routes with the API keys. With no keys it lets
+// everything through (Validate allows that only on loopback or with
+// api.open). With keys, the API (/v1/) takes Authorization: Bearer KEY
+// only; the status page and /metrics take that header or the status-page
+// cookie, which GET /?key=KEY sets for a browser. Keys and cookies are
+// compared in constant time through their SHA-256, and never logged.
+type access struct {
+	keys    [][sha256.Size]byte // SHA-256 of each key
+	cookies [][sha256.Size]byte // SHA-256 of each key's cookie value
+}
+
+// statusCookie is the status page's cookie. Its value is derived from a
+// key (statusCookieValue), so the cookie alone opens no /v1/ route, and it
+// stops working when its key leaves api.keys.
+const statusCookie = "batchd_status"
+
+func newAccess(keys []string) *access {
+	a := &access{}
+	for _, k := range keys {
+		a.keys = append(a.keys, sha256.Sum256([]byte(k)))
+		a.cookies = append(a.cookies, sha256.Sum256([]byte(statusCookieValue(k))))
+	}
+	return a
+}
+
+func statusCookieValue(key string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte("batchd status page"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// match tells whether v is one of want (as SHA-256), in constant time.
+func match(want [][sha256.Size]byte, v string) bool {
+	h := sha256.Sum256([]byte(v))
+	ok := 0
+	for _, w := range want {
+		ok |= subtle.ConstantTimeCompare(h[:], w[:])
+	}
+	return ok == 1
+}
+
+// bearer returns the token of r's Authorization: Bearer header.
+func bearer(r *http.Request) (string, bool) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return tok, ok && tok != ""
+}
+
+// api wraps the /v1/ routes: a Bearer key or 401 in OpenAI's shape. The
+// cookie is not accepted here, so that no other site can drive the API
+// through a browser that has it.
+func (a *access) api(h http.Handler) http.Handler {
+	if len(a.keys) == 0 {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok || tok == "" {
+		tok, ok := bearer(r)
+		if !ok {
 			writeAPIError(w, http.StatusUnauthorized, "missing_api_key", "",
 				"You didn't provide an API key. Provide it in the Authorization header as Bearer KEY.")
 			return
 		}
-		for _, k := range keys {
-			if subtle.ConstantTimeCompare([]byte(tok), []byte(k)) == 1 {
-				h.ServeHTTP(w, r)
+		if !match(a.keys, tok) {
+			writeAPIError(w, http.StatusUnauthorized, "invalid_api_key", "", "Incorrect API key provided.")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// page wraps the status page and /metrics: a Bearer key or the status
+// cookie. GET /?key=KEY with a valid key sets the cookie (HttpOnly,
+// SameSite=Strict, Secure over HTTPS, for the browser session) and
+// redirects to the page without the key in its address.
+func (a *access) page(h http.Handler) http.Handler {
+	if len(a.keys) == 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Has("key") {
+			key := r.URL.Query().Get("key")
+			if !match(a.keys, key) {
+				a.refuse(w, "Incorrect API key provided.")
 				return
 			}
+			http.SetCookie(w, &http.Cookie{Name: statusCookie, Value: statusCookieValue(key), Path: "/",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode,
+				Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"})
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("Referrer-Policy", "no-referrer")
+			// Relative (http.Redirect would make it /), so that a
+			// reverse proxy's path prefix is kept.
+			w.Header().Set("Location", "./")
+			w.WriteHeader(http.StatusSeeOther)
+			return
 		}
-		writeAPIError(w, http.StatusUnauthorized, "invalid_api_key", "", "Incorrect API key provided.")
+		if tok, ok := bearer(r); ok {
+			if !match(a.keys, tok) {
+				a.refuse(w, "Incorrect API key provided.")
+				return
+			}
+			h.ServeHTTP(w, r)
+			return
+		}
+		if c, err := r.Cookie(statusCookie); err == nil && match(a.cookies, c.Value) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		a.refuse(w, "This batchd needs an API key.")
 	})
+}
+
+func (a *access) refuse(w http.ResponseWriter, why string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="batchd"`)
+	http.Error(w, why+" Send Authorization: Bearer KEY, or open /?key=KEY once in a browser (it sets a cookie for the session).",
+		http.StatusUnauthorized)
 }
 
 // listPage is OpenAI's cursor list: objects newest first, `after` the id

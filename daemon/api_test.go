@@ -497,15 +497,7 @@ func TestMetricsAndStatusPage(t *testing.T) {
 	e := newAPIEnv(t, openaitest.Options{}, nil)
 	e.drop("m.jsonl", chatBatch(4, "m")+"bad line\n")
 	e.waitEnded("m", "jsonl")
-	get := func(path string) (int, string, string) {
-		resp, err := http.Get(e.base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-	}
+	get := func(path string) (int, string, string) { return e.get(path, true) }
 	st, _, metrics := get("/metrics")
 	for _, want := range []string{`batchd_batches{status="completed"} 1`, `batchd_requests_total{result="completed"} 4`,
 		`batchd_requests_total{result="failed"} 1`, `batchd_engine_in_flight 0`, "go_goroutines"} {
@@ -535,12 +527,7 @@ func TestMetricsNameTheNativeKernels(t *testing.T) {
 		c.Native.Models = []native.ModelConfig{{Path: model}}
 		c.Native.Kernels = kernels.BackendGeneric
 	})
-	resp, err := http.Get(e.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	_, _, b := e.get("/metrics", true)
 	want := fmt.Sprintf(`batchd_kernels_info{arch=%q,backend="generic",features=%q} 1`, runtime.GOARCH, strings.Join(kernels.Features(), ","))
 	if !strings.Contains(string(b), want) {
 		t.Fatalf("metrics lack %s:\n%s", want, b)

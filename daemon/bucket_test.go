@@ -201,6 +201,7 @@ func TestBucketWebhookNotification(t *testing.T) {
 	cfg.Listen = addr
 	cfg.S3.ListInterval = time.Hour
 	cfg.S3.WebhookToken = token
+	cfg.API.Keys = []string{"sk-not-what-minio-sends"} // the token, not a key, opens the route
 	e.open(cfg)
 	// The first input may be found by the listing at start; the second
 	// only by the notification.
@@ -220,6 +221,44 @@ func TestBucketWebhookNotification(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("unauthenticated post: %s", resp.Status)
+	}
+}
+
+// With api.keys and no s3.webhook_token, the webhook route needs an API
+// key like every other: MinIO's target sends one as its auth token.
+func TestBucketWebhookWithAPIKey(t *testing.T) {
+	addr := miniotest.FreeAddr(t)
+	const key = "sk-bucket-key"
+	e := newBucketEnv(t, openaitest.Options{},
+		"MINIO_NOTIFY_WEBHOOK_ENABLE_BATCHD=on",
+		"MINIO_NOTIFY_WEBHOOK_ENDPOINT_BATCHD=http://"+addr+"/v1/bucket-events",
+		"MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_BATCHD="+key)
+	e.notify("")
+	cfg := e.bucketConfig("keyed")
+	cfg.Listen = addr
+	cfg.S3.ListInterval = time.Hour
+	cfg.API.Keys = []string{key}
+	e.open(cfg)
+	e.put("jobs/inbox/first.jsonl", chatBatch(2, "first"))
+	e.waitPublished("first", 60*time.Second)
+	e.put("jobs/inbox/second.jsonl", chatBatch(2, "second"))
+	e.waitPublished("second", 60*time.Second)
+	if !strings.Contains(e.logs.String(), `msg="bucket notification"`) {
+		t.Fatal("no notification was received")
+	}
+	for _, auth := range []string{"", "Bearer wrong"} {
+		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/bucket-events", strings.NewReader(`{"Records":[]}`))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("post with %q: %s", auth, resp.Status)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,7 +28,8 @@ import (
 type Config struct {
 	// Data is the data directory: inbox/, outbox/, done/, state/.
 	Data string `yaml:"data"`
-	// Listen is the HTTP address for health endpoints ("" disables HTTP).
+	// Listen is the HTTP address (host:port) of the API, the status page,
+	// metrics and health endpoints; "" or "off" disables HTTP.
 	Listen string `yaml:"listen"`
 	// Engine names the engine: "native" (in-process, on local model files)
 	// or "openai" (a remote OpenAI-compatible server).
@@ -52,6 +54,11 @@ type Config struct {
 	// outbox files and done/ inputs are yours and stay). 0 keeps them forever.
 	Retention time.Duration `yaml:"retention"`
 	Log       LogConfig     `yaml:"log"`
+
+	// keyVars holds, for each api.keys entry, the ${VAR} references in
+	// the file that expanded to nothing, so that an empty key can name
+	// the variable that was not set.
+	keyVars []string
 }
 
 // WebhooksConfig configures batch-end webhooks (none without URLs).
@@ -62,11 +69,19 @@ type WebhooksConfig struct {
 	Secret string `yaml:"secret"`
 }
 
-// APIConfig configures the OpenAI-compatible HTTP API on Listen.
+// APIConfig configures the HTTP API on Listen and who may use it.
 type APIConfig struct {
-	// Keys are the accepted API keys (Authorization: Bearer KEY); none
-	// leaves the API open, which the daemon warns about beyond loopback.
+	// Keys are the accepted API keys (Authorization: Bearer KEY). With
+	// keys, every route but /healthz and /readyz needs one: the API, the
+	// status page, /status.json and /metrics. None leaves all of it open,
+	// which only a loopback Listen or Open allows.
 	Keys []string `yaml:"keys"`
+	// Open serves everything without a key on an address beyond loopback;
+	// it must be said explicitly, and contradicts Keys.
+	Open bool `yaml:"open"`
+	// MetricsPublic opens /metrics alone to anyone (for Prometheus
+	// scrapers) while Keys guard the rest.
+	MetricsPublic bool `yaml:"metrics_public"`
 	// MaxUploadBytes bounds one POST /v1/files (default 512 MiB).
 	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
 	// DefaultMaxTokens is the output limit of an online request that sets
@@ -216,7 +231,56 @@ func LoadFile(path string) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
+	if keys, vars, ok := fileKeys(string(raw)); ok {
+		cfg.API.Keys, cfg.keyVars = keys, vars
+	}
 	return cfg, nil
+}
+
+// unsetMark brackets the name of a variable that expanded to nothing in
+// fileKeys' second reading of the file; it is valid inside any YAML scalar
+// and cannot occur in a variable name.
+const unsetMark = "\u00a7"
+
+var unsetRef = regexp.MustCompile(unsetMark + `([A-Za-z_][A-Za-z0-9_]*)` + unsetMark)
+
+// fileKeys reads api.keys again from raw with every ${VAR} that is unset or
+// empty replaced by a marker. Expanded to nothing, `keys: [${VAR}]` is
+// `keys: []`, no key at all, where the file meant one: this reading keeps
+// that entry (empty), and returns, for each key, the variables ("$VAR")
+// that came out empty in it (nil when none did). ok is false when the file
+// has no api.keys list this reading can decode.
+func fileKeys(raw string) (keys, vars []string, ok bool) {
+	marked := envRef.ReplaceAllStringFunc(raw, func(m string) string {
+		name := m[2 : len(m)-1]
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+		return unsetMark + name + unsetMark
+	})
+	var doc struct {
+		API struct {
+			Keys []string `yaml:"keys"`
+		} `yaml:"api"`
+	}
+	if yaml.Unmarshal([]byte(marked), &doc) != nil || doc.API.Keys == nil {
+		return nil, nil, false
+	}
+	keys = make([]string, len(doc.API.Keys))
+	for i, k := range doc.API.Keys {
+		var names []string
+		for _, m := range unsetRef.FindAllStringSubmatch(k, -1) {
+			names = append(names, "$"+m[1])
+		}
+		if len(names) > 0 {
+			if vars == nil {
+				vars = make([]string, len(keys))
+			}
+			vars[i] = strings.Join(names, ", ")
+		}
+		keys[i] = unsetRef.ReplaceAllString(k, "")
+	}
+	return keys, vars, true
 }
 
 // ApplyEnv overrides cfg with BATCHD_* environment variables.
@@ -252,8 +316,21 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 		cfg.Webhooks.URLs = splitList(v)
 	}
 	str("BATCHD_WEBHOOK_SECRET", &cfg.Webhooks.Secret)
-	if v := getenv("BATCHD_API_KEYS"); v != "" {
-		cfg.API.Keys = splitList(v)
+	// BATCHD_API_KEY (one key, as the example config and the deploy
+	// manifests name it) and BATCHD_API_KEYS (a comma-separated list, for
+	// rotation) replace api.keys together.
+	if one, list := getenv("BATCHD_API_KEY"), getenv("BATCHD_API_KEYS"); one != "" || list != "" {
+		cfg.API.Keys, cfg.keyVars = splitList(list), nil
+		if one != "" {
+			cfg.API.Keys = append([]string{one}, cfg.API.Keys...)
+		}
+	}
+	if v := getenv("BATCHD_API_OPEN"); v != "" {
+		open, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("BATCHD_API_OPEN: %q is not true or false", v)
+		}
+		cfg.API.Open = open
 	}
 	str("BATCHD_SOURCE", &cfg.Source)
 	str("BATCHD_S3_ENDPOINT", &cfg.S3.Endpoint)
@@ -330,6 +407,9 @@ func (c Config) Validate() error {
 	if c.Retention < 0 {
 		return fmt.Errorf("retention: must not be negative, got %s", c.Retention)
 	}
+	if err := c.validateAccess(); err != nil {
+		return err
+	}
 	if c.API.MaxUploadBytes < 1 {
 		return fmt.Errorf("api.max_upload_bytes: must be positive, got %d", c.API.MaxUploadBytes)
 	}
@@ -344,6 +424,38 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("source: %q is neither dir nor s3://BUCKET/PREFIX", c.Source)
+	}
+	return nil
+}
+
+// HTTPOff tells whether the config turns HTTP off (listen "" or "off").
+func (c Config) HTTPOff() bool { return c.Listen == "" || c.Listen == "off" }
+
+// validateAccess checks listen and api.keys/api.open: no key may be empty
+// (an unset ${VAR} must not open the API), and an address beyond loopback
+// needs keys unless api.open says otherwise.
+func (c Config) validateAccess() error {
+	for i, k := range c.API.Keys {
+		if strings.TrimSpace(k) != "" {
+			continue
+		}
+		if i < len(c.keyVars) && c.keyVars[i] != "" {
+			return fmt.Errorf("api.keys[%d]: empty (is %s set?)", i, c.keyVars[i])
+		}
+		return fmt.Errorf("api.keys[%d]: empty; give a key or remove the entry", i)
+	}
+	if c.API.Open && len(c.API.Keys) > 0 {
+		return fmt.Errorf("api.open: true contradicts api.keys (%d keys): keep one of them", len(c.API.Keys))
+	}
+	if c.HTTPOff() {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %q is not host:port (or off): %w", c.Listen, err)
+	}
+	if len(c.API.Keys) == 0 && !c.API.Open && !isLoopback(c.Listen) {
+		return fmt.Errorf("listen: %s is beyond loopback and api.keys is empty, so anyone who reaches it could use the API: "+
+			"set api.keys (or BATCHD_API_KEY) to require a key, or set api.open: true (or BATCHD_API_OPEN=true) to serve it without one", c.Listen)
 	}
 	return nil
 }

@@ -228,12 +228,12 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.requeueAPI(); err != nil {
 		return err
 	}
-	if d.cfg.Listen != "" {
+	if !d.cfg.HTTPOff() {
 		if err := d.serveHTTP(); err != nil {
 			return err
 		}
 		if len(d.cfg.API.Keys) == 0 && !isLoopback(d.HTTPAddr()) {
-			d.log.Warn("the API on this address needs no key: set api.keys (or BATCHD_API_KEYS)", "listen", d.HTTPAddr())
+			d.log.Warn("api.open: the API, status page and metrics on this address need no key", "listen", d.HTTPAddr())
 		}
 	}
 	if d.cfg.Retention > 0 {
@@ -521,14 +521,26 @@ func (d *Daemon) serveHTTP() error {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	// Every other route needs a key when there are keys.
+	acc := newAccess(d.cfg.API.Keys)
 	if d.bucket != nil {
-		mux.HandleFunc("POST /v1/bucket-events", d.bucket.serveEvents)
+		// MinIO's webhook target sends s3.webhook_token when it is set
+		// (serveEvents checks it); otherwise it must send an API key.
+		var events http.Handler = http.HandlerFunc(d.bucket.serveEvents)
+		if d.cfg.S3.WebhookToken == "" {
+			events = acc.api(events)
+		}
+		mux.Handle("POST /v1/bucket-events", events)
 	}
 	src := opsSource{d}
 	d.sampler = ops.NewSampler(src, 0, 0)
 	d.sampler.Start(d.runCtx)
-	mux.Handle("GET /metrics", ops.NewMetrics(src).WithSampler(d.sampler).Handler())
-	mux.Handle("/", ops.NewStatusPage(src, d.sampler).Handler())
+	metrics := ops.NewMetrics(src).WithSampler(d.sampler).Handler()
+	if !d.cfg.API.MetricsPublic {
+		metrics = acc.page(metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", acc.page(ops.NewStatusPage(src, d.sampler).Handler()))
 	api := http.NewServeMux()
 	api.HandleFunc("POST /v1/files", d.handleUpload)
 	api.HandleFunc("GET /v1/files", d.handleListFiles)
@@ -548,7 +560,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)
 	})
-	mux.Handle("/v1/", requireKey(d.cfg.API.Keys, api))
+	mux.Handle("/v1/", acc.api(api))
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)

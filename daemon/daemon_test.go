@@ -610,6 +610,8 @@ func TestApplyEnv(t *testing.T) {
 		"BATCHD_MAX_CONCURRENT_BATCHES": "7",
 		"BATCHD_OPENAI_MAX_INFLIGHT":    "11",
 		"BATCHD_KERNELS":                "generic",
+		"BATCHD_API_KEY":                "sk-one",
+		"BATCHD_API_KEYS":               "sk-two, sk-three",
 	}
 	cfg := daemon.DefaultConfig()
 	cfg.Engine = "openai"
@@ -624,6 +626,7 @@ func TestApplyEnv(t *testing.T) {
 	want.Log = daemon.LogConfig{Level: "debug", Format: "json"}
 	want.Pipeline.MaxConcurrentBatches = 7
 	want.Native.Kernels = "generic"
+	want.API.Keys = []string{"sk-one", "sk-two", "sk-three"}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
 	}
@@ -668,6 +671,8 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"pipeline.max_line_bytes", func(c *daemon.Config) { c.Pipeline.MaxLineBytes = 10 }},
 		{"log.level", func(c *daemon.Config) { c.Log.Level = "loud" }},
 		{"log.format", func(c *daemon.Config) { c.Log.Format = "xml" }},
+		{"api.keys[0]", func(c *daemon.Config) { c.API.Keys = []string{""} }},
+		{"listen", func(c *daemon.Config) { c.Listen = "0.0.0.0:8080" }},
 		{"watcher.settle", func(c *daemon.Config) { c.Watcher.Settle = 0 }},
 		{"watcher.settle and watcher.rescan", func(c *daemon.Config) { c.Watcher.Rescan = -time.Second }},
 		{"on_invalid", func(c *daemon.Config) { c.Batch.OnInvalid = "shrug" }},

@@ -39,7 +39,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var urls stringList
 	fs.Var(&urls, "openai-url", "base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1 (repeat or comma-separate for replicas; implies --engine openai)")
 	model := fs.String("openai-model", "", "model name sent to the remote server (overrides body.model)")
-	listen := fs.String("listen", "", "HTTP listen address for /healthz and /readyz (\"off\" disables)")
+	listen := fs.String("listen", "", "HTTP listen address of the API, status page, metrics and health checks (\"off\" disables)")
 	source := fs.String("source", "", "where inputs come from: dir (DATA/inbox, the default) or s3://BUCKET/PREFIX")
 	endpoint := fs.String("s3-endpoint", "", "the bucket's server, host:port (with --source s3://...)")
 	if err := fs.Parse(args); err != nil {
@@ -85,12 +85,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *endpoint != "" {
 		cfg.S3.Endpoint = *endpoint
 	}
-	switch *listen {
-	case "":
-	case "off":
-		cfg.Listen = ""
-	default:
-		cfg.Listen = *listen
+	if *listen != "" {
+		cfg.Listen = *listen // "off" turns HTTP off, as in the config file
 	}
 	if err := cfg.Validate(); err != nil {
 		return errorf(stderr, exitUsage, "config: %v", err)
