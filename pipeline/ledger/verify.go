@@ -118,7 +118,7 @@ func inspect(path string) (header, error) {
 	}
 	size := st.Size()
 	if size == 0 {
-		return header{}, damaged(path, "the file is empty (0 bytes), and a ledger batchd has made never is")
+		return header{}, damaged(path, "the file is empty (0 bytes); batchd never leaves an empty ledger, so it was emptied")
 	}
 	readPage := func(off int64) []byte {
 		buf := make([]byte, pageHeaderSize+metaSize)
