@@ -188,8 +188,10 @@ func (p *Pipeline) Open(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(p.cfg.StateDir, "batches"), 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	path := filepath.Join(p.cfg.StateDir, "ledger.db")
-	if done, err := ledger.CompactIfWorth(path); err != nil {
+	path := ledgerPath(p.cfg.StateDir)
+	if done, err := ledger.CompactIfWorth(path); errors.Is(err, ledger.ErrDamaged) {
+		return err
+	} else if err != nil {
 		p.log.Warn("ledger compaction failed; going on with the file as it is", "error", err)
 	} else if done {
 		p.log.Info("ledger compacted", "path", path)
@@ -257,9 +259,7 @@ func (p *Pipeline) batchLock(id string) *sync.Mutex {
 	return m
 }
 
-func (p *Pipeline) batchDir(id string) string {
-	return filepath.Join(p.cfg.StateDir, "batches", id)
-}
+func (p *Pipeline) batchDir(id string) string { return stateBatchDir(p.cfg.StateDir, id) }
 
 // CleanOutbox removes temporary files a crash may have left in an outbox.
 func CleanOutbox(dir string) error {

@@ -76,8 +76,25 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close(context.Background()) })
+	// Registered before any pipeline opens, so it runs after they closed.
+	t.Cleanup(func() { checkLedger(t, e.cfg.StateDir) })
 	e.open()
 	return e
+}
+
+// checkLedger fails t for every broken invariant of the ledger in stateDir
+// (pipeline.CheckLedger, as `batchd ledger check` runs it). Every test that
+// uses newEnv runs it when it ends.
+func checkLedger(t *testing.T, stateDir string) {
+	t.Helper()
+	rep, err := pipeline.CheckLedger(stateDir, 5*time.Second)
+	if err != nil {
+		t.Errorf("ledger check: %v", err)
+		return
+	}
+	for _, p := range rep.Problems {
+		t.Errorf("ledger check: %s", p)
+	}
 }
 
 func (e *env) open() {

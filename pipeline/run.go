@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,8 +273,7 @@ func (p *Pipeline) finishPublished(job Job, b *ledger.Batch) error {
 }
 
 func (p *Pipeline) resultPaths(b *ledger.Batch, gen int) (out, errs string) {
-	dir := p.batchDir(b.ID)
-	return filepath.Join(dir, "output."+strconv.Itoa(gen)+".jsonl"), filepath.Join(dir, "errors."+strconv.Itoa(gen)+".jsonl")
+	return stateResultPaths(p.cfg.StateDir, b.ID, gen)
 }
 
 func (p *Pipeline) publishResults(job Job, b *ledger.Batch) error {
@@ -354,8 +352,8 @@ func (p *Pipeline) Recover() error {
 		return err
 	}
 	for name, v := range recs {
-		var rec retiring
-		if err := json.Unmarshal(v, &rec); err != nil {
+		rec, err := decodeRetiring(v)
+		if err != nil {
 			return fmt.Errorf("retiring record of %s: %w", name, err)
 		}
 		p.log.Info("finishing an interrupted move to done", keyName, name)

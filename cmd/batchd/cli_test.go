@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -496,7 +494,7 @@ func TestUnknownCommandAndHelp(t *testing.T) {
 	if code != exitOK {
 		t.Errorf("help: exit %d", code)
 	}
-	for _, c := range []string{"run", "validate", "submit", "status", "check", "bench", "echo-server"} {
+	for _, c := range []string{"run", "validate", "submit", "status", "check", "ledger", "bench", "echo-server"} {
 		if !strings.Contains(stdout, "  "+c+" ") {
 			t.Errorf("help lacks %s:\n%s", c, stdout)
 		}
@@ -517,35 +515,17 @@ func TestRunRefusesBadConfig(t *testing.T) {
 }
 
 func TestSecondBatchdProcessFailsFast(t *testing.T) {
-	bin := needBinary(t)
-	srv := openaitest.NewServer(openaitest.Options{})
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
+	first := startBinDaemon(t)
+	code, out := first.runAgain(t)
+	if code != exitFailure {
+		t.Fatalf("second batchd: exit %d, want %d\n%s", code, exitFailure, out)
 	}
-	t.Cleanup(srv.Close)
-	dir := t.TempDir()
-	cfgPath := writeFile(t, filepath.Join(dir, "batchd.yaml"), "watcher:\n  settle: 50ms\n")
-	data := filepath.Join(dir, "data")
-	logPath := filepath.Join(dir, "first.log")
-	first := startBatchd(t, bin, data, cfgPath, srv.URL(), logPath)
-	first.waitReady(t)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "run", "--config", cfgPath, "--data", data, "--openai-url", srv.URL(), "--listen", "off")
-	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, hermeticEnv()
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != exitFailure {
-		t.Fatalf("second batchd: %v, want exit %d\n%s", err, exitFailure, out.String())
+	if want := fmt.Sprintf("in use by another batchd (pid %d)", first.p.cmd.Process.Pid); !strings.Contains(out, want) {
+		t.Errorf("second batchd said %q, want it to contain %q", out, want)
 	}
-	if want := fmt.Sprintf("in use by another batchd (pid %d)", first.cmd.Process.Pid); !strings.Contains(out.String(), want) {
-		t.Errorf("second batchd said %q, want it to contain %q", out.String(), want)
-	}
-	first.signal(t, syscall.SIGTERM)
-	if first.err != nil {
-		t.Errorf("first batchd after SIGTERM: %v\n%s", first.err, logTail(logPath))
+	first.p.signal(t, syscall.SIGTERM)
+	if first.p.err != nil {
+		t.Errorf("first batchd after SIGTERM: %v\n%s", first.p.err, logTail(first.p.log))
 	}
 }
 

@@ -33,6 +33,7 @@ func init() {
 		{"submit", "place a batch file in the inbox (and --wait for it)", cmdSubmit},
 		{"status", "show every batch, or one", cmdStatus},
 		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},
+		{"ledger", "verify the ledger's own invariants offline (ledger check)", cmdLedger},
 		{"bench", "measure the pipeline (bench pipeline)", cmdBench},
 		{"demo-model", "write a small random-weight model (GGUF, real tokenizer) to try the native engine", cmdDemoModel},
 		{"pull", "download a Hugging Face model repo into the local cache", cmdPull},

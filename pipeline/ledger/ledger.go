@@ -92,26 +92,70 @@ type Ledger struct {
 	db *bolt.DB
 }
 
+// openOptions are the options of every read-write open.
+func openOptions() *bolt.Options {
+	return &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType}
+}
+
 // Open opens (creating if needed) the ledger at path. A ledger held by
 // another process fails after a short wait instead of blocking forever.
+//
+// An existing file is checked first: one that is damaged (cut short,
+// emptied, broken pages or meta pages, or failing bbolt's own consistency
+// check) returns a *DamagedError, never a crash, and never a silently empty
+// ledger that would forget what ran. The check reads the whole file once.
 func Open(path string) (*Ledger, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType})
-	if err != nil {
-		return nil, fmt.Errorf("open ledger %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketBatches, bucketDone, bucketRetiring, bucketNames} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if err := create(path); err != nil {
+			return nil, fmt.Errorf("create ledger %s: %w", path, err)
 		}
-		return nil
-	})
+	} else if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	db, _, err := openVerified(path, openOptions(), nil)
 	if err != nil {
+		return nil, err
+	}
+	if err := db.Update(createBuckets); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init ledger %s: %w", path, err)
 	}
 	return &Ledger{db: db}, nil
+}
+
+func createBuckets(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketBatches, bucketDone, bucketRetiring, bucketNames} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// create makes a new ledger beside path and renames it into place, so that
+// a ledger file that exists is always a whole one: an empty file at path is
+// damage, not a crash during creation.
+func create(path string) error {
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	db, err := bolt.Open(tmp, 0o600, openOptions())
+	if err != nil {
+		return err
+	}
+	err = db.Update(createBuckets)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return fsx.SyncDir(filepath.Dir(path))
 }
 
 // Close closes the file.
@@ -303,7 +347,8 @@ func (l *Ledger) Retiring() (map[string][]byte, error) {
 // CompactIfWorth rewrites the ledger file at path without its free pages
 // when they are more than half of a file over 16 MiB: bbolt files never
 // shrink by themselves, and expired batches leave free pages behind. Call
-// it before Open. It reports whether it compacted.
+// it before Open. It reports whether it compacted. A damaged file returns a
+// *DamagedError, as Open would.
 func CompactIfWorth(path string) (bool, error) {
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -315,9 +360,11 @@ func CompactIfWorth(path string) (bool, error) {
 	if st.Size() < 16<<20 {
 		return false, nil
 	}
-	src, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType})
+	// A damaged file is refused (a *DamagedError) before it is copied: a
+	// compaction would carry what it could read into a file that looks whole.
+	src, _, err := openVerified(path, openOptions(), nil)
 	if err != nil {
-		return false, fmt.Errorf("open ledger %s: %w", path, err)
+		return false, err
 	}
 	stats := src.Stats()
 	free := int64(stats.FreePageN+stats.PendingPageN) * int64(src.Info().PageSize)
