@@ -3,12 +3,14 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/batchd/batchd/internal/fsx"
@@ -187,15 +189,17 @@ func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
 	case prefixInput:
 		purpose = "batch"
 		path = filepath.Join(d.dirs.Done, b.Name+"."+b.Format)
-		if _, err := os.Stat(path); err != nil {
+		if _, err := os.Lstat(path); err != nil {
 			path = filepath.Join(d.apiDir(), b.Name+"."+b.Format)
 		}
 	}
 	if kind != prefixInput && !pipeline.Terminal(b.Status) {
 		return "", nil, errNotFound
 	}
-	st, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	// Lstat: a link or FIFO put in done/ or the outbox is not served (its
+	// target may lie outside the data directory).
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) || err == nil && !st.Mode().IsRegular() {
 		return "", nil, errNotFound
 	}
 	if err != nil {
@@ -241,7 +245,15 @@ func (d *Daemon) handleFileContent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, err := os.Open(path)
+	// O_NOFOLLOW, O_NONBLOCK: whatever took the file's place since it was
+	// resolved, no link is followed and no FIFO blocks the handler.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err == nil {
+		if st, serr := f.Stat(); serr != nil || !st.Mode().IsRegular() {
+			f.Close()
+			f, err = nil, fmt.Errorf("open %s: not a regular file", path)
+		}
+	}
 	if err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "reading file %s failed", o.ID)

@@ -19,6 +19,7 @@ import (
 	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
 )
 
@@ -159,10 +160,13 @@ type PipelineConfig struct {
 
 // WatcherConfig tunes the inbox watcher.
 type WatcherConfig struct {
-	Rescan       time.Duration `yaml:"rescan"`
-	Settle       time.Duration `yaml:"settle"`
-	Poll         bool          `yaml:"poll"`
-	PollInterval time.Duration `yaml:"poll_interval"`
+	Rescan time.Duration `yaml:"rescan"`
+	Settle time.Duration `yaml:"settle"`
+	// IncompleteAfter: an input unchanged but incomplete this long fails
+	// (input_incomplete) and moves to rejected/.
+	IncompleteAfter time.Duration `yaml:"incomplete_after"`
+	Poll            bool          `yaml:"poll"`
+	PollInterval    time.Duration `yaml:"poll_interval"`
 }
 
 // LogConfig configures logging.
@@ -199,7 +203,7 @@ func DefaultConfig() Config {
 			ProgressInterval:     pc.ProgressInterval,
 		},
 		Batch:   pipeline.Options{OnInvalid: pipeline.OnInvalidContinue},
-		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, PollInterval: 2 * time.Second},
+		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, IncompleteAfter: dir.DefaultIncompleteAfter, PollInterval: 2 * time.Second},
 		S3: S3Config{LeaseTTL: s3.DefaultConfig("").LeaseTTL, ListInterval: s3.DefaultConfig("").ListInterval,
 			CheckpointInterval: 5 * time.Second},
 		Log:       LogConfig{Level: "info", Format: "text"},
@@ -395,6 +399,9 @@ func (c Config) Validate() error {
 	}
 	if c.Watcher.Settle <= 0 || c.Watcher.Rescan <= 0 {
 		return errors.New("watcher.settle and watcher.rescan: must be positive durations")
+	}
+	if c.Watcher.IncompleteAfter <= 0 {
+		return fmt.Errorf("watcher.incomplete_after: must be a positive duration, got %v", c.Watcher.IncompleteAfter)
 	}
 	if err := c.pipelineConfig().Validate(); err != nil {
 		return fmt.Errorf("pipeline.%w", err)

@@ -30,17 +30,19 @@ import (
 	"github.com/batchd/batchd/watcher/s3"
 )
 
-// Dirs are the folders of a data directory.
-type Dirs struct{ Root, Inbox, Outbox, Done, State string }
+// Dirs are the folders of a data directory. Rejected holds the inbox
+// entries refused without being read (watcher.Refused).
+type Dirs struct{ Root, Inbox, Outbox, Done, Rejected, State string }
 
 // DataDirs returns the folders of data directory root.
 func DataDirs(root string) Dirs {
 	return Dirs{
-		Root:   root,
-		Inbox:  filepath.Join(root, "inbox"),
-		Outbox: filepath.Join(root, "outbox"),
-		Done:   filepath.Join(root, "done"),
-		State:  filepath.Join(root, "state"),
+		Root:     root,
+		Inbox:    filepath.Join(root, "inbox"),
+		Outbox:   filepath.Join(root, "outbox"),
+		Done:     filepath.Join(root, "done"),
+		Rejected: filepath.Join(root, "rejected"),
+		State:    filepath.Join(root, "state"),
 	}
 }
 
@@ -204,6 +206,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	} else {
 		wc := dir.DefaultConfig(d.dirs.Inbox)
 		wc.Rescan, wc.Settle, wc.Poll = d.cfg.Watcher.Rescan, d.cfg.Watcher.Settle, d.cfg.Watcher.Poll
+		wc.IncompleteAfter = d.cfg.Watcher.IncompleteAfter
 		if d.cfg.Watcher.PollInterval > 0 {
 			wc.PollInterval = d.cfg.Watcher.PollInterval
 		}
@@ -330,6 +333,8 @@ func (d *Daemon) receive(ctx context.Context) {
 				d.handleCancel(ev)
 			case watcher.Input:
 				d.enqueue(ev)
+			case watcher.Refused:
+				d.refuse(ev)
 			}
 		}
 	}
@@ -362,6 +367,31 @@ func (d *Daemon) handleCancel(ev watcher.Event) {
 		d.log.Warn("remove cancel request", "name", ev.Name, "error", err)
 	}
 	d.watch.Forget(ev.Path)
+}
+
+// refuse fails an inbox entry the watcher refused, at once and without
+// reading it, and moves it to rejected/. While a batch of the same name
+// runs, it waits for that run to finish.
+func (d *Daemon) refuse(ev watcher.Event) {
+	d.mu.Lock()
+	if d.active[ev.Name] {
+		d.again[ev.Name] = ev
+		d.mu.Unlock()
+		return
+	}
+	d.active[ev.Name] = true
+	d.mu.Unlock()
+	job := pipeline.Job{Name: ev.Name, Path: ev.Path, Format: ev.Format, Outbox: d.dirs.Outbox, DoneDir: d.dirs.Rejected}
+	b, err := d.pipe.Refuse(job, ev.Code, ev.Message)
+	switch {
+	case err == nil:
+		d.notifyEnd(b)
+	case errors.Is(err, os.ErrNotExist):
+		d.log.Info("refused input vanished", "name", ev.Name)
+	default:
+		d.log.Error("failing a refused input failed; it is retried on the next rescan", "name", ev.Name, "error", err)
+	}
+	d.finished(ev)
 }
 
 func (d *Daemon) enqueue(ev watcher.Event) {
@@ -504,7 +534,10 @@ func (d *Daemon) finished(ev watcher.Event) {
 	delete(d.again, ev.Name)
 	d.mu.Unlock()
 	d.watch.Forget(ev.Path)
-	if ok {
+	switch {
+	case ok && again.Kind == watcher.Refused:
+		d.refuse(again)
+	case ok:
 		d.enqueue(again)
 	}
 }

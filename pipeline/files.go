@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -50,4 +51,44 @@ func moveFile(src, dst string) error {
 		return err
 	}
 	return fsx.SyncDir(filepath.Dir(src))
+}
+
+// openInput opens a file batchd reads from a user's folder (an input, an
+// options file) and refuses anything but a regular file: it follows no
+// symbolic link, whose target may lie outside the data directory, and never
+// blocks on a FIFO.
+func openInput(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("open %s: %w: a symbolic link (batchd follows none)", path, errNotRegular)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w (%s)", path, errNotRegular, st.Mode().Type())
+	}
+	return f, nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// readRegular reads the whole regular file at path (openInput).
+func readRegular(path string) ([]byte, error) {
+	f, err := openInput(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return raw, nil
 }

@@ -164,12 +164,12 @@ func (o Options) Validate() error {
 // Options and no error; unknown keys are an error naming them.
 func ReadOptionsFile(path string) (Options, []byte, error) {
 	var o Options
-	raw, err := os.ReadFile(path)
+	raw, err := readRegular(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return o, nil, nil
 	}
 	if err != nil {
-		return o, nil, fmt.Errorf("read options %s: %w", path, err)
+		return o, nil, fmt.Errorf("read options: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/batchd/batchd/engine"
@@ -152,7 +153,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 // identify hashes the input and its effective options into the batch id, and
 // counts its requests. fileErr is a structural problem of a requests document.
 func (p *Pipeline) identify(job Job, eff Options) (id string, total int, fileErr, err error) {
-	f, err := os.Open(job.Path)
+	f, err := openInput(job.Path)
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("open input: %w", err)
 	}
@@ -204,6 +205,34 @@ func newSource(r io.Reader, format string, maxLine int) validate.Source {
 		return validate.NewDocReader(r, maxLine)
 	}
 	return validate.NewLineReader(r, maxLine)
+}
+
+// Refuse ends job as a failed batch with code and message, without reading
+// its input (a source refused it: a name batchd cannot use, a link, a FIFO,
+// an input that never became complete). job.Name must be a usable name
+// (the source's shortened one); the batch object is written under it and
+// the input, whatever it is, moves to job.DoneDir under its own name (a
+// rename: nothing is opened). The batch id comes from the entry's identity
+// (name, inode, size, mtime), so refusing the same entry again after a
+// crash replaces the same record.
+func (p *Pipeline) Refuse(job Job, code, message string) (*ledger.Batch, error) {
+	st, err := os.Lstat(job.Path)
+	if err != nil {
+		return nil, fmt.Errorf("refuse %s: %w", job.Name, err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "batchd-refused\n%s\n%s\n%d\n%d\n", job.Path, code, st.Size(), st.ModTime().UnixNano())
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		fmt.Fprintf(h, "%d:%d\n", sys.Dev, sys.Ino)
+	}
+	id := "batch_" + hex.EncodeToString(h.Sum(nil)[:16])
+	lock := p.batchLock(id)
+	lock.Lock()
+	defer lock.Unlock()
+	now := p.cfg.Now().Unix()
+	b := &ledger.Batch{ID: id, Name: job.Name, Format: job.Format, Gen: 1, CreatedAt: now}
+	job.OptionsPath = "" // NAME.options.json stays for the next NAME
+	return p.fail(job, b, code, message)
 }
 
 // fail ends a new batch as failed before any request ran.
@@ -306,7 +335,7 @@ func (p *Pipeline) retire(job Job) error {
 		return fmt.Errorf("create done dir: %w", err)
 	}
 	rec := retiring{Inbox: filepath.Dir(job.Path), DoneDir: job.DoneDir}
-	if raw, err := os.ReadFile(job.OptionsPath); err == nil {
+	if raw, err := readRegular(job.OptionsPath); err == nil {
 		sum := sha256.Sum256(raw)
 		rec.OptionsSum = hex.EncodeToString(sum[:])
 	}
@@ -330,7 +359,7 @@ func (p *Pipeline) retire(job Job) error {
 // content) to done, removes the cancel request, and drops the record.
 func (p *Pipeline) finishRetire(name string, rec retiring) error {
 	optPath := filepath.Join(rec.Inbox, name+".options.json")
-	if raw, err := os.ReadFile(optPath); err == nil && rec.OptionsSum != "" {
+	if raw, err := readRegular(optPath); err == nil && rec.OptionsSum != "" {
 		sum := sha256.Sum256(raw)
 		if hex.EncodeToString(sum[:]) == rec.OptionsSum {
 			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+".options.json")); err != nil {
@@ -624,7 +653,7 @@ func (r *run) seed() error {
 // validateAll checks every line before any runs (on_invalid: reject). It
 // reports false, with the batch marked failed, when some line is invalid.
 func (r *run) validateAll() (bool, error) {
-	f, err := os.Open(r.job.Path)
+	f, err := openInput(r.job.Path)
 	if err != nil {
 		return false, fmt.Errorf("open input: %w", err)
 	}
@@ -672,7 +701,7 @@ func check(chk *validate.Checker, n int, raw []byte, tooLong bool, maxLine int) 
 // writer (invalid lines, and every request once the batch is cancelled or
 // expired) or to the engine.
 func (r *run) read() error {
-	f, err := os.Open(r.job.Path)
+	f, err := openInput(r.job.Path)
 	if err != nil {
 		return fmt.Errorf("open input: %w", err)
 	}

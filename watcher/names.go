@@ -1,6 +1,13 @@
 package watcher
 
-import "strings"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
 
 // File name suffixes of the inbox contract (ARCHITECTURE.md §2); a bucket's
 // inbox/ prefix follows the same contract.
@@ -41,4 +48,90 @@ func Classify(base string) (kind Kind, name, format string, ok bool) {
 		return 0, "", "", false
 	}
 	return kind, name, format, name != ""
+}
+
+// Codes of Refused events: the code of the failed batch's error.
+const (
+	// CodeNameTooLong: a file name batchd derives from NAME would exceed
+	// the file-name limit.
+	CodeNameTooLong = "name_too_long"
+	// CodeInvalidName: NAME is not valid UTF-8 or holds control characters.
+	CodeInvalidName = "invalid_name"
+	// CodeNotRegular: the input is a symbolic link, FIFO, socket or device.
+	CodeNotRegular = "not_a_regular_file"
+	// CodeIncomplete: the input did not end completely (a final newline, a
+	// closing '}') within the grace period.
+	CodeIncomplete = "input_incomplete"
+)
+
+// maxFileName is the longest file name (one path element, in bytes) the
+// common Linux filesystems accept.
+const maxFileName = 255
+
+// derivedSuffixes are the suffixes batchd appends to NAME for files in the
+// inbox, outbox and done folders (ARCHITECTURE.md §2, plus NAME.retry).
+var derivedSuffixes = []string{
+	SuffixJSONL, SuffixJSON, SuffixOptions, SuffixCancel, ".retry",
+	".output.jsonl", ".errors.jsonl", ".batch.json", ".results.json",
+}
+
+// tempOverhead is what a temporary name adds around NAME+suffix: the
+// longest is fsx.WriteFile's ".NAME.SUFFIX-<up to 10 digits>.tmp"; the
+// pipeline's ".NAME.SUFFIX.tmp" and the CLI's ".NAME.SUFFIX.part" are shorter.
+const tempOverhead = len(".") + len("-4294967295") + len(suffixTmp)
+
+// MaxNameBytes is the longest batch name (in bytes) whose every derived file
+// name, temporaries included, fits the file-name limit.
+var MaxNameBytes = func() int {
+	longest := 0
+	for _, s := range derivedSuffixes {
+		longest = max(longest, len(s))
+	}
+	return maxFileName - longest - tempOverhead
+}()
+
+// CheckName reports why batch name cannot be used to name batchd's files:
+// a derived name too long (CodeNameTooLong), or a name that is not valid
+// UTF-8 or holds control characters such as a newline (CodeInvalidName).
+// It returns "" for a usable name.
+func CheckName(name string) (code, message string) {
+	switch {
+	case !utf8.ValidString(name):
+		return CodeInvalidName, fmt.Sprintf("the name %q is not valid UTF-8; rename the file", name)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return CodeInvalidName, fmt.Sprintf("the name %q holds control characters (a newline, a tab, ...); rename the file", name)
+	case len(name) > MaxNameBytes:
+		return CodeNameTooLong, fmt.Sprintf("the name is %d bytes long; batch names may have at most %d bytes, so that every file batchd derives from it (NAME.batch.json and its temporaries) fits the %d-byte file-name limit; rename the file",
+			len(name), MaxNameBytes, maxFileName)
+	}
+	return "", ""
+}
+
+// safePrefixBytes bounds the part of a refused name kept in SafeName.
+const safePrefixBytes = 200
+
+// SafeName is the name the outputs of a refused batch take: name itself
+// when CheckName accepts it; otherwise its first bytes (at most 200, cut at
+// a character boundary, invalid UTF-8 dropped, control characters as '_',
+// leading dots dropped),
+// "~", and the first 8 hex digits of name's SHA-256, so that different
+// names keep different outputs.
+func SafeName(name string) string {
+	if code, _ := CheckName(name); code == "" {
+		return name
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(name, "") {
+		if unicode.IsControl(r) {
+			r = '_'
+		}
+		if b.Len()+utf8.RuneLen(r) > safePrefixBytes {
+			break
+		}
+		b.WriteRune(r)
+	}
+	sum := sha256.Sum256([]byte(name))
+	// A leading dot would hide the outputs (and make them dot-files the
+	// watcher ignores).
+	return strings.TrimLeft(b.String(), ".") + "~" + hex.EncodeToString(sum[:4])
 }

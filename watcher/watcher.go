@@ -12,6 +12,11 @@ const (
 	Input Kind = iota + 1
 	// Cancel is a request to cancel batch NAME (NAME.cancel).
 	Cancel
+	// Refused is an input batchd will not run (a name it cannot use, a file
+	// that is not a regular file, an input that never became complete): the
+	// consumer fails it with Code and Message without reading it, and moves
+	// it out of the inbox.
+	Refused
 )
 
 func (k Kind) String() string {
@@ -20,6 +25,8 @@ func (k Kind) String() string {
 		return "input"
 	case Cancel:
 		return "cancel"
+	case Refused:
+		return "refused"
 	}
 	return "unknown"
 }
@@ -27,7 +34,9 @@ func (k Kind) String() string {
 // Event is one thing a source found.
 type Event struct {
 	Kind Kind
-	// Name is the batch name: the file name without its .jsonl/.json/.cancel suffix.
+	// Name is the batch name: the file name without its .jsonl/.json/.cancel
+	// suffix. For Refused it is the name the failed batch's outputs take:
+	// the batch name, or SafeName of it when it cannot be used as it is.
 	Name string
 	// Path is where the file is.
 	Path string
@@ -37,4 +46,7 @@ type Event struct {
 	// Version identifies the content a bucket source saw (the object's
 	// ETag); empty from the folder source.
 	Version string
+	// Code and Message say why a Refused input is refused (Code* constants);
+	// empty for other kinds.
+	Code, Message string
 }

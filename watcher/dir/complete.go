@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"github.com/batchd/batchd/watcher"
 )
@@ -28,8 +29,11 @@ const tailChunk = 4096
 // with '\n'; a .json's last non-whitespace byte is '}'. It returns the version
 // it found (from the open file), so a caller can tell when the file changed
 // since it was stat'ed; the tail is only read when that version is want.
+//
+// It never follows a symbolic link nor blocks on a FIFO that took the file's
+// place since it was stat'ed: such a file is an error.
 func tailComplete(path, format string, want version) (ok bool, got version, err error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false, version{}, fmt.Errorf("open input: %w", err)
 	}
@@ -37,6 +41,9 @@ func tailComplete(path, format string, want version) (ok bool, got version, err 
 	info, err := f.Stat()
 	if err != nil {
 		return false, version{}, fmt.Errorf("stat input: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return false, version{}, fmt.Errorf("open input: %s is not a regular file", path)
 	}
 	got = versionOf(info)
 	if got != want {

@@ -12,6 +12,9 @@ const (
 	DefaultRescan       = 30 * time.Second
 	DefaultSettle       = time.Second
 	DefaultPollInterval = 2 * time.Second
+	// DefaultIncompleteAfter is how long an input may stay unchanged and
+	// incomplete before it is refused.
+	DefaultIncompleteAfter = 5 * time.Minute
 )
 
 // Config configures a Watcher. Zero durations take their defaults.
@@ -25,6 +28,11 @@ type Config struct {
 	// Settle is how long an input must keep the same size and mtime before it
 	// counts as complete (default 1s).
 	Settle time.Duration
+	// IncompleteAfter is how long an input may stay unchanged but incomplete
+	// (a .jsonl without its final newline, a .json not ending in '}')
+	// before it is refused with watcher.CodeIncomplete (default 5m). A
+	// producer that writes in place must not pause longer than this.
+	IncompleteAfter time.Duration
 	// Poll disables fsnotify: the folder is rescanned every PollInterval. Use
 	// it on network filesystems, where inotify sees no remote changes.
 	Poll bool
@@ -38,10 +46,11 @@ type Config struct {
 // DefaultConfig returns the defaults for watching dir.
 func DefaultConfig(dir string) Config {
 	return Config{
-		Dir:          dir,
-		Rescan:       DefaultRescan,
-		Settle:       DefaultSettle,
-		PollInterval: DefaultPollInterval,
+		Dir:             dir,
+		Rescan:          DefaultRescan,
+		Settle:          DefaultSettle,
+		IncompleteAfter: DefaultIncompleteAfter,
+		PollInterval:    DefaultPollInterval,
 	}
 }
 
@@ -52,6 +61,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Settle == 0 {
 		c.Settle = DefaultSettle
+	}
+	if c.IncompleteAfter == 0 {
+		c.IncompleteAfter = DefaultIncompleteAfter
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -72,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("rescan: must not be negative, got %v", c.Rescan)
 	case c.Settle < 0:
 		return fmt.Errorf("settle: must not be negative, got %v", c.Settle)
+	case c.IncompleteAfter < 0:
+		return fmt.Errorf("incomplete_after: must not be negative, got %v", c.IncompleteAfter)
 	case c.PollInterval < 0:
 		return fmt.Errorf("poll_interval: must not be negative, got %v", c.PollInterval)
 	}

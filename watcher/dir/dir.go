@@ -3,7 +3,8 @@
 // requests (NAME.cancel) and reports them as watcher.Events.
 //
 // It owns only its in-memory view of the folder: it never moves, deletes or
-// parses inputs (it reads their last bytes to see that they are complete).
+// parses inputs (it reads their last bytes to see that they are complete),
+// and never follows a symbolic link or opens anything but a regular file.
 // It imports no batchd package but watcher.
 package dir
 
@@ -47,6 +48,8 @@ const (
 	keyDir   = "dir"
 	keyFmt   = "format"
 	keyPoll  = "poll_interval"
+	keyCode  = "code"
+	keyMsg   = "reason"
 )
 
 // Watcher reports the complete inputs and cancel requests in one inbox folder.
@@ -73,6 +76,14 @@ const (
 //   - What the watcher remembers about a path (pending, delivered) is dropped
 //     when the file is seen gone: a file removed and dropped in again is a new
 //     file.
+//   - An input batchd cannot take is delivered as a Refused event (once
+//     while it exists, until Forget(path)), with a warning in the log, and
+//     never read: one whose name CheckName refuses (Event.Name is then
+//     watcher.SafeName of it), a symbolic link (whatever it points at), a
+//     FIFO, socket or device, and an input that stayed unchanged but
+//     incomplete for IncompleteAfter. A directory named like an input, and a
+//     NAME.cancel that is not a usable regular file, are logged once and
+//     otherwise ignored.
 //
 // Use New, then Open; read Events until it is closed; call Forget when done
 // with (or failed on) a file; Close stops the watcher and closes Events.
@@ -123,6 +134,9 @@ type candidate struct {
 type deliveredFile struct {
 	v   version
 	gen uint64
+	// refused is the code the entry was refused with (delivered as Refused,
+	// or logged); it is not looked at again while it stays refusable.
+	refused string
 }
 
 // item is an event ready to send, with its sort key.
@@ -453,15 +467,12 @@ func (w *Watcher) scan(now time.Time) ([]item, error) {
 	gen := w.gen
 	var ready []item
 	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
 		base := e.Name()
 		c, ok := classify(base)
 		if !ok {
 			continue
 		}
-		info, err := os.Stat(filepath.Join(w.dir, base))
+		info, err := os.Lstat(filepath.Join(w.dir, base))
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				w.log.Warn("stat inbox file", keyPath, filepath.Join(w.dir, base), keyErr, err)
@@ -504,7 +515,7 @@ func (w *Watcher) checkNames(names map[string]struct{}, now time.Time) []item {
 			continue
 		}
 		path := filepath.Join(w.dir, base)
-		info, err := os.Stat(path)
+		info, err := os.Lstat(path)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				w.drop(base)
@@ -521,15 +532,17 @@ func (w *Watcher) checkNames(names map[string]struct{}, now time.Time) []item {
 }
 
 // checkDue observes again every pending input whose version was first seen
-// at least Settle ago. Parked inputs wait for a hint or a scan.
+// at least Settle ago. Parked inputs wait for a hint or a scan, or for
+// IncompleteAfter to pass.
 func (w *Watcher) checkDue(now time.Time) []item {
 	var ready []item
 	for base, p := range w.pending {
-		if p.parked || now.Sub(p.since) < w.cfg.Settle {
+		age := now.Sub(p.since)
+		if age < w.cfg.Settle || p.parked && age < w.cfg.IncompleteAfter {
 			continue
 		}
 		path := filepath.Join(w.dir, base)
-		info, err := os.Stat(path)
+		info, err := os.Lstat(path)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				delete(w.pending, base)
@@ -548,19 +561,32 @@ func (w *Watcher) checkDue(now time.Time) []item {
 // observe applies one observation (info, at now) of entry base and returns
 // the event to send if the entry is now ready to deliver.
 func (w *Watcher) observe(base string, c class, info os.FileInfo, now time.Time, gen uint64) (item, bool) {
-	if !info.Mode().IsRegular() {
-		delete(w.pending, base)
-		return item{}, false
-	}
 	v := versionOf(info)
+	code, msg := refusal(c, info)
 
 	w.deliveredMu.Lock()
 	d, delivered := w.delivered[base]
+	if delivered && d.refused != "" && d.refused != watcher.CodeIncomplete && code == "" {
+		// Refused before, usable now (a link replaced by a file): a new file.
+		delete(w.delivered, base)
+		d, delivered = deliveredFile{}, false
+	}
 	if delivered {
 		d.gen = gen
 		w.delivered[base] = d
 	}
 	w.deliveredMu.Unlock()
+
+	if code != "" {
+		delete(w.pending, base)
+		if delivered && d.refused != "" {
+			return item{}, false
+		}
+		return w.refuse(base, c, v, gen, code, msg, info.IsDir())
+	}
+	if delivered && d.refused != "" {
+		return item{}, false // refused as incomplete; the consumer moves it
+	}
 
 	if c.kind == watcher.Cancel {
 		if delivered {
@@ -601,6 +627,9 @@ func (w *Watcher) observe(base string, c class, info os.FileInfo, now time.Time,
 	case got != v:
 		p.v, p.since, p.parked = got, now, false
 		return item{}, false
+	case !complete && now.Sub(p.since) >= w.cfg.IncompleteAfter:
+		delete(w.pending, base)
+		return w.refuse(base, c, v, gen, watcher.CodeIncomplete, incompleteMessage(c.format, w.cfg.IncompleteAfter), false)
 	case !complete:
 		if !p.parked {
 			w.log.Debug("inbox file stable but incomplete; waiting", keyPath, path, keyFmt, c.format)
@@ -610,6 +639,61 @@ func (w *Watcher) observe(base string, c class, info os.FileInfo, now time.Time,
 	}
 	delete(w.pending, base)
 	return w.deliver(base, c, v, gen), true
+}
+
+// refusal says why the entry c, described by info (from Lstat), cannot be
+// taken; "" when it can.
+func refusal(c class, info os.FileInfo) (code, msg string) {
+	mode := info.Mode()
+	switch {
+	case mode.IsDir():
+		return watcher.CodeNotRegular, "it is a directory, not an input file"
+	case mode&fs.ModeSymlink != 0:
+		return watcher.CodeNotRegular, "it is a symbolic link; batchd follows no links in the inbox (their target may lie outside the data directory): move or copy the file itself in"
+	case !mode.IsRegular():
+		return watcher.CodeNotRegular, fmt.Sprintf("it is not a regular file but a %s; batchd reads only regular files", fileType(mode))
+	}
+	return watcher.CheckName(c.name)
+}
+
+func fileType(mode fs.FileMode) string {
+	switch {
+	case mode&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case mode&fs.ModeSocket != 0:
+		return "socket"
+	case mode&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+func incompleteMessage(format string, grace time.Duration) string {
+	end := "no final newline"
+	if format == watcher.FormatJSON {
+		end = "its last non-blank character is not '}'"
+	}
+	return fmt.Sprintf("%s after %v unchanged; the input is taken as unfinished: write the file elsewhere (or under a dot-name) and rename it into the inbox", end, grace)
+}
+
+// refuse records base as refused and returns its Refused event. A
+// directory, or a cancel request, is only logged (once while it stays).
+func (w *Watcher) refuse(base string, c class, v version, gen uint64, code, msg string, isDir bool) (item, bool) {
+	w.deliveredMu.Lock()
+	w.delivered[base] = deliveredFile{v: v, gen: gen, refused: code}
+	w.deliveredMu.Unlock()
+	path := filepath.Join(w.dir, base)
+	if isDir || c.kind == watcher.Cancel {
+		w.log.Warn("inbox entry ignored", keyPath, path, keyKind, c.kind, keyCode, code, keyMsg, msg)
+		return item{}, false
+	}
+	name := watcher.SafeName(c.name)
+	w.log.Warn("inbox file refused", keyPath, path, keyBatch, name, keyCode, code, keyMsg, msg)
+	return item{
+		ev: watcher.Event{Kind: watcher.Refused, Name: name, Path: path, Format: c.format,
+			Code: code, Message: msg},
+		mtime: v.mtime,
+	}, true
 }
 
 // deliver records v of base as delivered and returns its event.
