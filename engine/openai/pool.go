@@ -29,11 +29,18 @@ type pool struct {
 	downAfter int
 	logger    *slog.Logger
 
-	mu    sync.Mutex
-	next  int           // round-robin cursor for ties
-	fails int           // consecutive failed attempts across all replicas
-	down  bool          // the engine is wholly down: callers are held
-	up    chan struct{} // closed while up; a fresh open one while down
+	mu     sync.Mutex
+	next   int           // round-robin cursor for ties
+	fails  int           // consecutive failed attempts across all replicas
+	served uint64        // attempts answered with a 2xx or a refusal, ever
+	down   bool          // the engine is wholly down: callers are held
+	up     chan struct{} // closed while up; a fresh open one while down
+
+	// For the hang watchdog: attempts on the wire, when that count last
+	// rose from zero, and when a response byte last arrived.
+	wire      int
+	wireSince time.Time
+	lastByte  time.Time
 }
 
 func newPool(bases []string, logURLs []string, downAfter int, logger *slog.Logger) *pool {
@@ -73,26 +80,69 @@ func (p *pool) pick() *replica {
 	p.next = (best + 1) % n
 	r := p.replicas[best]
 	r.inflight++
+	if p.wire == 0 {
+		p.wireSince = time.Now()
+	}
+	p.wire++
 	return r
 }
 
 func (p *pool) release(r *replica) {
 	p.mu.Lock()
 	r.inflight--
+	p.wire--
 	p.mu.Unlock()
+}
+
+// heard records that a response byte arrived for an attempt.
+func (p *pool) heard() {
+	p.mu.Lock()
+	p.lastByte = time.Now()
+	p.mu.Unlock()
+}
+
+// silence returns the attempts on the wire and, when there are some, how
+// long since a response byte arrived or the first of them was sent,
+// whichever is later.
+func (p *pool) silence(now time.Time) (int, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.wire == 0 {
+		return 0, 0
+	}
+	return p.wire, now.Sub(latest(p.wireSince, p.lastByte))
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // answered records that r answered an attempt (any status but a retryable
 // 5xx): the server is alive, so a down engine or replica is up again.
-func (p *pool) answered(r *replica) {
+// served says the answer was a 2xx or a refusal, not a 408 or 429.
+func (p *pool) answered(r *replica, served bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if served {
+		p.served++
+	}
 	p.markUpLocked(r, "request")
 }
 
-// failed records a failed attempt on r (transport error, timeout, 5xx) and
-// marks r, then the engine, down after downAfter consecutive failures.
-func (p *pool) failed(r *replica, cause string) {
+// servedCount returns the attempts answered with a 2xx or a refusal so far.
+func (p *pool) servedCount() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.served
+}
+
+// failed records a failed attempt on r (transport error, timeout, 5xx, a
+// 2xx that is not JSON) and marks r, then the engine, down after downAfter
+// consecutive failures. It returns servedCount.
+func (p *pool) failed(r *replica, cause string) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.fails++
@@ -105,6 +155,7 @@ func (p *pool) failed(r *replica, cause string) {
 	if !p.down && p.fails >= p.downAfter {
 		p.goDownLocked(cause)
 	}
+	return p.served
 }
 
 func (p *pool) goDownLocked(cause string) {
@@ -130,25 +181,6 @@ func (p *pool) markUpLocked(r *replica, how string) {
 	}
 }
 
-// holdExhausted reports whether a request whose round of k attempts just ran
-// out should wait for the engine to come back rather than fail: the engine
-// is down, or every one of the k attempts failed and no attempt anywhere has
-// been answered since (the last k attempts engine-wide all failed). The
-// second case takes the engine down now: a lone request in an outage would
-// otherwise fail before DownAfter attempts were counted.
-func (p *pool) holdExhausted(allFailed bool, k int, cause string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down {
-		return true
-	}
-	if !allFailed || k == 0 || p.fails < k {
-		return false
-	}
-	p.goDownLocked(cause)
-	return true
-}
-
 // isDown reports whether the engine is wholly down.
 func (p *pool) isDown() bool {
 	p.mu.Lock()
@@ -156,22 +188,23 @@ func (p *pool) isDown() bool {
 	return p.down
 }
 
-// waitUp returns nil at once while the engine is up, and otherwise waits
-// for it to come back, ctx to be done (ctx.Err()) or stop to close (errStop).
-func (p *pool) waitUp(ctx context.Context, stop <-chan struct{}, errStop error) error {
+// waitUp returns at once while the engine is up, and otherwise waits for it
+// to come back, ctx to be done (ctx.Err()) or stop to close (errStop). It
+// reports whether it waited.
+func (p *pool) waitUp(ctx context.Context, stop <-chan struct{}, errStop error) (bool, error) {
 	p.mu.Lock()
 	down, up := p.down, p.up
 	p.mu.Unlock()
 	if !down {
-		return nil
+		return false, nil
 	}
 	select {
 	case <-up:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
 	case <-stop:
-		return errStop
+		return true, errStop
 	}
 }
 
