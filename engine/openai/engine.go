@@ -290,7 +290,7 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	defer cancel()
 	defer context.AfterFunc(e.ctx, cancel)()
 
-	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint, served: e.pool.servedCount()}
+	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint, seen: e.pool.served(nil)}
 	callCtx = context.WithValue(callCtx, ctxKey{}, c)
 	client := &retryablehttp.Client{
 		HTTPClient:   e.client,
@@ -329,11 +329,11 @@ type call struct {
 	url      string   // of the latest attempt, redacted
 	respBody []byte   // of the latest attempt, set by attemptTransport
 	attempts int
-	streak   int    // attempts since the call last waited for the engine to come back
-	strikes  int    // attempts that count against this request (see checkRetry)
-	served   uint64 // the pool's servedCount when the previous attempt ended
-	last     string // the latest attempt's status or error
-	reason   string // why the call gave up
+	streak   int      // attempts since the call last waited for the engine to come back
+	strikes  int      // attempts that count against this request (see checkRetry)
+	seen     []uint64 // pool.served when the previous attempt ended
+	last     string   // the latest attempt's status or error
+	reason   string   // why the call gave up
 }
 
 func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []byte) (*http.Response, error) {
@@ -358,12 +358,13 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 // (strikes); the call gives up once it has more than Config.MaxRetries:
 //   - A 408 or 429 is always a strike: the server is up and said no.
 //   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
-//     whose body is not JSON) is a strike only when the engine answered
-//     another request since this one's previous attempt, or when this is
-//     the only request left and it already has a strike: a request the
-//     server fails while serving others is the request's fault. Otherwise
-//     it is an outage, and while the engine is down the call waits for it
-//     to come back before trying again.
+//     whose body is not JSON) is a strike only when the replica that failed
+//     it answered another request since this one's previous attempt, or
+//     when this is the only request left and it already has a strike: a
+//     request the server fails while serving others is the request's fault,
+//     and does not count against the engine's health. Otherwise it is an
+//     outage (pool.failed counts it towards DownAfter), and while the
+//     engine is down the call waits for it to come back before trying again.
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
@@ -396,11 +397,14 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		c.e.logger.Warn("success response is not JSON; retrying",
 			keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "body", snippet(c.respBody))
 	}
-	served := pool.failed(c.replica, c.last)
-	others := served > c.served
-	c.served = served
+	others := pool.servedSince(c.replica, c.seen)
+	c.seen = pool.served(c.seen)
 	if others || (c.strikes > 0 && c.e.active.Load() == 1) {
+		// The request's fault, not the engine's: it does not count
+		// towards taking the engine down.
 		c.strikes++
+	} else {
+		pool.failed(c.replica, c.last)
 	}
 	if c.strikes > c.e.cfg.MaxRetries {
 		c.reason = fmt.Sprintf("%d failed while the remote engine answered other requests", c.strikes)
@@ -412,7 +416,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	if waited {
 		c.streak = 0
-		c.served = pool.servedCount()
+		c.seen = pool.served(c.seen)
 	}
 	return true, nil
 }

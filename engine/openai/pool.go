@@ -15,10 +15,12 @@ import (
 type replica struct {
 	base   string // no trailing slash, may hold user info
 	logURL string // base with any password redacted
+	idx    int    // in pool.replicas
 
-	inflight int  // attempts being sent to it now
-	fails    int  // consecutive failed attempts
-	down     bool // skipped by pick while another replica is up
+	inflight int    // attempts being sent to it now
+	fails    int    // consecutive failed attempts
+	served   uint64 // attempts answered with a 2xx or a refusal, ever
+	down     bool   // skipped by pick while another replica is up
 }
 
 // pool chooses replicas and tracks whether the remote engine as a whole is
@@ -29,12 +31,11 @@ type pool struct {
 	downAfter int
 	logger    *slog.Logger
 
-	mu     sync.Mutex
-	next   int           // round-robin cursor for ties
-	fails  int           // consecutive failed attempts across all replicas
-	served uint64        // attempts answered with a 2xx or a refusal, ever
-	down   bool          // the engine is wholly down: callers are held
-	up     chan struct{} // closed while up; a fresh open one while down
+	mu    sync.Mutex
+	next  int           // round-robin cursor for ties
+	fails int           // consecutive failed attempts across all replicas
+	down  bool          // the engine is wholly down: callers are held
+	up    chan struct{} // closed while up; a fresh open one while down
 
 	// For the hang watchdog: attempts on the wire, when that count last
 	// rose from zero, and when a response byte last arrived.
@@ -47,7 +48,7 @@ func newPool(bases []string, logURLs []string, downAfter int, logger *slog.Logge
 	p := &pool{downAfter: downAfter, logger: logger, up: make(chan struct{})}
 	close(p.up)
 	for i, b := range bases {
-		p.replicas = append(p.replicas, &replica{base: b, logURL: logURLs[i]})
+		p.replicas = append(p.replicas, &replica{base: b, logURL: logURLs[i], idx: i})
 	}
 	return p
 }
@@ -127,22 +128,35 @@ func (p *pool) answered(r *replica, served bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if served {
-		p.served++
+		r.served++
 	}
 	p.markUpLocked(r, "request")
 }
 
-// servedCount returns the attempts answered with a 2xx or a refusal so far.
-func (p *pool) servedCount() uint64 {
+// served returns, in dst, how many attempts each replica has answered with
+// a 2xx or a refusal so far.
+func (p *pool) served(dst []uint64) []uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.served
+	dst = dst[:0]
+	for _, r := range p.replicas {
+		dst = append(dst, r.served)
+	}
+	return dst
+}
+
+// servedSince reports whether r has answered an attempt with a 2xx or a
+// refusal since seen was taken by served.
+func (p *pool) servedSince(r *replica, seen []uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return r.served > seen[r.idx]
 }
 
 // failed records a failed attempt on r (transport error, timeout, 5xx, a
 // 2xx that is not JSON) and marks r, then the engine, down after downAfter
-// consecutive failures. It returns servedCount.
-func (p *pool) failed(r *replica, cause string) uint64 {
+// consecutive failures.
+func (p *pool) failed(r *replica, cause string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r.fails++
@@ -155,7 +169,6 @@ func (p *pool) failed(r *replica, cause string) uint64 {
 	if !p.down && p.fails >= p.downAfter {
 		p.goDownLocked(cause)
 	}
-	return p.served
 }
 
 func (p *pool) goDownLocked(cause string) {
