@@ -225,7 +225,7 @@ func TestHungEngine(t *testing.T) {
 	cfg.HangAfter = 200 * time.Millisecond
 	e, logs := newTestEngine(t, cfg)
 	warned := logs.waitFor("remote engine not answering: requests sent, no response")
-	recovered := logs.waitFor("remote engine answering again")
+	recovered := logs.waitFor("remote engine no longer hung")
 
 	mustOK(t, e, chatRequest("before", "hi"))
 	if e.Stats().Hung {
@@ -277,4 +277,45 @@ func TestBrokenReplicaUnderLoad(t *testing.T) {
 	if live.Requests() != 40 {
 		t.Errorf("live replica answered %d requests, want 40", live.Requests())
 	}
+}
+
+func TestHungPastAttemptTimeout(t *testing.T) {
+	// Attempts cut off by AttemptTimeout and sent again are no answer: the
+	// engine stays hung through them, then recovers when the server answers.
+	release := make(chan struct{})
+	var hanging atomic.Bool
+	hanging.Store(true)
+	srv := startServer(t, openaitest.Options{Fault: func(_ int64, r *http.Request, _ []byte) openaitest.Fault {
+		if hanging.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return openaitest.Fault{}
+	}})
+	cfg := testConfig(srv.URL())
+	cfg.AttemptTimeout = 50 * time.Millisecond
+	cfg.HangAfter = 300 * time.Millisecond
+	e, logs := newTestEngine(t, cfg)
+	const n = 3
+	errc := make(chan []error, 1)
+	go func() { errc <- sendAll(t, e, n, "slow") }()
+	waitUntil(t, "Stats().Hung", func() bool { return e.Stats().Hung })
+	before := srv.Requests()
+	waitUntil(t, "attempts to time out and be sent again", func() bool { return srv.Requests() >= before+2*n })
+	if !e.Stats().Hung {
+		t.Error("Stats().Hung cleared by attempts that timed out")
+	}
+	if w := logs.find("remote engine no longer hung"); len(w) != 0 {
+		t.Errorf("recovery logged with no answer: %v", w)
+	}
+	hanging.Store(false)
+	close(release)
+	for i, err := range <-errc {
+		if err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	waitUntil(t, "Stats().Hung to clear", func() bool { return !e.Stats().Hung })
 }

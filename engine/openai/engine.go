@@ -192,10 +192,12 @@ func (e *Engine) Stats() engine.Stats {
 	}
 }
 
-// watch is the hang watchdog: while attempts are on the wire and no
-// response byte has arrived for Config.HangAfter, the engine counts as hung
-// (Stats().Hung, logged once at WARN) until a response byte arrives or no
-// request is left in flight. It runs until ctx is done.
+// watch is the hang watchdog: while requests are in flight and the engine
+// has owed an answer for Config.HangAfter (no response byte since an
+// attempt was sent; see pool.waiting), the engine counts as hung
+// (Stats().Hung, logged once at WARN) until it reacts or no request is left
+// in flight. Attempts timing out and being sent again do not end it. It
+// runs until ctx is done.
 func (e *Engine) watch(ctx context.Context) {
 	t := time.NewTicker(clamp(e.cfg.HangAfter/4, 10*time.Millisecond, 5*time.Second))
 	defer t.Stop()
@@ -205,15 +207,17 @@ func (e *Engine) watch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		wire, quiet := e.pool.silence(time.Now())
-		switch {
-		case !e.hung.Load() && wire > 0 && quiet >= e.cfg.HangAfter:
-			e.hung.Store(true)
+		owed, wire := e.pool.waitingFor(time.Now())
+		hung := owed >= e.cfg.HangAfter && e.inflight.Load() > 0
+		if hung == e.hung.Load() {
+			continue
+		}
+		e.hung.Store(hung)
+		if hung {
 			e.logger.Warn("remote engine not answering: requests sent, no response",
-				"attempts_in_flight", wire, "silent_for", quiet.Round(time.Second), "hang_after", e.cfg.HangAfter)
-		case e.hung.Load() && (quiet < e.cfg.HangAfter || e.inflight.Load() == 0):
-			e.hung.Store(false)
-			e.logger.Info("remote engine answering again", "attempts_in_flight", wire)
+				"attempts_in_flight", wire, "silent_for", owed.Round(time.Millisecond), "hang_after", e.cfg.HangAfter)
+		} else {
+			e.logger.Info("remote engine no longer hung", "attempts_in_flight", wire)
 		}
 	}
 }
@@ -283,7 +287,11 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	}
 	defer func() { <-e.sem }()
 	e.inflight.Add(1)
-	defer e.inflight.Add(-1)
+	defer func() {
+		if e.inflight.Add(-1) == 0 {
+			e.pool.idle()
+		}
+	}()
 
 	// Attempts stop when the caller gives up or the engine closes.
 	callCtx, cancel := context.WithCancel(ctx)

@@ -37,11 +37,13 @@ type pool struct {
 	down  bool          // the engine is wholly down: callers are held
 	up    chan struct{} // closed while up; a fresh open one while down
 
-	// For the hang watchdog: attempts on the wire, when that count last
-	// rose from zero, and when a response byte last arrived.
-	wire      int
-	wireSince time.Time
-	lastByte  time.Time
+	// For the hang watchdog: attempts on the wire, and since when the
+	// engine owes an answer: set by the first attempt sent after the
+	// engine last reacted, restarted by every response byte (or refused or
+	// reset connection), cleared when nothing is left waiting. An attempt
+	// cut off by its timeout does not restart it.
+	wire    int
+	waiting time.Time
 }
 
 func newPool(bases []string, logURLs []string, downAfter int, logger *slog.Logger) *pool {
@@ -81,44 +83,52 @@ func (p *pool) pick() *replica {
 	p.next = (best + 1) % n
 	r := p.replicas[best]
 	r.inflight++
-	if p.wire == 0 {
-		p.wireSince = time.Now()
+	if p.wire == 0 && p.waiting.IsZero() {
+		p.waiting = time.Now()
 	}
 	p.wire++
 	return r
 }
 
-func (p *pool) release(r *replica) {
-	p.mu.Lock()
-	r.inflight--
-	p.wire--
-	p.mu.Unlock()
-}
-
-// heard records that a response byte arrived for an attempt.
-func (p *pool) heard() {
-	p.mu.Lock()
-	p.lastByte = time.Now()
-	p.mu.Unlock()
-}
-
-// silence returns the attempts on the wire and, when there are some, how
-// long since a response byte arrived or the first of them was sent,
-// whichever is later.
-func (p *pool) silence(now time.Time) (int, time.Duration) {
+// release ends an attempt on r. reacted says the engine reacted to it (any
+// response byte, or a refused or reset connection); an attempt cut off by
+// its timeout or its caller did not.
+func (p *pool) release(r *replica, reacted bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.wire == 0 {
-		return 0, 0
+	r.inflight--
+	p.wire--
+	if reacted && p.wire == 0 {
+		p.waiting = time.Time{}
 	}
-	return p.wire, now.Sub(latest(p.wireSince, p.lastByte))
 }
 
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+// heard records that the engine reacted to an attempt still on the wire
+// (a response byte arrived): whatever else is on the wire waits from now.
+func (p *pool) heard() {
+	p.mu.Lock()
+	p.waiting = time.Now()
+	p.mu.Unlock()
+}
+
+// idle records that no request is in flight: nothing waits for the engine.
+func (p *pool) idle() {
+	p.mu.Lock()
+	if p.wire == 0 {
+		p.waiting = time.Time{}
 	}
-	return b
+	p.mu.Unlock()
+}
+
+// waitingFor returns how long the engine has owed an answer (see
+// pool.waiting), and the attempts on the wire.
+func (p *pool) waitingFor(now time.Time) (time.Duration, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting.IsZero() {
+		return 0, p.wire
+	}
+	return now.Sub(p.waiting), p.wire
 }
 
 // answered records that r answered an attempt (any status but a retryable

@@ -115,7 +115,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, errors.New("openai: request without call state")
 	}
 	r := t.pool.pick()
-	defer t.pool.release(r)
+	reacted := false
+	defer func() { t.pool.release(r, reacted) }()
 	c.replica = r
 	c.url = endpointURL(r.logURL, c.endpoint)
 	c.respBody = nil
@@ -145,6 +146,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			err = fmt.Errorf("response body over %d bytes", t.maxBody)
 		}
 		if err == nil {
+			reacted = true
 			c.respBody = body
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 			resp.ContentLength = int64(len(body))
@@ -155,6 +157,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%w after %s: %w", errAttemptTimeout, t.timeout, err)
 	}
+	reacted = parent.Err() == nil // refused, reset, cut short: not hung
 	return nil, err
 }
 
