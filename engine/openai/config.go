@@ -25,9 +25,9 @@ type Config struct {
 	// request gives up, and becomes an engine_unavailable error line, once
 	// more than MaxRetries of its attempts count against it: a 408 or 429
 	// always does; a 5xx, transport error, timeout or 2xx whose body is not
-	// JSON does only when the engine answered another request since this
-	// one's previous attempt (or this is the only request left and one
-	// already counted). Failures while nothing else is answered are an
+	// JSON does only when the replica that failed it answered another
+	// request since this one's previous attempt (or this is the only
+	// request left and one already counted). Failures while nothing else is answered are an
 	// outage: they are retried, without limit, until the engine is back.
 	MaxRetries int
 	// RetryWaitMin and RetryWaitMax bound the backoff between attempts; a

@@ -393,6 +393,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 			return false, nil
 		}
 		pool.answered(c.replica, false)
+		c.seen = pool.served(c.seen)
 		c.strikes++
 		if c.strikes > c.e.cfg.MaxRetries {
 			c.reason = fmt.Sprintf("throttled %d times", c.strikes)
