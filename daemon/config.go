@@ -18,6 +18,7 @@ import (
 
 	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
+	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
@@ -126,6 +127,7 @@ type OpenAIConfig struct {
 	RetryWaitMax   time.Duration `yaml:"retry_wait_max"`
 	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	ProbeInterval  time.Duration `yaml:"probe_interval"`
+	HangAfter      time.Duration `yaml:"hang_after"`
 }
 
 // NativeConfig configures the in-process engine.
@@ -187,11 +189,12 @@ func DefaultConfig() Config {
 		OpenAI: OpenAIConfig{
 			URLs:           []string{"http://127.0.0.1:8000/v1"},
 			MaxInFlight:    64,
-			MaxRetries:     5,
+			MaxRetries:     openai.DefaultConfig().MaxRetries,
 			RetryWaitMin:   500 * time.Millisecond,
 			RetryWaitMax:   30 * time.Second,
 			AttemptTimeout: 10 * time.Minute,
 			ProbeInterval:  2 * time.Second,
+			HangAfter:      openai.DefaultConfig().HangAfter,
 		},
 		Pipeline: PipelineConfig{
 			MaxConcurrentBatches: 4,

@@ -141,6 +141,7 @@ func (c Config) openaiConfig() openai.Config {
 	oc.RetryWaitMin = c.OpenAI.RetryWaitMin
 	oc.RetryWaitMax = c.OpenAI.RetryWaitMax
 	oc.AttemptTimeout = c.OpenAI.AttemptTimeout
+	oc.HangAfter = c.OpenAI.HangAfter
 	if c.OpenAI.ProbeInterval > 0 {
 		oc.ProbeInterval = c.OpenAI.ProbeInterval
 	}
@@ -548,9 +549,15 @@ func (d *Daemon) serveHTTP() error {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if sr, ok := d.eng.(engine.StatsReporter); ok && sr.Stats().Paused {
-			http.Error(w, "engine unreachable: batches paused", http.StatusServiceUnavailable)
-			return
+		if sr, ok := d.eng.(engine.StatsReporter); ok {
+			switch st := sr.Stats(); {
+			case st.Paused:
+				http.Error(w, "engine unreachable: batches paused", http.StatusServiceUnavailable)
+				return
+			case st.Hung:
+				http.Error(w, "engine not answering: requests sent, no response", http.StatusServiceUnavailable)
+				return
+			}
 		}
 		w.Write([]byte("ready\n"))
 	})

@@ -495,6 +495,54 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
+func TestReadinessWhileEngineHangs(t *testing.T) {
+	// The remote engine takes requests and answers nothing: /readyz turns
+	// unready within hang_after, and ready again once it answers; the batch
+	// completes with no error line.
+	release := make(chan struct{})
+	var hanging atomic.Bool
+	hanging.Store(true)
+	e := newEnv(t, openaitest.Options{Fault: func(_ int64, r *http.Request, _ []byte) openaitest.Fault {
+		if hanging.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return openaitest.Fault{}
+	}})
+	cfg := e.config()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.OpenAI.HangAfter = 200 * time.Millisecond
+	d := e.open(cfg)
+	get := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + d.HTTPAddr() + "/readyz")
+		if err != nil {
+			t.Fatalf("GET /readyz: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	e.drop("hung.jsonl", chatBatch(10, "h"))
+	waitFor(t, 30*time.Second, "/readyz to report the engine hung", func() bool {
+		code, body := get()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "engine not answering")
+	})
+	hanging.Store(false)
+	close(release)
+	waitFor(t, 30*time.Second, "/readyz to recover", func() bool {
+		code, _ := get()
+		return code == http.StatusOK
+	})
+	o := e.waitEnded("hung", "jsonl")
+	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Failed != 0 {
+		t.Errorf("batch after the hang: %s %+v", o.Status, o.RequestCounts)
+	}
+	e.check("hung", "jsonl")
+}
+
 func writeConfig(t *testing.T, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "batchd.yaml")
@@ -809,6 +857,7 @@ func TestValidateChecksEngineFields(t *testing.T) {
 		{"openai.max_retries", func(c *daemon.Config) { c.OpenAI.MaxRetries = -1 }},
 		{"openai.retry_wait_max", func(c *daemon.Config) { c.OpenAI.RetryWaitMax = time.Millisecond; c.OpenAI.RetryWaitMin = time.Second }},
 		{"openai.attempt_timeout", func(c *daemon.Config) { c.OpenAI.AttemptTimeout = 0 }},
+		{"openai.hang_after", func(c *daemon.Config) { c.OpenAI.HangAfter = 0 }},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			cfg := daemon.DefaultConfig()

@@ -75,16 +75,19 @@ func Recovered(v any) *Response {
 }
 
 // ErrUnavailable is wrapped by the error Do returns when a request could not
-// be answered after every retry. The pipeline turns it into an
-// `engine_unavailable` error line for that request.
+// be answered after every retry it is allowed (see Engine). The pipeline
+// turns it into an `engine_unavailable` error line for that request.
 var ErrUnavailable = errors.New("engine unavailable")
 
 // Engine runs requests.
 //
 // Contract:
 //   - Do is safe for concurrent use and may block: an implementation bounds its
-//     own in-flight work and, when it is wholly down, holds callers (pausing the
-//     batches) while it probes, rather than failing every request.
+//     own in-flight work and, when it is wholly down or failing every request,
+//     holds callers (pausing the batches) until it is back, rather than failing
+//     them: an outage never ends a request with ErrUnavailable. That error is
+//     for a request that fails on its own while the engine serves others, or
+//     for a closed engine.
 //   - Do returns exactly one of: a *Response (2xx, a 4xx refusal, or the 500
 //     of Recovered for a request the engine failed on) and nil; an error
 //     wrapping ErrUnavailable; or ctx.Err() once ctx is done.
@@ -104,6 +107,7 @@ type Engine interface {
 type Stats struct {
 	InFlight int   // requests being run now
 	Paused   bool  // true while the engine is wholly down and callers are held
+	Hung     bool  // true while requests are sent but the engine has answered nothing for a while
 	Retries  int64 // attempts that repeated an earlier one, so far
 }
 

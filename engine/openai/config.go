@@ -21,7 +21,14 @@ type Config struct {
 	Model string
 	// MaxInFlight bounds the requests sent at once, across all replicas.
 	MaxInFlight int
-	// MaxRetries is the number of retries after the first attempt of a request.
+	// MaxRetries bounds the retries of a request that fails on its own. A
+	// request gives up, and becomes an engine_unavailable error line, once
+	// more than MaxRetries of its attempts count against it: a 408 or 429
+	// always does; a 5xx, transport error, timeout or 2xx whose body is not
+	// JSON does only when the replica that failed it answered another
+	// request since this one's previous attempt (or this is the only
+	// request left and one already counted). Failures while nothing else is answered are an
+	// outage: they are retried, without limit, until the engine is back.
 	MaxRetries int
 	// RetryWaitMin and RetryWaitMax bound the backoff between attempts; a
 	// server's Retry-After is honoured up to RetryWaitMax.
@@ -34,6 +41,11 @@ type Config struct {
 	// errors, timeouts, 5xx) with no answer in between after which the
 	// engine counts as down and holds its callers.
 	DownAfter int
+	// HangAfter is how long attempts may be in flight with no response byte
+	// from the engine before it counts as hung: a warning is logged and
+	// Stats().Hung is set (so /readyz turns unready) until a response
+	// arrives. Nothing is cancelled: AttemptTimeout still bounds an attempt.
+	HangAfter time.Duration
 	// Logger receives the engine's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -42,12 +54,13 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		MaxInFlight:    64,
-		MaxRetries:     5,
+		MaxRetries:     7,
 		RetryWaitMin:   500 * time.Millisecond,
 		RetryWaitMax:   30 * time.Second,
 		AttemptTimeout: 10 * time.Minute,
 		ProbeInterval:  2 * time.Second,
 		DownAfter:      8,
+		HangAfter:      time.Minute,
 	}
 }
 
@@ -78,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("openai.probe_interval: must be positive, got %s", c.ProbeInterval)
 	case c.DownAfter < 1:
 		return fmt.Errorf("openai.down_after: must be at least 1, got %d", c.DownAfter)
+	case c.HangAfter <= 0:
+		return fmt.Errorf("openai.hang_after: must be positive, got %s", c.HangAfter)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -30,15 +31,8 @@ const (
 	keyURL      = "url"
 )
 
-const (
-	// maxResponseBytes bounds one response body held in memory.
-	maxResponseBytes = 256 << 20
-	// maxResumes bounds how often one request waits out an outage and
-	// starts its retries again. It only matters when a server answers the
-	// probe but fails every request; a real outage costs a request one
-	// resume however long it lasts.
-	maxResumes = 3
-)
+// maxResponseBytes bounds one response body held in memory.
+const maxResponseBytes = 256 << 20
 
 var (
 	errClosed  = fmt.Errorf("openai engine closed: %w", engine.ErrUnavailable)
@@ -51,8 +45,8 @@ var (
 // Do holds callers while the remote engine is wholly down (see Config.DownAfter)
 // and resumes them when a probe or a request gets an answer, so an outage
 // pauses batches instead of failing their requests. A request fails with
-// engine.ErrUnavailable only when its retries run out while other attempts
-// show the remote engine is up.
+// engine.ErrUnavailable only when its retries run out while other requests
+// show the remote engine is up (see Config.MaxRetries).
 type Engine struct {
 	cfg       Config
 	logger    *slog.Logger
@@ -63,17 +57,19 @@ type Engine struct {
 	urlStub   string          // URL given to go-retryablehttp; the transport picks the replica
 	sem       chan struct{}   // the in-flight window
 	inflight  atomic.Int64
+	active    atomic.Int64 // Do calls past enter, held ones included
 	retries   atomic.Int64 // attempts that repeated an earlier one (Stats)
+	hung      atomic.Bool  // set and cleared by watch (Stats)
 	jitter    func(n int64) int64
 
 	ctx    context.Context // private: cancelled by Close
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	opened    bool
-	closed    bool
-	calls     sync.WaitGroup // Do calls in progress
-	probeDone chan struct{}
+	mu     sync.Mutex
+	opened bool
+	closed bool
+	calls  sync.WaitGroup // Do calls in progress
+	bgDone chan struct{}  // closed when the prober and the watchdog end
 }
 
 // New checks cfg and builds an Engine. It does no I/O.
@@ -143,10 +139,13 @@ func (e *Engine) Open(ctx context.Context) error {
 		return errors.New("open openai engine: already open")
 	}
 	e.opened = true
-	e.probeDone = make(chan struct{})
+	e.bgDone = make(chan struct{})
 	go func() {
-		defer close(e.probeDone)
-		e.prober.run(e.ctx)
+		defer close(e.bgDone)
+		var wg sync.WaitGroup
+		wg.Go(func() { e.prober.run(e.ctx) })
+		wg.Go(func() { e.watch(e.ctx) })
+		wg.Wait()
 	}()
 	e.logger.Info("engine open", "replicas", len(e.pool.replicas), "max_in_flight", e.cfg.MaxInFlight)
 	return nil
@@ -170,7 +169,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	go func() {
 		e.calls.Wait()
 		if opened {
-			<-e.probeDone
+			<-e.bgDone
 		}
 		close(done)
 	}()
@@ -184,9 +183,43 @@ func (e *Engine) Close(ctx context.Context) error {
 }
 
 // Stats reports the requests holding a slot of the in-flight window
-// (sending, backing off or held by an outage) and whether callers are held.
+// (sending, backing off or held by an outage), whether callers are held,
+// and whether the remote engine looks hung (see Config.HangAfter).
 func (e *Engine) Stats() engine.Stats {
-	return engine.Stats{InFlight: int(e.inflight.Load()), Paused: e.pool.isDown(), Retries: e.retries.Load()}
+	return engine.Stats{
+		InFlight: int(e.inflight.Load()), Paused: e.pool.isDown(), Hung: e.hung.Load(),
+		Retries: e.retries.Load(),
+	}
+}
+
+// watch is the hang watchdog: while requests are in flight and the engine
+// has owed an answer for Config.HangAfter (no response byte since an
+// attempt was sent; see pool.waiting), the engine counts as hung
+// (Stats().Hung, logged once at WARN) until it reacts or no request is left
+// in flight. Attempts timing out and being sent again do not end it. It
+// runs until ctx is done.
+func (e *Engine) watch(ctx context.Context) {
+	t := time.NewTicker(clamp(e.cfg.HangAfter/4, 10*time.Millisecond, 5*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		owed, wire := e.pool.waitingFor(time.Now())
+		hung := owed >= e.cfg.HangAfter && e.inflight.Load() > 0
+		if hung == e.hung.Load() {
+			continue
+		}
+		e.hung.Store(hung)
+		if hung {
+			e.logger.Warn("remote engine not answering: requests sent, no response",
+				"attempts_in_flight", wire, "silent_for", owed.Round(time.Millisecond), "hang_after", e.cfg.HangAfter)
+		} else {
+			e.logger.Info("remote engine no longer hung", "attempts_in_flight", wire)
+		}
+	}
 }
 
 // enter registers a Do call, refusing it before Open and after Close.
@@ -203,16 +236,17 @@ func (e *Engine) enter() error {
 	return nil
 }
 
-// Do sends req and returns the server's answer: a Response for a 2xx or a
-// refusal (4xx but 408/429, and 501, whose body is always an OpenAI error
-// object), an error wrapping engine.ErrUnavailable when retries run out
-// while the remote engine is up (or a 2xx body is not JSON, or the engine is
-// closed), or ctx.Err().
+// Do sends req and returns the server's answer: a Response for a 2xx with a
+// JSON body or a refusal (4xx but 408/429, and 501, whose body is always an
+// OpenAI error object), an error wrapping engine.ErrUnavailable when the
+// request's retries run out while the remote engine is up (see
+// Config.MaxRetries) or the engine is closed, or ctx.Err().
 //
-// While the remote engine is down, Do waits before sending, and a request
-// whose retries run out waits for the engine to come back and starts its
-// retries again (at most maxResumes times). Close ends those waits with
-// engine.ErrUnavailable, so callers should cancel their contexts first.
+// Failures of the remote engine (5xx, transport errors, timeouts, a 2xx
+// whose body is not JSON) are retried for as long as they last: while the
+// engine is down, Do waits before sending and between retries. Close ends
+// those waits with engine.ErrUnavailable, so callers should cancel their
+// contexts first.
 func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
@@ -221,6 +255,8 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	e.active.Add(1)
+	defer e.active.Add(-1)
 
 	body := []byte(req.Body)
 	if e.cfg.Model != "" {
@@ -239,7 +275,7 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	}
 
 	// New requests wait while the remote engine is down.
-	if err := e.pool.waitUp(ctx, e.ctx.Done(), errClosed); err != nil {
+	if _, err := e.pool.waitUp(ctx, e.ctx.Done(), errClosed); err != nil {
 		return nil, err
 	}
 	select {
@@ -251,57 +287,43 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	}
 	defer func() { <-e.sem }()
 	e.inflight.Add(1)
-	defer e.inflight.Add(-1)
+	defer func() {
+		if e.inflight.Add(-1) == 0 {
+			e.pool.idle()
+		}
+	}()
 
 	// Attempts stop when the caller gives up or the engine closes.
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(e.ctx, cancel)()
 
-	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint}
+	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint, seen: e.pool.served(nil)}
 	callCtx = context.WithValue(callCtx, ctxKey{}, c)
 	client := &retryablehttp.Client{
 		HTTPClient:   e.client,
 		Logger:       nil, // the call logs, with custom_id
 		RetryWaitMin: e.cfg.RetryWaitMin,
 		RetryWaitMax: e.cfg.RetryWaitMax,
-		RetryMax:     e.cfg.MaxRetries,
+		RetryMax:     math.MaxInt, // checkRetry decides when to stop
 		CheckRetry:   c.checkRetry,
 		Backoff:      c.backoff,
 		ErrorHandler: c.giveUp,
 	}
-	for resumes := 0; ; resumes++ {
-		c.round = roundStats{}
-		resp, err := c.send(callCtx, client, body)
-		if err == nil {
-			return c.result(resp)
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxErr
-		}
-		if e.ctx.Err() != nil {
-			return nil, errClosed
-		}
-		allFailed := c.round.failures == c.round.attempts
-		if resumes < maxResumes && e.pool.holdExhausted(allFailed, c.round.attempts, c.last) {
-			e.logger.Debug("holding request until the remote engine is back",
-				keyCustomID, req.CustomID, keyAttempt, c.attempts, keyURL, c.url)
-			if err := e.pool.waitUp(ctx, e.ctx.Done(), errClosed); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		e.logger.Warn("request failed after retries",
-			keyCustomID, req.CustomID, keyAttempt, c.attempts, keyURL, c.url, "last", c.last)
-		return nil, fmt.Errorf("post %s for custom_id %q: gave up after %d attempts, last: %s: %w",
-			c.url, req.CustomID, c.attempts, c.last, engine.ErrUnavailable)
+	resp, err := c.send(callCtx, client, body)
+	if err == nil {
+		return c.result(resp)
 	}
-}
-
-// roundStats counts the attempts of one round of retries.
-type roundStats struct {
-	attempts int
-	failures int // attempts that count against the remote engine's health
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, ctxErr
+	}
+	if e.ctx.Err() != nil {
+		return nil, errClosed
+	}
+	e.logger.Warn("request failed after retries",
+		keyCustomID, req.CustomID, keyAttempt, c.attempts, keyURL, c.url, "last", c.last, "reason", c.reason)
+	return nil, fmt.Errorf("post %s for custom_id %q: gave up after %d attempts (%s), last: %s: %w",
+		c.url, req.CustomID, c.attempts, c.reason, c.last, engine.ErrUnavailable)
 }
 
 // call is the state of one Do, shared by its attempts. Its fields are only
@@ -314,9 +336,12 @@ type call struct {
 	replica  *replica // of the latest attempt, set by attemptTransport
 	url      string   // of the latest attempt, redacted
 	respBody []byte   // of the latest attempt, set by attemptTransport
-	attempts int      // all rounds
-	round    roundStats
-	last     string // the latest attempt's status or error
+	attempts int
+	streak   int      // attempts since the call last waited for the engine to come back
+	strikes  int      // attempts that count against this request (see checkRetry)
+	seen     []uint64 // pool.served when the previous attempt ended
+	last     string   // the latest attempt's status or error
+	reason   string   // why the call gave up
 }
 
 func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []byte) (*http.Response, error) {
@@ -334,33 +359,84 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 }
 
 // checkRetry is the go-retryablehttp CheckRetry: it records each attempt's
-// outcome for the outage detector and retries transport errors, timeouts,
-// 408, 429 and 5xx but 501.
+// outcome for the outage detector and decides whether to try again.
+//
+// A 2xx with a JSON body, or a refusal, ends the call. Everything else is
+// retried, with a limit only on attempts that count against this request
+// (strikes); the call gives up once it has more than Config.MaxRetries:
+//   - A 408 or 429 is always a strike: the server is up and said no.
+//   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
+//     whose body is not JSON) is a strike only when the replica that failed
+//     it answered another request since this one's previous attempt, or
+//     when this is the only request left and it already has a strike: a
+//     request the server fails while serving others is the request's fault,
+//     and does not count against the engine's health. Otherwise it is an
+//     outage (pool.failed counts it towards DownAfter), and while the
+//     engine is down the call waits for it to come back before trying again.
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
 	c.attempts++
-	c.round.attempts++
+	c.streak++
 	if c.attempts > 1 {
 		c.e.retries.Add(1)
 	}
 	c.last = c.describe(resp, err)
-	if c.replica != nil {
-		if serverFailed(resp, err) {
-			c.round.failures++
-			c.e.pool.failed(c.replica, c.last)
-		} else {
-			c.e.pool.answered(c.replica)
-		}
+	if c.replica == nil { // no attempt reached the transport
+		return false, err
 	}
-	return retryable(resp, err), nil
+	pool := c.e.pool
+	if !serverFailed(resp, c.respBody, err) {
+		if !throttled(resp) {
+			pool.answered(c.replica, true)
+			return false, nil
+		}
+		pool.answered(c.replica, false)
+		c.seen = pool.served(c.seen)
+		c.strikes++
+		if c.strikes > c.e.cfg.MaxRetries {
+			c.reason = fmt.Sprintf("throttled %d times", c.strikes)
+			return false, errors.New(c.last)
+		}
+		return true, nil
+	}
+
+	if err == nil && resp.StatusCode < 300 {
+		c.e.logger.Warn("success response is not JSON; retrying",
+			keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "body", snippet(c.respBody))
+	}
+	others := pool.servedSince(c.replica, c.seen)
+	c.seen = pool.served(c.seen)
+	if others || (c.strikes > 0 && c.e.active.Load() == 1) {
+		// The request's fault, not the engine's: it does not count
+		// towards taking the engine down.
+		c.strikes++
+	} else {
+		pool.failed(c.replica, c.last)
+	}
+	if c.strikes > c.e.cfg.MaxRetries {
+		c.reason = fmt.Sprintf("%d failed while the remote engine answered other requests", c.strikes)
+		return false, errors.New(c.last)
+	}
+	waited, werr := pool.waitUp(ctx, c.e.ctx.Done(), errClosed)
+	if werr != nil {
+		return false, werr
+	}
+	if waited {
+		c.streak = 0
+		c.seen = pool.served(c.seen)
+	}
+	return true, nil
 }
 
 // backoff is the go-retryablehttp Backoff; it is called only before a
 // retry, so it also logs the retry.
-func (c *call) backoff(min, max time.Duration, n int, resp *http.Response) time.Duration {
-	wait := backoff(min, max, n, resp, time.Now(), c.e.jitter)
+//
+// The step grows with the attempts since the call last waited for the
+// engine to come back, so a resumed call starts again from the shortest wait.
+func (c *call) backoff(waitMin, waitMax time.Duration, _ int, resp *http.Response) time.Duration {
+	wait := backoff(waitMin, waitMax, max(c.streak-1, 0), resp, time.Now(), c.e.jitter)
 	level := slog.LevelWarn
 	// Rate limits are the server working as meant, and during an outage the
 	// engine has already warned once.
@@ -372,8 +448,8 @@ func (c *call) backoff(min, max time.Duration, n int, resp *http.Response) time.
 	return wait
 }
 
-// giveUp is the go-retryablehttp ErrorHandler, called when a round of
-// retries ends without a usable response. The last status or error is kept
+// giveUp is the go-retryablehttp ErrorHandler, called when checkRetry ends
+// the call without a usable response. The last status or error is kept
 // in c.last for Do's error.
 func (c *call) giveUp(resp *http.Response, err error, _ int) (*http.Response, error) {
 	if resp != nil {

@@ -282,34 +282,43 @@ func TestOutage(t *testing.T) {
 }
 
 func TestProbeUpButRequestsFail(t *testing.T) {
-	// The server answers the probe but fails every request: requests resume
-	// a bounded number of times, then fail instead of cycling forever.
+	// The server answers the probe but fails every request, and no other
+	// request is answered: that is an outage, not this request's fault, so
+	// the request is retried far past MaxRetries and succeeds once the
+	// server recovers.
+	var failing atomic.Bool
+	failing.Store(true)
 	srv := startServer(t, openaitest.Options{Fault: func(int64, *http.Request, []byte) openaitest.Fault {
-		return openaitest.Fault{Status: 500}
+		if failing.Load() {
+			return openaitest.Fault{Status: 500}
+		}
+		return openaitest.Fault{}
 	}})
 	cfg := testConfig(srv.URL())
 	cfg.MaxRetries = 1
 	cfg.DownAfter = 2
 	cfg.ProbeInterval = 5 * time.Millisecond
 	e, _ := newTestEngine(t, cfg)
-	_, err := do(t, e, chatRequest("flap", "hi"))
-	if !errors.Is(err, engine.ErrUnavailable) {
-		t.Fatalf("err = %v, want engine.ErrUnavailable", err)
-	}
-	want := int64((maxResumes + 1) * (cfg.MaxRetries + 1))
-	if n := srv.Requests(); n != want {
-		t.Errorf("server saw %d requests, want %d", n, want)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := do(t, e, chatRequest("flap", "hi"))
+		errc <- err
+	}()
+	far := int64(10 * (cfg.MaxRetries + 1))
+	waitUntil(t, "the server to fail the request many times", func() bool { return srv.Requests() >= far })
+	failing.Store(false)
+	if err := <-errc; err != nil {
+		t.Fatalf("Do: %v", err)
 	}
 }
 
 func TestLoneRequestHeldInOutage(t *testing.T) {
-	// With DownAfter above a request's attempts, a lone request that fails
-	// every attempt with no answer anywhere takes the engine down and waits
-	// rather than failing.
+	// A lone request that fails every attempt with no answer anywhere
+	// takes the engine down and waits rather than failing.
 	srv := startServer(t, openaitest.Options{})
 	cfg := testConfig(srv.URL())
 	cfg.MaxRetries = 1
-	cfg.DownAfter = 100
+	cfg.DownAfter = 4
 	e, logs := newTestEngine(t, cfg)
 	paused := logs.waitFor("remote engine unreachable; batches paused, probing")
 	srv.Stop()
@@ -584,12 +593,27 @@ func TestRequestID(t *testing.T) {
 }
 
 func TestInvalidJSONSuccess(t *testing.T) {
-	srv := startServer(t, openaitest.Options{Fault: func(int64, *http.Request, []byte) openaitest.Fault {
-		return openaitest.Fault{Status: 200, Body: "not json"}
-	}})
-	e, _ := newTestEngine(t, testConfig(srv.URL()))
-	if _, err := do(t, e, chatRequest("bad", "hi")); !errors.Is(err, engine.ErrUnavailable) {
-		t.Errorf("err = %v, want engine.ErrUnavailable", err)
+	// A 2xx whose body is not JSON is the server failing, not an answer:
+	// it is retried like a 5xx, with a warning naming the request.
+	for _, tc := range []struct {
+		name  string
+		fault openaitest.Fault
+	}{
+		{"not json", openaitest.Fault{Status: 200, Body: "not json"}},
+		{"cut short", openaitest.Fault{Truncate: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, openaitest.Options{Fault: faultOnce(tc.fault)})
+			e, logs := newTestEngine(t, testConfig(srv.URL()))
+			mustOK(t, e, chatRequest("bad", "hi"))
+			if n := srv.Requests(); n != 2 {
+				t.Errorf("server saw %d requests, want 2", n)
+			}
+			w := logs.find("success response is not JSON; retrying")
+			if len(w) != 1 || w[0].level != slogWarn || w[0].attrs[keyCustomID] != "bad" {
+				t.Errorf("warnings = %v, want one WARN with custom_id bad", w)
+			}
+		})
 	}
 }
 
@@ -634,6 +658,7 @@ func TestValidate(t *testing.T) {
 		{"attempt timeout", func(c *Config) { c.AttemptTimeout = 0 }, "openai.attempt_timeout"},
 		{"probe interval", func(c *Config) { c.ProbeInterval = 0 }, "openai.probe_interval"},
 		{"down after", func(c *Config) { c.DownAfter = 0 }, "openai.down_after"},
+		{"hang after", func(c *Config) { c.HangAfter = 0 }, "openai.hang_after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid

@@ -211,4 +211,16 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// waitUntil polls cond until it holds or fails t at the test deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testDeadline)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, not synchronisation
+	}
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

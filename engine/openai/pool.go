@@ -15,10 +15,12 @@ import (
 type replica struct {
 	base   string // no trailing slash, may hold user info
 	logURL string // base with any password redacted
+	idx    int    // in pool.replicas
 
-	inflight int  // attempts being sent to it now
-	fails    int  // consecutive failed attempts
-	down     bool // skipped by pick while another replica is up
+	inflight int    // attempts being sent to it now
+	fails    int    // consecutive failed attempts
+	served   uint64 // attempts answered with a 2xx or a refusal, ever
+	down     bool   // skipped by pick while another replica is up
 }
 
 // pool chooses replicas and tracks whether the remote engine as a whole is
@@ -34,13 +36,21 @@ type pool struct {
 	fails int           // consecutive failed attempts across all replicas
 	down  bool          // the engine is wholly down: callers are held
 	up    chan struct{} // closed while up; a fresh open one while down
+
+	// For the hang watchdog: attempts on the wire, and since when the
+	// engine owes an answer: set by the first attempt sent after the
+	// engine last reacted, restarted by every response byte (or refused or
+	// reset connection), cleared when nothing is left waiting. An attempt
+	// cut off by its timeout does not restart it.
+	wire    int
+	waiting time.Time
 }
 
 func newPool(bases []string, logURLs []string, downAfter int, logger *slog.Logger) *pool {
 	p := &pool{downAfter: downAfter, logger: logger, up: make(chan struct{})}
 	close(p.up)
 	for i, b := range bases {
-		p.replicas = append(p.replicas, &replica{base: b, logURL: logURLs[i]})
+		p.replicas = append(p.replicas, &replica{base: b, logURL: logURLs[i], idx: i})
 	}
 	return p
 }
@@ -73,25 +83,89 @@ func (p *pool) pick() *replica {
 	p.next = (best + 1) % n
 	r := p.replicas[best]
 	r.inflight++
+	if p.wire == 0 && p.waiting.IsZero() {
+		p.waiting = time.Now()
+	}
+	p.wire++
 	return r
 }
 
-func (p *pool) release(r *replica) {
+// release ends an attempt on r. reacted says the engine reacted to it (any
+// response byte, or a refused or reset connection); an attempt cut off by
+// its timeout or its caller did not.
+func (p *pool) release(r *replica, reacted bool) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	r.inflight--
+	p.wire--
+	if reacted && p.wire == 0 {
+		p.waiting = time.Time{}
+	}
+}
+
+// heard records that the engine reacted to an attempt still on the wire
+// (a response byte arrived): whatever else is on the wire waits from now.
+func (p *pool) heard() {
+	p.mu.Lock()
+	p.waiting = time.Now()
 	p.mu.Unlock()
+}
+
+// idle records that no request is in flight: nothing waits for the engine.
+func (p *pool) idle() {
+	p.mu.Lock()
+	if p.wire == 0 {
+		p.waiting = time.Time{}
+	}
+	p.mu.Unlock()
+}
+
+// waitingFor returns how long the engine has owed an answer (see
+// pool.waiting), and the attempts on the wire.
+func (p *pool) waitingFor(now time.Time) (time.Duration, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.waiting.IsZero() {
+		return 0, p.wire
+	}
+	return now.Sub(p.waiting), p.wire
 }
 
 // answered records that r answered an attempt (any status but a retryable
 // 5xx): the server is alive, so a down engine or replica is up again.
-func (p *pool) answered(r *replica) {
+// served says the answer was a 2xx or a refusal, not a 408 or 429.
+func (p *pool) answered(r *replica, served bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if served {
+		r.served++
+	}
 	p.markUpLocked(r, "request")
 }
 
-// failed records a failed attempt on r (transport error, timeout, 5xx) and
-// marks r, then the engine, down after downAfter consecutive failures.
+// served returns, in dst, how many attempts each replica has answered with
+// a 2xx or a refusal so far.
+func (p *pool) served(dst []uint64) []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dst = dst[:0]
+	for _, r := range p.replicas {
+		dst = append(dst, r.served)
+	}
+	return dst
+}
+
+// servedSince reports whether r has answered an attempt with a 2xx or a
+// refusal since seen was taken by served.
+func (p *pool) servedSince(r *replica, seen []uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return r.served > seen[r.idx]
+}
+
+// failed records a failed attempt on r (transport error, timeout, 5xx, a
+// 2xx that is not JSON) and marks r, then the engine, down after downAfter
+// consecutive failures.
 func (p *pool) failed(r *replica, cause string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -130,25 +204,6 @@ func (p *pool) markUpLocked(r *replica, how string) {
 	}
 }
 
-// holdExhausted reports whether a request whose round of k attempts just ran
-// out should wait for the engine to come back rather than fail: the engine
-// is down, or every one of the k attempts failed and no attempt anywhere has
-// been answered since (the last k attempts engine-wide all failed). The
-// second case takes the engine down now: a lone request in an outage would
-// otherwise fail before DownAfter attempts were counted.
-func (p *pool) holdExhausted(allFailed bool, k int, cause string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down {
-		return true
-	}
-	if !allFailed || k == 0 || p.fails < k {
-		return false
-	}
-	p.goDownLocked(cause)
-	return true
-}
-
 // isDown reports whether the engine is wholly down.
 func (p *pool) isDown() bool {
 	p.mu.Lock()
@@ -156,22 +211,23 @@ func (p *pool) isDown() bool {
 	return p.down
 }
 
-// waitUp returns nil at once while the engine is up, and otherwise waits
-// for it to come back, ctx to be done (ctx.Err()) or stop to close (errStop).
-func (p *pool) waitUp(ctx context.Context, stop <-chan struct{}, errStop error) error {
+// waitUp returns at once while the engine is up, and otherwise waits for it
+// to come back, ctx to be done (ctx.Err()) or stop to close (errStop). It
+// reports whether it waited.
+func (p *pool) waitUp(ctx context.Context, stop <-chan struct{}, errStop error) (bool, error) {
 	p.mu.Lock()
 	down, up := p.down, p.up
 	p.mu.Unlock()
 	if !down {
-		return nil
+		return false, nil
 	}
 	select {
 	case <-up:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
 	case <-stop:
-		return errStop
+		return true, errStop
 	}
 }
 

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,31 +67,22 @@ func clamp(d, lo, hi time.Duration) time.Duration {
 	return min(max(d, lo), hi)
 }
 
-// retryable reports whether an attempt that got resp (err == nil) or err
-// should be retried: transport errors and timeouts, 408, 429 and 5xx but 501.
-func retryable(resp *http.Response, err error) bool {
-	if err != nil {
-		return true
-	}
-	return retryableStatus(resp.StatusCode)
-}
-
-func retryableStatus(code int) bool {
-	switch {
-	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests:
-		return true
-	case code >= 500 && code != http.StatusNotImplemented:
-		return true
-	}
-	return false
+// throttled reports whether the server answered 408 or 429: it is alive
+// but will not run the request now.
+func throttled(resp *http.Response) bool {
+	return resp != nil && (resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests)
 }
 
 // serverFailed reports whether an attempt counts against the health of the
-// remote engine: it did not answer (transport error, timeout) or answered
-// with a server error. 408, 429 and 4xx show a live server.
-func serverFailed(resp *http.Response, err error) bool {
-	if err != nil {
+// remote engine: it did not answer (transport error, timeout), answered
+// with a server error, or answered 2xx with a body that is not JSON (cut
+// short, or not the server speaking). 408, 429 and 4xx show a live server.
+func serverFailed(resp *http.Response, body []byte, err error) bool {
+	switch {
+	case err != nil:
 		return true
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return !json.Valid(body)
 	}
 	return resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented
 }
@@ -123,7 +115,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, errors.New("openai: request without call state")
 	}
 	r := t.pool.pick()
-	defer t.pool.release(r)
+	reacted := false
+	defer func() { t.pool.release(r, reacted) }()
 	c.replica = r
 	c.url = endpointURL(r.logURL, c.endpoint)
 	c.respBody = nil
@@ -145,13 +138,15 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
+		t.pool.heard() // the status line and headers
 		var body []byte
-		body, err = io.ReadAll(io.LimitReader(resp.Body, t.maxBody+1))
+		body, err = io.ReadAll(io.LimitReader(heardReader{resp.Body, t.pool}, t.maxBody+1))
 		_ = resp.Body.Close()
 		if err == nil && int64(len(body)) > t.maxBody {
 			err = fmt.Errorf("response body over %d bytes", t.maxBody)
 		}
 		if err == nil {
+			reacted = true
 			c.respBody = body
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 			resp.ContentLength = int64(len(body))
@@ -162,5 +157,21 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%w after %s: %w", errAttemptTimeout, t.timeout, err)
 	}
+	reacted = parent.Err() == nil // refused, reset, cut short: not hung
 	return nil, err
+}
+
+// heardReader tells the pool each time response bytes arrive, so a slow
+// body is not taken for a hung engine.
+type heardReader struct {
+	r    io.Reader
+	pool *pool
+}
+
+func (h heardReader) Read(b []byte) (int, error) {
+	n, err := h.r.Read(b)
+	if n > 0 {
+		h.pool.heard()
+	}
+	return n, err
 }

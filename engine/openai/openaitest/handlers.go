@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -49,6 +50,9 @@ func (s *Server) post(answer func(body []byte) (any, int, string)) http.HandlerF
 				w.Header().Add(k, v)
 			}
 		}
+		if f.Delay > 0 && !s.delay(r.Context(), f.Delay) {
+			return
+		}
 		switch {
 		case f.Close:
 			if hj, ok := w.(http.Hijacker); ok {
@@ -78,6 +82,18 @@ func (s *Server) post(answer func(body []byte) (any, int, string)) http.HandlerF
 		out, status, msg := answer(body)
 		if status != 0 {
 			writeError(w, status, "invalid_request_error", msg)
+			return
+		}
+		if f.Truncate {
+			b, err := json.Marshal(out)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)/2))
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(b[:len(b)/2])
 			return
 		}
 		writeJSON(w, http.StatusOK, out)

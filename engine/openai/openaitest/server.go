@@ -42,6 +42,13 @@ type Fault struct {
 	Hang bool
 	// Close hijacks the connection and closes it without an answer.
 	Close bool
+	// Truncate answers 200 with the first half of the normal answer's
+	// bytes, its Content-Length matching what is sent: well-formed HTTP,
+	// a JSON body cut short.
+	Truncate bool
+	// Delay waits this long (or until the client goes away or the server
+	// closes) before doing the rest.
+	Delay time.Duration
 }
 
 // Options configures a Server.
@@ -169,4 +176,18 @@ func (s *Server) hang(ctx context.Context) {
 	case <-ctx.Done():
 	case <-s.done:
 	}
+}
+
+// delay waits d, or until the client goes away or the server closes, and
+// reports whether it waited the whole time.
+func (s *Server) delay(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	return false
 }

@@ -297,6 +297,10 @@ func TestFaults(t *testing.T) {
 			return Fault{Close: true}
 		case 4:
 			return Fault{Header: http.Header{"X-Request-Id": {"abc"}}}
+		case 5:
+			return Fault{Truncate: true}
+		case 6:
+			return Fault{Delay: time.Millisecond}
 		}
 		return Fault{}
 	}})
@@ -315,8 +319,63 @@ func TestFaults(t *testing.T) {
 	if status, h, _ := post(t, s.URL()+"/completions", `{"prompt":"x"}`); status != 200 || h.Get("X-Request-Id") != "abc" {
 		t.Errorf("fault 4 = %d %v", status, h)
 	}
-	if s.Requests() != 4 {
-		t.Errorf("Requests() = %d, want 4", s.Requests())
+	_, _, whole := post(t, s.URL()+"/completions", `{"prompt":"x"}`)                        // 5: truncated
+	if _, _, body := post(t, s.URL()+"/completions", `{"prompt":"x"}`); !json.Valid(body) { // 6: delayed
+		t.Errorf("fault 6 (delay) = %s, want the normal answer", body)
+	} else if !bytes.HasPrefix(body, whole) || json.Valid(whole) || len(whole) == 0 {
+		t.Errorf("fault 5 (truncate) = %q, want a non-empty prefix of %q that is not JSON", whole, body)
+	}
+	if s.Requests() != 6 {
+		t.Errorf("Requests() = %d, want 6", s.Requests())
+	}
+}
+
+func TestChaos(t *testing.T) {
+	c := &Chaos{Seed: 7, Error: 0.2, Reset: 0.2, Truncate: 0.2, Hang: 0.2, Latency: time.Second}
+	same := &Chaos{Seed: 7, Error: 0.2, Reset: 0.2, Truncate: 0.2, Hang: 0.2, Latency: time.Second}
+	other := &Chaos{Seed: 8, Error: 0.2, Reset: 0.2, Truncate: 0.2, Hang: 0.2, Latency: time.Second}
+	counts := map[string]int{}
+	differ := 0
+	const n = 2000
+	for i := int64(n); i >= 1; i-- { // any order gives the same fault for the same i
+		f := c.Fault(i, nil, nil)
+		if g := same.Fault(i, nil, nil); f.Status != g.Status || f.Close != g.Close || f.Truncate != g.Truncate || f.Hang != g.Hang || f.Delay != g.Delay {
+			t.Fatalf("POST %d: seed 7 gave %+v, then %+v", i, f, g)
+		}
+		if g := other.Fault(i, nil, nil); f.Delay != g.Delay {
+			differ++
+		}
+		if f.Delay < 0 || f.Delay >= time.Second {
+			t.Fatalf("POST %d: delay %s outside [0, 1s)", i, f.Delay)
+		}
+		switch {
+		case f.Status == 500:
+			counts["error"]++
+		case f.Close:
+			counts["reset"]++
+		case f.Truncate:
+			counts["truncate"]++
+		case f.Hang:
+			counts["hang"]++
+		default:
+			counts["none"]++
+		}
+	}
+	for _, k := range []string{"error", "reset", "truncate", "hang", "none"} {
+		if got := counts[k]; got < n/5-n/10 || got > n/5+n/10 {
+			t.Errorf("%s: %d of %d POSTs, want about a fifth", k, got, n)
+		}
+	}
+	if differ < n/2 {
+		t.Errorf("seeds 7 and 8 gave the same delay for %d of %d POSTs", n-differ, n)
+	}
+	c.SetStorm(Fault{Status: 503})
+	if f := c.Fault(1, nil, nil); f.Status != 503 || f.Delay != 0 {
+		t.Errorf("during a storm: %+v, want the storm's fault", f)
+	}
+	c.ClearStorm()
+	if f, g := c.Fault(1, nil, nil), same.Fault(1, nil, nil); f.Status != g.Status || f.Close != g.Close || f.Truncate != g.Truncate || f.Hang != g.Hang || f.Delay != g.Delay {
+		t.Errorf("after the storm: %+v, want the seeded fault again", f)
 	}
 }
 
