@@ -301,6 +301,13 @@ func TestStatusListsBatchesAndQueuedInputs(t *testing.T) {
 	for _, ignored := range []string{".hidden.jsonl", "gamma.options.json", "notes.txt", "gamma.cancel"} {
 		writeFile(t, filepath.Join(dirs.Inbox, ignored), "{}")
 	}
+	// Entries the daemon refuses or leaves alone are not queued inputs.
+	if err := os.Mkdir(filepath.Join(dirs.Inbox, "dir.jsonl"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/hostname", filepath.Join(dirs.Inbox, "link.jsonl")); err != nil {
+		t.Fatal(err)
+	}
 
 	code, stdout, stderr := cli(t, "status", "--data", data)
 	if code != exitOK {

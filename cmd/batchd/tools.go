@@ -306,11 +306,13 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		seen[name] = true
 		rows = append(rows, row{name, obj, obj.CreatedAt})
 	}
-	// Inputs waiting in the inbox that have no batch object yet.
+	// Inputs waiting in the inbox that have no batch object yet: regular
+	// files only (the daemon refuses links, FIFOs and the like, and leaves
+	// directories alone).
 	ents, _ := os.ReadDir(dirs.Inbox)
 	for _, e := range ents {
 		name, _, err := inputFormat(e.Name())
-		if err != nil || strings.HasPrefix(e.Name(), ".") || seen[name] || (fs.NArg() == 1 && name != fs.Arg(0)) {
+		if err != nil || !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") || seen[name] || (fs.NArg() == 1 && name != fs.Arg(0)) {
 			continue
 		}
 		info, _ := e.Info()
