@@ -26,7 +26,7 @@ type CheckOptions struct {
 // Problem is one broken invariant of the ledger.
 type Problem struct {
 	Batch   string // the batch id, or "" for the file as a whole
-	Field   string // what is wrong: a Batch field's JSON name, "done", "names", "retiring", "bbolt", "meta"
+	Field   string // what is wrong: a Batch field's JSON name, "done", "names", "suspects", "retiring", "bbolt", "meta"
 	Message string
 }
 
@@ -157,6 +157,16 @@ func checkTx(tx *bolt.Tx, opts CheckOptions, rep *CheckReport) {
 		names.ForEach(func(k, v []byte) error {
 			if batches == nil || batches.Get(v) == nil {
 				rep.add(string(v), "names", "name %q points at a batch the ledger does not have", k)
+			}
+			return nil
+		})
+	}
+	if sus := tx.Bucket(bucketSuspects); sus != nil { // optional: ledgers before it lack it
+		sus.ForEach(func(k, v []byte) error {
+			if len(k) < 6 || k[len(k)-5] != 0 || len(v) != 1 {
+				rep.add("", "suspects", "entry %q is not a suspect line", k)
+			} else if id := k[:len(k)-5]; batches == nil || batches.Get(id) == nil {
+				rep.add(string(id), "suspects", "a suspect line of a batch the ledger does not have")
 			}
 			return nil
 		})

@@ -281,7 +281,7 @@ func (l *Ledger) Done(id string) (*Bitmap, error) {
 	return bm, nil
 }
 
-// Delete forgets batch id and its done set.
+// Delete forgets batch id, its done set and its suspect lines.
 func (l *Ledger) Delete(id string) error {
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketBatches).Get([]byte(id)); v != nil {
@@ -293,6 +293,9 @@ func (l *Ledger) Delete(id string) error {
 			}
 		}
 		if err := tx.Bucket(bucketBatches).Delete([]byte(id)); err != nil {
+			return err
+		}
+		if err := deleteSuspects(tx, id); err != nil {
 			return err
 		}
 		if tx.Bucket(bucketDone).Bucket([]byte(id)) != nil {
