@@ -15,6 +15,13 @@ type task struct {
 	ctx  context.Context
 	req  *engine.Request
 	done func(*engine.Response, error)
+	// batch and line name the request in the in-flight table ("": not
+	// recorded).
+	batch string
+	line  int
+	// alone: a suspect (in flight at an unclean stop) runs with nothing
+	// else in flight, so that a second stop names it alone.
+	alone bool
 }
 
 // queue is one job's waiting requests. Its slots bound how many may wait, so a
@@ -27,28 +34,32 @@ type queue struct {
 // dispatcher runs tasks on a fixed pool of workers, taking from the jobs'
 // queues in turn so that files running at once share the engine fairly.
 type dispatcher struct {
-	eng     engine.Engine
-	log     *slog.Logger
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queues  []*queue
-	next    int
-	closed  bool
-	wg      sync.WaitGroup
-	perJob  int
-	workers int
+	eng   engine.Engine
+	log   *slog.Logger
+	table *inflight // nil: not recorded
+	// gate: tasks hold it shared, a suspect exclusively.
+	gate     sync.RWMutex
+	tableErr sync.Once // logs a table write error once
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queues   []*queue
+	next     int
+	closed   bool
+	wg       sync.WaitGroup
+	perJob   int
+	workers  int
 }
 
-func newDispatcher(eng engine.Engine, log *slog.Logger, workers, perJob int) *dispatcher {
-	d := &dispatcher{eng: eng, log: log, workers: workers, perJob: perJob}
+func newDispatcher(eng engine.Engine, log *slog.Logger, table *inflight, workers, perJob int) *dispatcher {
+	d := &dispatcher{eng: eng, log: log, table: table, workers: workers, perJob: perJob}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
 
 func (d *dispatcher) start() {
-	for range d.workers {
+	for i := range d.workers {
 		d.wg.Add(1)
-		go d.work()
+		go d.work(i)
 	}
 }
 
@@ -122,7 +133,7 @@ func (d *dispatcher) take() (task, *queue, bool) {
 	}
 }
 
-func (d *dispatcher) work() {
+func (d *dispatcher) work(slot int) {
 	defer d.wg.Done()
 	for {
 		t, q, ok := d.take()
@@ -130,8 +141,40 @@ func (d *dispatcher) work() {
 			return
 		}
 		<-q.slots
+		if t.alone {
+			d.gate.Lock()
+		} else {
+			d.gate.RLock()
+		}
+		d.record(slot, t)
 		resp, err := d.do(t)
+		d.record(slot, task{})
+		if t.alone {
+			d.gate.Unlock()
+		} else {
+			d.gate.RUnlock()
+		}
 		t.done(resp, err)
+	}
+}
+
+// record writes what worker slot runs into the in-flight table. A table
+// that cannot be written costs only the crash-loop guard: it is logged
+// once, and the work goes on.
+func (d *dispatcher) record(slot int, t task) {
+	if d.table == nil {
+		return
+	}
+	var err error
+	if t.batch == "" {
+		err = d.table.clear(slot)
+	} else {
+		err = d.table.set(slot, t.batch, t.line)
+	}
+	if err != nil {
+		d.tableErr.Do(func() {
+			d.log.Warn("cannot write the in-flight table; a request that crashes the daemon may crash it again after a restart", "error", err)
+		})
 	}
 }
 

@@ -30,7 +30,7 @@ func (e *recordingEngine) Do(ctx context.Context, req *engine.Request) (*engine.
 // batches: neither starves the other, whichever queued first.
 func TestDispatcherSharesFairly(t *testing.T) {
 	eng := &recordingEngine{}
-	d := newDispatcher(eng, slog.Default(), 1, 64)
+	d := newDispatcher(eng, slog.Default(), nil, 1, 64)
 	a, b := d.addQueue(), d.addQueue()
 	var wg sync.WaitGroup
 	ctx := context.Background()
@@ -61,7 +61,7 @@ func TestDispatcherSharesFairly(t *testing.T) {
 
 // A full queue blocks submit (backpressure) until the context ends.
 func TestDispatcherBackpressure(t *testing.T) {
-	d := newDispatcher(&recordingEngine{}, slog.Default(), 1, 2)
+	d := newDispatcher(&recordingEngine{}, slog.Default(), nil, 1, 2)
 	q := d.addQueue()
 	ctx, cancel := context.WithCancel(context.Background())
 	noop := task{ctx: ctx, req: &engine.Request{}, done: func(*engine.Response, error) {}}
@@ -91,7 +91,7 @@ func (e *panickyEngine) Do(ctx context.Context, req *engine.Request) (*engine.Re
 // An engine that panics fails that request with a 500 (engine_error) and
 // the worker goes on with the next one: no request takes the daemon down.
 func TestDispatcherSurvivesAPanickingEngine(t *testing.T) {
-	d := newDispatcher(&panickyEngine{}, slog.New(slog.NewTextHandler(t.Output(), nil)), 1, 4)
+	d := newDispatcher(&panickyEngine{}, slog.New(slog.NewTextHandler(t.Output(), nil)), nil, 1, 4)
 	q := d.addQueue()
 	d.start()
 	defer d.stop()

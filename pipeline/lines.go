@@ -13,7 +13,14 @@ const (
 	CodeBatchCancelled    = "batch_cancelled"
 	CodeEngineUnavailable = "engine_unavailable"
 	CodeInvalidResponse   = "invalid_engine_response"
+	// CodeEngineCrashed: the request was in flight at two unclean stops of
+	// the daemon, the second time alone (inflight.go); it is not run again
+	// (POST /v1/batches/{id}/retry runs it once more, alone).
+	CodeEngineCrashed = "engine_crashed"
 )
+
+// suspectLimit is how many unclean stops with a request in flight fail it.
+const suspectLimit = 2
 
 // rerunnable tells which error-line codes a later run of the same content
 // retries instead of reusing: they say nothing about the request itself.

@@ -155,6 +155,7 @@ type Pipeline struct {
 	log    *slog.Logger
 	ledger *ledger.Ledger
 	disp   *dispatcher
+	table  *inflight
 
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex // per batch id: one run at a time
@@ -201,8 +202,47 @@ func (p *Pipeline) Open(ctx context.Context) error {
 		return err
 	}
 	p.ledger = l
-	p.disp = newDispatcher(p.eng, p.log, p.cfg.Workers, p.cfg.QueuePerBatch)
+	if err := p.openInflight(); err != nil {
+		l.Close()
+		return err
+	}
+	p.disp = newDispatcher(p.eng, p.log, p.table, p.cfg.Workers, p.cfg.QueuePerBatch)
 	p.disp.start()
+	return nil
+}
+
+// openInflight opens the in-flight table (inflight.go) and makes suspects
+// of the requests a previous run left in it unfinished.
+func (p *Pipeline) openInflight() error {
+	t, left, err := openInflight(filepath.Join(p.cfg.StateDir, inflightFile), p.cfg.Workers)
+	if err != nil {
+		return err
+	}
+	var open []ledger.LineRef
+	for _, r := range left {
+		if _, err := p.ledger.Get(r.Batch); err != nil {
+			continue // forgotten since
+		}
+		if done, err := p.ledger.Done(r.Batch); err == nil && !done.Has(r.Line) {
+			open = append(open, r)
+		}
+	}
+	if len(open) > 0 {
+		counts, err := p.ledger.AddSuspects(open)
+		if err != nil {
+			t.close()
+			return err
+		}
+		again := 0
+		for _, n := range counts {
+			if n >= suspectLimit {
+				again++
+			}
+		}
+		p.log.Warn("batchd stopped without closing while requests were in flight (a crash, an OOM kill or kill -9): each of them now runs alone, and one in flight at two such stops fails with engine_crashed",
+			"in_flight", len(open), "failing", again)
+	}
+	p.table = t
 	return nil
 }
 
@@ -211,6 +251,10 @@ func (p *Pipeline) Close(ctx context.Context) error {
 	if p.disp != nil {
 		p.disp.stop()
 	}
+	if err := p.table.close(); err != nil {
+		p.log.Warn("close the in-flight table", "error", err)
+	}
+	p.table = nil
 	if p.ledger != nil {
 		return p.ledger.Close()
 	}

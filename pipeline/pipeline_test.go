@@ -107,10 +107,17 @@ func (e *env) open() {
 	e.t.Cleanup(func() { p.Close(context.Background()) })
 }
 
-func (e *env) reopen() {
+func (e *env) reopen() { e.reopenWith(nil) }
+
+// reopenWith closes the pipeline, calls between (when set), and opens it
+// again.
+func (e *env) reopenWith(between func()) {
 	e.t.Helper()
 	if err := e.pipe.Close(context.Background()); err != nil {
 		e.t.Fatal(err)
+	}
+	if between != nil {
+		between()
 	}
 	e.open()
 }

@@ -68,6 +68,19 @@ type run struct {
 
 func (r *run) cancel(cause error) { r.cancelReq(cause) }
 
+// stopCause is why the batch's requests stopped: errCancelled or
+// errExpired, whose lines are written as such; nil while they run, and
+// when the run as a whole is shutting down (its context's cause, not the
+// batch's): those lines are left for the next run, never written as
+// cancelled.
+func (r *run) stopCause() error {
+	cause := context.Cause(r.reqCtx)
+	if errors.Is(cause, errCancelled) || errors.Is(cause, errExpired) {
+		return cause
+	}
+	return nil
+}
+
 // Run runs job to its end and returns its batch record. It returns an error
 // (and leaves the batch to resume later) when the input cannot be read, a
 // result file cannot be made durable, or ctx is done.
@@ -708,6 +721,10 @@ func (r *run) read() error {
 	defer f.Close()
 	src := newSource(f, r.job.Format, r.p.cfg.MaxLineBytes)
 	chk := validate.NewChecker(r.vcfg)
+	suspects, err := r.p.ledger.Suspects(r.b.ID)
+	if err != nil {
+		return err
+	}
 	q := r.p.disp.addQueue()
 	defer r.p.disp.removeQueue(q)
 	defer r.tasks.Wait() // the queue must be empty before it is removed
@@ -737,12 +754,23 @@ func (r *run) read() error {
 			continue
 		}
 		req := res.Request
-		if cause := context.Cause(r.reqCtx); cause != nil {
+		if cause := r.stopCause(); cause != nil {
 			r.results <- causeResult(r.b.ID, req.Line, req.CustomID, cause)
 			continue
 		}
+		if r.reqCtx.Err() != nil {
+			return nil // shutting down: the line is left for the next run
+		}
 		line, cid := req.Line, req.CustomID
+		stops := suspects[line]
+		if stops >= suspectLimit && !r.job.RetryFailed {
+			r.log.Error("request failed: the daemon stopped twice while it ran, the second time alone; it is not run again",
+				keyLine, line, keyCustomID, cid)
+			r.results <- crashedResult(r.b.ID, line, cid, stops)
+			continue
+		}
 		t := task{
+			batch: r.b.ID, line: line, alone: stops > 0,
 			ctx: r.reqCtx,
 			req: &engine.Request{CustomID: cid, Endpoint: req.URL, Body: req.Body},
 			done: func(resp *engine.Response, err error) {
@@ -787,6 +815,12 @@ func causeResult(batchID string, line int, cid string, cause error) result {
 	return result{line: line, kind: toErrors, data: encodeLine(l)}
 }
 
+func crashedResult(batchID string, line int, cid string, stops int) result {
+	l := &OutputLine{ID: requestID(batchID, line), CustomID: strPtr(cid), Line: line, Error: &LineError{Code: CodeEngineCrashed,
+		Message: fmt.Sprintf("batchd stopped without closing %d times while this request ran, the last time with nothing else running (a crash, an OOM kill or kill -9): it is not run again. Retry the batch to run it once more.", stops)}}
+	return result{line: line, kind: toErrors, data: encodeLine(l)}
+}
+
 // engineResult turns the engine's answer into a result line. It reports
 // false when the run is shutting down: the line is left for the next run.
 func (r *run) engineResult(line int, cid string, resp *engine.Response, err error) (result, bool) {
@@ -806,7 +840,10 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 	case r.runCtx.Err() != nil:
 		return result{}, false
 	case r.reqCtx.Err() != nil:
-		return causeResult(r.b.ID, line, cid, context.Cause(r.reqCtx)), true
+		if cause := r.stopCause(); cause != nil {
+			return causeResult(r.b.ID, line, cid, cause), true
+		}
+		return result{}, false // the run shut down after all
 	default:
 		if !errors.Is(err, engine.ErrUnavailable) {
 			r.log.Warn("engine error", keyLine, line, keyCustomID, cid, "error", err)

@@ -1,0 +1,57 @@
+package pipeline
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/batchd/batchd/pipeline/ledger"
+)
+
+// What workers leave in the table survives a process that never closed it,
+// is read back by the next open, and a clean close leaves nothing.
+func TestInflightTable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), inflightFile)
+	tab, left, err := openInflight(path, 4)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("fresh table: %v %v", left, err)
+	}
+	id := "batch_" + string(slices.Repeat([]byte("f"), 64))
+	for _, step := range []func() error{
+		func() error { return tab.set(0, id, 12) },
+		func() error { return tab.set(2, "batch_b", 1<<20) },
+		func() error { return tab.set(3, "batch_c", 5) },
+		func() error { return tab.clear(3) },
+		func() error { return tab.set(9, "batch_d", 1) }, // no such worker: ignored
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A crash: the file is not closed; the next start reads it.
+	tab2, left, err := openInflight(path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ledger.LineRef{{Batch: id, Line: 12}, {Batch: "batch_b", Line: 1 << 20}}
+	if !slices.Equal(left, want) {
+		t.Fatalf("left in flight: %v, want %v", left, want)
+	}
+	if err := tab2.set(1, "batch_e", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab2.close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, left, err = openInflight(path, 2); err != nil || len(left) != 0 {
+		t.Fatalf("after a clean close: %v %v, want nothing in flight", left, err)
+	}
+	// Garbage in the file is skipped, not trusted.
+	if err := os.WriteFile(path, slices.Repeat([]byte{'R', 0, 0, 0, 1, 250}, 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, left, err = openInflight(path, 2); err != nil || len(left) != 0 {
+		t.Fatalf("garbage table: %v %v", left, err)
+	}
+}
