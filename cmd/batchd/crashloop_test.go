@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/pipeline"
+)
+
+// No crash loop, with a real process: batchd is SIGKILLed (standing for a
+// crash the engine cannot recover from, or an OOM kill) each time one
+// request reaches the engine. After the first kill that request runs with
+// nothing else in flight; after the second it is failed with
+// engine_crashed and never sent again, and the rest of the batch completes
+// exactly once.
+func TestKilledTwiceOnOneRequestFailsItNotTheBatch(t *testing.T) {
+	bin := needBinary(t)
+	var (
+		phase   atomic.Int32 // which batchd process runs: 1, 2, 3
+		alone   atomic.Bool  // the second process's poison is at the engine
+		beside  atomic.Int32 // other requests at the engine meanwhile
+		poisons [4]atomic.Int32
+		seen    = make(chan int32, 4)
+	)
+	srv := openaitest.NewServer(openaitest.Options{
+		Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+			if !bytes.Contains(body, []byte("POISON")) {
+				if alone.Load() {
+					beside.Add(1)
+				}
+				return openaitest.Fault{}
+			}
+			ph := phase.Load()
+			poisons[ph].Add(1)
+			if ph == 2 {
+				alone.Store(true)
+				defer alone.Store(false)
+			}
+			seen <- ph
+			<-r.Context().Done() // hangs until batchd is gone
+			return openaitest.Fault{}
+		},
+	})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	root := t.TempDir()
+	cfgPath := filepath.Join(root, "batchd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(crashConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	for i := range 21 {
+		content := fmt.Sprintf("hello %d", i)
+		if i == 10 {
+			content = "POISON"
+		}
+		fmt.Fprintf(&in, `{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":%q}],"max_tokens":5}}`+"\n", i, content)
+	}
+	data := filepath.Join(root, "data")
+	placeInput(t, filepath.Join(data, "inbox"), "loop.jsonl", []byte(in.String()))
+	logPath := filepath.Join(root, "batchd.log")
+	for ph := int32(1); ph <= 2; ph++ {
+		phase.Store(ph)
+		p := startBatchd(t, bin, data, cfgPath, srv.URL(), logPath)
+		select {
+		case got := <-seen:
+			if got != ph {
+				t.Fatalf("process %d: the poison arrived from process %d", ph, got)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("process %d: the poison request did not reach the engine within two minutes\n%s", ph, logTail(logPath))
+		}
+		p.signal(t, syscall.SIGKILL)
+	}
+	phase.Store(3)
+	p := startBatchd(t, bin, data, cfgPath, srv.URL(), logPath)
+	waitFor(t, 2*time.Minute, "the batch to finish", func() bool {
+		if !p.running() {
+			t.Fatalf("batchd exited: %v\n%s", p.err, logTail(logPath))
+		}
+		return finished(data, "loop", "jsonl")
+	})
+	if n := beside.Load(); n != 0 {
+		t.Fatalf("%d requests reached the engine while the suspect ran after the first kill: it should run alone", n)
+	}
+	if a, b, c := poisons[1].Load(), poisons[2].Load(), poisons[3].Load(); a != 1 || b != 1 || c != 0 {
+		t.Fatalf("the poison reached the engine %d, %d, %d times in the three processes, want 1, 1, 0", a, b, c)
+	}
+	o, err := pipeline.ReadBatchObject(filepath.Join(data, "outbox", "loop.batch.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.RequestCounts.Completed != 20 || o.RequestCounts.Failed != 1 {
+		t.Fatalf("counts %+v, want 20 completed and the poison failed", o.RequestCounts)
+	}
+	errs := fileLines(t, filepath.Join(data, "outbox", "loop.errors.jsonl"))
+	if len(errs) != 1 || !strings.Contains(errs[0], `"custom_id":"r10"`) || !strings.Contains(errs[0], `"code":"engine_crashed"`) {
+		t.Fatalf("errors file: %q", errs)
+	}
+	rep, err := pipeline.Check(pipeline.CheckInput{
+		Input: filepath.Join(data, "done", "loop.jsonl"), Format: "jsonl",
+		Output: filepath.Join(data, "outbox", "loop.output.jsonl"), Errors: filepath.Join(data, "outbox", "loop.errors.jsonl"),
+		Object: filepath.Join(data, "outbox", "loop.batch.json"),
+	})
+	if err != nil || !rep.OK() {
+		t.Fatalf("check: %v %v", err, rep.Problems)
+	}
+	if !strings.Contains(logTail(logPath), "engine_crashed") {
+		t.Fatalf("the log does not say why the request failed\n%s", logTail(logPath))
+	}
+}
