@@ -38,7 +38,7 @@ func (s opsSource) Engine() ops.EngineView {
 	v := ops.EngineView{Name: s.d.cfg.Engine, PrefixCacheHitRate: -1, Queued: s.d.queued()}
 	if sr, ok := s.d.eng.(engine.StatsReporter); ok {
 		st := sr.Stats()
-		v.InFlight, v.Paused, v.Retries = st.InFlight, st.Paused, st.Retries
+		v.InFlight, v.Paused, v.Hung, v.Retries = st.InFlight, st.Paused, st.Hung, st.Retries
 	}
 	if ne, ok := s.d.eng.(*native.Engine); ok {
 		cs := ne.CacheStats()

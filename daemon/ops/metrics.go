@@ -62,9 +62,9 @@ type collector struct {
 	src     Source
 	sampler atomic.Pointer[Sampler]
 
-	batches, requests, tokens, tokensPerSecond       *prometheus.Desc
-	inFlight, queueDepth, paused, prefixHit, kvBytes *prometheus.Desc
-	retries, kernelsInfo                             *prometheus.Desc
+	batches, requests, tokens, tokensPerSecond             *prometheus.Desc
+	inFlight, queueDepth, paused, hung, prefixHit, kvBytes *prometheus.Desc
+	retries, kernelsInfo                                   *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -87,6 +87,7 @@ func newCollector(src Source) *collector {
 		inFlight:   d("batchd_engine_in_flight", "Requests the engine is running now.", nil, nil),
 		queueDepth: d("batchd_engine_queue_depth", "Requests waiting for the engine.", nil, nil),
 		paused:     d("batchd_engine_paused", "1 while the engine is paused, else 0.", nil, nil),
+		hung:       d("batchd_engine_hung", "1 while requests are in flight but the engine has answered nothing for hang_after, else 0.", nil, nil),
 		prefixHit: d("batchd_prefix_cache_hit_ratio",
 			"Share of prompt tokens served from the prefix cache, 0..1; absent when the engine does not know.", nil, nil),
 		kvBytes: d("batchd_kv_cache_bytes",
@@ -101,7 +102,7 @@ func newCollector(src Source) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.batches, c.requests, c.tokens, c.tokensPerSecond,
-		c.inFlight, c.queueDepth, c.paused, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
+		c.inFlight, c.queueDepth, c.paused, c.hung, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
 	} {
 		ch <- d
 	}
@@ -158,6 +159,11 @@ func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
 		paused = 1
 	}
 	gauge(c.paused, paused)
+	hung := 0.0
+	if e.Hung {
+		hung = 1
+	}
+	gauge(c.hung, hung)
 	if e.PrefixCacheHitRate >= 0 {
 		gauge(c.prefixHit, e.PrefixCacheHitRate)
 	}

@@ -74,7 +74,7 @@ func testBatches() []BatchView {
 func TestMetrics(t *testing.T) {
 	src := &fakeSource{
 		batches: testBatches(),
-		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true,
+		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true, Hung: true,
 			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3,
 			Kernels: KernelsView{Backend: "avx2", Arch: "amd64", Features: []string{"avx", "avx2", "fma", "f16c"}}},
 	}
@@ -96,6 +96,7 @@ func TestMetrics(t *testing.T) {
 		{"batchd_engine_in_flight", nil, 7, dto.MetricType_GAUGE},
 		{"batchd_engine_queue_depth", nil, 30, dto.MetricType_GAUGE},
 		{"batchd_engine_paused", nil, 1, dto.MetricType_GAUGE},
+		{"batchd_engine_hung", nil, 1, dto.MetricType_GAUGE},
 		{"batchd_prefix_cache_hit_ratio", nil, 0.25, dto.MetricType_GAUGE},
 		{"batchd_kv_cache_bytes", []string{"state", "used"}, 1 << 20, dto.MetricType_GAUGE},
 		{"batchd_kv_cache_bytes", []string{"state", "total"}, 4 << 20, dto.MetricType_GAUGE},

@@ -27,6 +27,7 @@ type EngineView struct {
 	Name                      string
 	InFlight, Queued          int
 	Paused                    bool
+	Hung                      bool    // requests sent, nothing answered for a while
 	PrefixCacheHitRate        float64 // 0..1; negative when unknown
 	KVBytesUsed, KVBytesTotal int64   // 0 when unknown
 	Retries                   int64   // remote-engine retries so far

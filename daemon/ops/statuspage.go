@@ -101,6 +101,7 @@ type EngineStatus struct {
 	InFlight           int      `json:"in_flight"`
 	Queued             int      `json:"queued"`
 	Paused             bool     `json:"paused"`
+	Hung               bool     `json:"hung"`
 	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
 	KVBytesUsed        *int64   `json:"kv_bytes_used"`
 	KVBytesTotal       *int64   `json:"kv_bytes_total"`
@@ -178,7 +179,7 @@ func batchStatus(b BatchView) BatchStatus {
 func engineStatus(e EngineView) EngineStatus {
 	s := EngineStatus{
 		Name: e.Name, InFlight: e.InFlight, Queued: e.Queued,
-		Paused: e.Paused, Retries: e.Retries,
+		Paused: e.Paused, Hung: e.Hung, Retries: e.Retries,
 	}
 	if e.PrefixCacheHitRate >= 0 {
 		hit := e.PrefixCacheHitRate

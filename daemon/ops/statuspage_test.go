@@ -21,7 +21,7 @@ func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 func TestStatusJSON(t *testing.T) {
 	src := &fakeSource{
 		batches: testBatches(),
-		engine:  EngineView{Name: "native", InFlight: 3, Queued: 9, PrefixCacheHitRate: -1},
+		engine:  EngineView{Name: "native", InFlight: 3, Queued: 9, PrefixCacheHitRate: -1, Hung: true},
 	}
 	s := NewSampler(src, 10*time.Second, time.Hour)
 	t0 := time.Unix(5000, 0)
@@ -75,7 +75,7 @@ func TestStatusJSON(t *testing.T) {
 	}
 
 	e := st.Engine
-	if e.Name != "native" || e.InFlight != 3 || e.Queued != 9 || e.PrefixCacheHitRate != nil || e.KVBytesTotal != nil {
+	if e.Name != "native" || e.InFlight != 3 || e.Queued != 9 || e.PrefixCacheHitRate != nil || e.KVBytesTotal != nil || !e.Hung {
 		t.Errorf("engine = %+v", e)
 	}
 	if st.TokensPerSecond != 12 {
@@ -93,6 +93,9 @@ func TestStatusJSON(t *testing.T) {
 	engine := raw["engine"].(map[string]any)
 	if v, ok := engine["prefix_cache_hit_rate"]; !ok || v != nil {
 		t.Errorf("engine.prefix_cache_hit_rate = %v (present %v), want null", v, ok)
+	}
+	if v, ok := engine["hung"]; !ok || v != true {
+		t.Errorf("engine.hung = %v (present %v), want true", v, ok)
 	}
 	batch := raw["batches"].([]any)[0].(map[string]any)
 	for _, key := range []string{"id", "progress", "rate", "eta_seconds", "completed", "total", "failed"} {

@@ -37,7 +37,7 @@ function bytes(n) {
 function renderEngine(e, tps) {
   const items = [
     ["engine", e.name || "—"],
-    ["state", e.paused ? "paused" : "running"],
+    ["state", e.hung ? "not answering" : e.paused ? "paused" : "running"],
     ["in flight", num(e.in_flight)],
     ["queued", num(e.queued)],
     ["tokens/s", rate(tps)],
@@ -48,7 +48,7 @@ function renderEngine(e, tps) {
   const dl = $("engine");
   dl.replaceChildren(...items.map(([k, v]) => {
     const d = el("div");
-    d.append(el("dt", "", k), el("dd", k === "state" && e.paused ? "badge paused" : "", v));
+    d.append(el("dt", "", k), el("dd", k === "state" && (e.paused || e.hung) ? "badge paused" : "", v));
     return d;
   }));
 }
