@@ -109,7 +109,7 @@ func FetchBucketBatch(ctx context.Context, cfg Config, name, dir string) (pipeli
 	if err := b.Connect(ctx); err != nil {
 		return in, err
 	}
-	for _, key := range []string{b.DoneKey(name + ".jsonl"), b.DoneKey(name + ".json"), b.InboxKey(name + ".jsonl"), b.InboxKey(name + ".json")} {
+	for _, key := range []string{b.DoneKey(name + watcher.SuffixJSONL), b.DoneKey(name + watcher.SuffixJSON), b.InboxKey(name + watcher.SuffixJSONL), b.InboxKey(name + watcher.SuffixJSON)} {
 		tag, _, err := b.Stat(ctx, key)
 		if err != nil {
 			return in, err
@@ -130,7 +130,7 @@ func FetchBucketBatch(ctx context.Context, cfg Config, name, dir string) (pipeli
 	for _, f := range []struct {
 		base string
 		dst  *string
-	}{{name + ".output.jsonl", &in.Output}, {name + ".errors.jsonl", &in.Errors}, {name + ".batch.json", &in.Object}} {
+	}{{name + watcher.SuffixOutput, &in.Output}, {name + watcher.SuffixErrors, &in.Errors}, {name + watcher.SuffixBatch, &in.Object}} {
 		*f.dst = filepath.Join(dir, f.base)
 		if err := b.Download(ctx, b.OutboxKey(f.base), "", *f.dst); err != nil {
 			if s3.IsNotFound(err) {

@@ -355,7 +355,7 @@ func (d *Daemon) handleCancel(ev watcher.Event) {
 	}
 	waiting := false
 	if cst, err := os.Stat(ev.Path); err == nil {
-		for _, ext := range []string{".jsonl", ".json"} {
+		for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
 			if ist, err := os.Stat(filepath.Join(d.dirs.Inbox, ev.Name+ext)); err == nil && !cst.ModTime().Before(ist.ModTime()) {
 				waiting = true
 			}
@@ -500,7 +500,7 @@ func (d *Daemon) Expire(cutoff time.Time) int {
 	names, err := d.pipe.Expire(cutoff)
 	for _, name := range names {
 		if validID(name, "batch_") {
-			for _, ext := range []string{".api.json", ".options.json", ".retry", ".cancel"} {
+			for _, ext := range []string{".api.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
 				os.Remove(filepath.Join(d.apiDir(), name+ext))
 			}
 		}
