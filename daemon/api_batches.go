@@ -133,14 +133,14 @@ func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	in := filepath.Join(dir, meta.ID+".jsonl")
+	in := filepath.Join(dir, meta.ID+watcher.SuffixJSONL)
 	if err := os.Link(d.uploadPath(meta.InputFileID), in); err != nil {
 		if err := fsx.CopyFile(d.uploadPath(meta.InputFileID), in); err != nil {
 			return err
 		}
 	}
 	data, _ := json.Marshal(opts)
-	if err := fsx.WriteFile(filepath.Join(dir, meta.ID+".options.json"), data, true); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, meta.ID+watcher.SuffixOptions), data, true); err != nil {
 		return err
 	}
 	data, _ = json.Marshal(meta)
@@ -149,7 +149,7 @@ func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
 
 // enqueueAPI queues API batch id to run.
 func (d *Daemon) enqueueAPI(id string) {
-	d.enqueue(watcher.Event{Kind: watcher.Input, Name: id, Path: filepath.Join(d.apiDir(), id+".jsonl"), Format: watcher.FormatJSONL})
+	d.enqueue(watcher.Event{Kind: watcher.Input, Name: id, Path: filepath.Join(d.apiDir(), id+watcher.SuffixJSONL), Format: watcher.FormatJSONL})
 }
 
 // requeueAPI queues, at start, every API batch whose input has not moved
@@ -163,11 +163,11 @@ func (d *Daemon) requeueAPI() error {
 		return fmt.Errorf("read api dir: %w", err)
 	}
 	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), ".jsonl")
+		id, ok := strings.CutSuffix(e.Name(), watcher.SuffixJSONL)
 		if !ok || !validID(id, "batch_") {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(d.apiDir(), id+".cancel")); err == nil {
+		if _, err := os.Stat(filepath.Join(d.apiDir(), id+watcher.SuffixCancel)); err == nil {
 			d.pipe.CancelOnStart(id)
 		}
 		d.enqueueAPI(id)
@@ -184,7 +184,7 @@ func (d *Daemon) pendingObject(m *apiBatch) *pipeline.BatchObject {
 		CompletionWindow: m.CompletionWindow, Metadata: m.Metadata, CreatedAt: m.CreatedAt}
 	o := pipeline.NewBatchObject(b, pipeline.BatchdInfo{Name: m.ID})
 	o.InputFileID = m.InputFileID
-	if _, err := os.Stat(filepath.Join(d.apiDir(), m.ID+".cancel")); err == nil {
+	if _, err := os.Stat(filepath.Join(d.apiDir(), m.ID+watcher.SuffixCancel)); err == nil {
 		o.Status = pipeline.StatusCancelling
 	}
 	return o
@@ -327,7 +327,7 @@ func (d *Daemon) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request file makes the cancel survive a restart; the pipeline
 	// removes it when the batch retires.
-	if err := fsx.WriteFile(filepath.Join(dir, name+".cancel"), nil, true); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, name+watcher.SuffixCancel), nil, true); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cancelling failed")
 		return
@@ -370,9 +370,9 @@ func (d *Daemon) handleBatchResults(w http.ResponseWriter, r *http.Request) {
 	var path string
 	var n int64
 	if pipeline.Terminal(b.Status) {
-		base := b.Name + ".output.jsonl"
+		base := b.Name + watcher.SuffixOutput
 		if status == "failed" {
-			base = b.Name + ".errors.jsonl"
+			base = b.Name + watcher.SuffixErrors
 		}
 		path, n = filepath.Join(d.dirs.Outbox, base), -1
 	} else {
@@ -483,7 +483,7 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
 		return
 	}
-	if err := fsx.WriteFile(filepath.Join(dir, b.Name+".retry"), nil, true); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, b.Name+watcher.SuffixRetry), nil, true); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
 		return

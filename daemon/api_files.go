@@ -16,6 +16,7 @@ import (
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/watcher"
 )
 
 // fileObject is OpenAI's file object.
@@ -183,9 +184,9 @@ func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
 	purpose := "batch_output"
 	switch kind {
 	case prefixOutput:
-		path = filepath.Join(d.dirs.Outbox, b.Name+".output.jsonl")
+		path = filepath.Join(d.dirs.Outbox, b.Name+watcher.SuffixOutput)
 	case prefixErrors:
-		path = filepath.Join(d.dirs.Outbox, b.Name+".errors.jsonl")
+		path = filepath.Join(d.dirs.Outbox, b.Name+watcher.SuffixErrors)
 	case prefixInput:
 		purpose = "batch"
 		path = filepath.Join(d.dirs.Done, b.Name+"."+b.Format)

@@ -25,6 +25,8 @@ import (
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/store/bucket"
+	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
@@ -179,7 +181,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 			d.Close(context.Background())
 		}
 	}()
-	if err := pipeline.CleanOutbox(d.dirs.Outbox); err != nil {
+	if err := folder.CleanOutbox(d.dirs.Outbox); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -197,7 +199,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.pipe.Open(runCtx); err != nil {
 		return err
 	}
-	if err := d.pipe.Recover(); err != nil {
+	if err := d.pipe.Recover(folder.FinishRetire); err != nil {
 		return err
 	}
 	if d.cfg.IsBucket() {
@@ -276,8 +278,9 @@ func (d *Daemon) openBucket(ctx, runCtx context.Context) error {
 		return fmt.Errorf("open bucket watcher: %w", err)
 	}
 	d.watch = w
-	d.bucket = &bucketRunner{d: d, b: b, w: w, spool: filepath.Join(d.dirs.State, "bucket"),
-		log: d.log.With("component", "bucket"), every: d.cfg.S3.CheckpointInterval}
+	blog := d.log.With("component", "bucket")
+	d.bucket = &bucketRunner{d: d, b: b, w: w, log: blog, cfg: bucket.Config{Bucket: b,
+		Spool: filepath.Join(d.dirs.State, "bucket"), CheckpointInterval: d.cfg.S3.CheckpointInterval, Logger: blog}}
 	d.log.Info("bucket source connected", "bucket", b.Name(), "owner", b.Owner(), "endpoint", sc.Endpoint)
 	return nil
 }
@@ -352,7 +355,7 @@ func (d *Daemon) handleCancel(ev watcher.Event) {
 	}
 	waiting := false
 	if cst, err := os.Stat(ev.Path); err == nil {
-		for _, ext := range []string{".jsonl", ".json"} {
+		for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
 			if ist, err := os.Stat(filepath.Join(d.dirs.Inbox, ev.Name+ext)); err == nil && !cst.ModTime().Before(ist.ModTime()) {
 				waiting = true
 			}
@@ -382,8 +385,12 @@ func (d *Daemon) refuse(ev watcher.Event) {
 	}
 	d.active[ev.Name] = true
 	d.mu.Unlock()
-	job := pipeline.Job{Name: ev.Name, Path: ev.Path, Format: ev.Format, Outbox: d.dirs.Outbox, DoneDir: d.dirs.Rejected}
-	b, err := d.pipe.Refuse(job, ev.Code, ev.Message)
+	st := folder.Refused(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Rejected)
+	identity, err := st.Identity()
+	var b *ledger.Batch
+	if err == nil {
+		b, err = d.pipe.Refuse(d.runCtx, pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, identity, ev.Code, ev.Message)
+	}
 	switch {
 	case err == nil:
 		d.notifyEnd(b)
@@ -446,15 +453,8 @@ func (d *Daemon) runBatches(ctx context.Context) {
 			d.finished(ev)
 			continue
 		}
-		job := pipeline.Job{
-			Name:        ev.Name,
-			Path:        ev.Path,
-			Format:      ev.Format,
-			OptionsPath: filepath.Join(filepath.Dir(ev.Path), ev.Name+".options.json"),
-			Outbox:      d.dirs.Outbox,
-			DoneDir:     d.dirs.Done,
-		}
-		retryMark := filepath.Join(filepath.Dir(ev.Path), ev.Name+".retry")
+		job := pipeline.Job{Name: ev.Name, Format: ev.Format, Store: folder.New(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Done)}
+		retryMark := filepath.Join(filepath.Dir(ev.Path), ev.Name+watcher.SuffixRetry)
 		if _, err := os.Stat(retryMark); err == nil {
 			job.RetryFailed = true
 		}
@@ -500,7 +500,7 @@ func (d *Daemon) Expire(cutoff time.Time) int {
 	names, err := d.pipe.Expire(cutoff)
 	for _, name := range names {
 		if validID(name, "batch_") {
-			for _, ext := range []string{".api.json", ".options.json", ".retry", ".cancel"} {
+			for _, ext := range []string{".api.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
 				os.Remove(filepath.Join(d.apiDir(), name+ext))
 			}
 		}

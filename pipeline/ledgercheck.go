@@ -1,9 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -25,31 +22,16 @@ func stateResultPaths(stateDir, id string, gen int) (out, errs string) {
 
 // CheckLedger checks the ledger of state directory stateDir without
 // changing it (ledger.Check), with what the pipeline knows: where each
-// batch's result files are and what a retiring record must hold. The
-// pipeline must be closed: a running batchd holds the file, and after
-// timeout CheckLedger returns ledger.ErrLocked.
-func CheckLedger(stateDir string, timeout time.Duration) (*ledger.CheckReport, error) {
+// batch's result files are. checkRetiring checks a retiring record
+// (Store.RetireRecord) as the Recover function given to Recover would read
+// it; nil accepts any. The pipeline must be closed: a running batchd holds
+// the file, and after timeout CheckLedger returns ledger.ErrLocked.
+func CheckLedger(stateDir string, timeout time.Duration, checkRetiring func(name string, record []byte) error) (*ledger.CheckReport, error) {
 	return ledger.Check(ledgerPath(stateDir), ledger.CheckOptions{
 		Timeout: timeout,
 		ResultFiles: func(b *ledger.Batch) (string, string) {
 			return stateResultPaths(stateDir, b.ID, b.Gen)
 		},
-		Retiring: func(_ string, v []byte) error {
-			_, err := decodeRetiring(v)
-			return err
-		},
+		Retiring: checkRetiring,
 	})
-}
-
-// decodeRetiring reads a retiring record, refusing one Recover could not
-// finish.
-func decodeRetiring(v []byte) (retiring, error) {
-	var rec retiring
-	if err := json.Unmarshal(v, &rec); err != nil {
-		return rec, fmt.Errorf("decode: %w", err)
-	}
-	if rec.Inbox == "" || rec.DoneDir == "" {
-		return rec, errors.New("it names no inbox or no done directory")
-	}
-	return rec, nil
 }

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"github.com/batchd/batchd/internal/fsx"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -160,24 +162,32 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// ReadOptionsFile reads a NAME.options.json file. A missing file gives zero
-// Options and no error; unknown keys are an error naming them.
+// ReadOptionsFile reads a NAME.options.json file (a regular file: no
+// link is followed). A missing file gives zero Options and no error;
+// unknown keys are an error naming them.
 func ReadOptionsFile(path string) (Options, []byte, error) {
-	var o Options
-	raw, err := readRegular(path)
+	raw, err := fsx.ReadRegular(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return o, nil, nil
+		return Options{}, nil, nil
 	}
 	if err != nil {
-		return o, nil, fmt.Errorf("read options: %w", err)
+		return Options{}, nil, fmt.Errorf("read options: %w", err)
 	}
+	o, err := ParseOptions(raw, path)
+	return o, raw, err
+}
+
+// ParseOptions decodes the options file named file; unknown keys are an
+// error naming them.
+func ParseOptions(raw []byte, file string) (Options, error) {
+	var o Options
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&o); err != nil {
-		return o, raw, fmt.Errorf("options file %s: %w", path, err)
+		return o, fmt.Errorf("options file %s: %w", file, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return o, raw, fmt.Errorf("options file %s: trailing data after the object", path)
+		return o, fmt.Errorf("options file %s: trailing data after the object", file)
 	}
-	return o, raw, nil
+	return o, nil
 }

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -102,36 +101,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Job is one input file to run.
+// Job is one batch input to run. It names the batch; where its files are
+// is its Store's business.
 type Job struct {
 	// Name is the batch name (the input's file name without its extension).
 	Name string
-	// Path is the input file.
-	Path string
 	// Format is "jsonl" or "json".
 	Format string
-	// OptionsPath is NAME.options.json beside the input; it may not exist.
-	OptionsPath string
-	// Outbox is where NAME.output.jsonl, NAME.errors.jsonl and NAME.batch.json go.
-	Outbox string
-	// DoneDir is where the input goes once its outputs are final.
-	DoneDir string
+	// Store owns the batch's files: its input and options, its published
+	// results and object, its retirement.
+	Store Store
 
 	// RetryFailed makes a finished batch of the same content run every
 	// failed line again (completed ones are kept), not only those that
 	// ended for reasons outside the request.
 	RetryFailed bool
-
-	// Seed, when set, supplies results of this batch that a run elsewhere
-	// made durable (a bucket checkpoint): before any request runs, each line
-	// not done yet is written as given and counts as done. Lines this run
-	// has already are skipped, so a line is never written twice.
-	Seed func(yield func(Committed) error) error
-	// OnCommit, when set, is told of every group commit after it is
-	// durable: the lines committed since the previous call (not seeded
-	// ones), in the order written. It runs on the batch's writer; an error
-	// stops the run as a write error would.
-	OnCommit func([]Committed) error
 }
 
 // Committed is one result line of a batch.
@@ -143,10 +127,6 @@ type Committed struct {
 	// Data is the JSON result line, without its newline.
 	Data []byte
 }
-
-func (j Job) outputPath() string { return filepath.Join(j.Outbox, j.Name+".output.jsonl") }
-func (j Job) errorsPath() string { return filepath.Join(j.Outbox, j.Name+".errors.jsonl") }
-func (j Job) batchPath() string  { return filepath.Join(j.Outbox, j.Name+".batch.json") }
 
 // Pipeline runs jobs. Long-lived: New → Open → Run (many, concurrently) → Close.
 type Pipeline struct {
@@ -304,26 +284,6 @@ func (p *Pipeline) batchLock(id string) *sync.Mutex {
 }
 
 func (p *Pipeline) batchDir(id string) string { return stateBatchDir(p.cfg.StateDir, id) }
-
-// CleanOutbox removes temporary files a crash may have left in an outbox.
-func CleanOutbox(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("read outbox: %w", err)
-	}
-	for _, e := range ents {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") {
-			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("remove leftover %s: %w", n, err)
-			}
-		}
-	}
-	return nil
-}
 
 // ResultFiles returns batch b's result files as the pipeline holds them
 // (committed up to b.OutLen and b.ErrLen bytes), readable while it runs.

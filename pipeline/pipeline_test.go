@@ -19,6 +19,7 @@ import (
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/store/folder"
 )
 
 // env is a data directory, a stand-in server and a pipeline on the remote
@@ -87,7 +88,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 // uses newEnv runs it when it ends.
 func checkLedger(t *testing.T, stateDir string) {
 	t.Helper()
-	rep, err := pipeline.CheckLedger(stateDir, 5*time.Second)
+	rep, err := pipeline.CheckLedger(stateDir, 5*time.Second, folder.CheckRetiring)
 	if err != nil {
 		t.Errorf("ledger check: %v", err)
 		return
@@ -135,7 +136,7 @@ func (e *env) drop(name, format, content, options string) pipeline.Job {
 			e.t.Fatal(err)
 		}
 	}
-	return pipeline.Job{Name: name, Path: path, Format: format, OptionsPath: optPath, Outbox: e.outbox, DoneDir: e.done}
+	return pipeline.Job{Name: name, Format: format, Store: folder.New(name, path, e.outbox, e.done)}
 }
 
 func (e *env) run(job pipeline.Job) *pipeline.BatchObject {
@@ -255,7 +256,7 @@ func TestRunCompletesAndMovesInput(t *testing.T) {
 	if o.Usage.InputTokens == 0 || o.Usage.OutputTokens == 0 {
 		t.Fatalf("usage not summed: %+v", o.Usage)
 	}
-	if _, err := os.Stat(job.Path); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.inbox, job.Name+".jsonl")); !os.IsNotExist(err) {
 		t.Fatalf("input still in inbox: %v", err)
 	}
 	e.check("simple", "jsonl")
@@ -316,7 +317,7 @@ func TestShutdownMidwayThenResumeIsExactlyOnce(t *testing.T) {
 	if _, err := e.pipe.Run(ctx, job); err == nil {
 		t.Fatal("Run returned no error after its context was cancelled")
 	}
-	if _, err := os.Stat(job.Path); err != nil {
+	if _, err := os.Stat(filepath.Join(e.inbox, job.Name+".jsonl")); err != nil {
 		t.Fatalf("input left the inbox before the batch ended: %v", err)
 	}
 	e.reopen()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/store/folder"
 )
 
 // Refuse fails a batch under the name it is given and moves the input,
@@ -23,8 +24,13 @@ func TestRefuseWritesAFailedObjectAndMovesTheInput(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	job := pipeline.Job{Name: "short~1234", Path: fifo, Format: "jsonl", Outbox: e.outbox, DoneDir: rejected}
-	b, err := e.pipe.Refuse(job, "not_a_regular_file", "it is a FIFO")
+	st := folder.Refused("short~1234", fifo, e.outbox, rejected)
+	identity, err := st.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := pipeline.Job{Name: "short~1234", Format: "jsonl", Store: st}
+	b, err := e.pipe.Refuse(context.Background(), job, identity, "not_a_regular_file", "it is a FIFO")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +66,13 @@ func TestRunReadsNoLinks(t *testing.T) {
 	if err := os.Symlink(target, path); err != nil {
 		t.Fatal(err)
 	}
-	job := pipeline.Job{Name: "link", Path: path, Format: "jsonl", Outbox: e.outbox, DoneDir: e.done}
+	job := pipeline.Job{Name: "link", Format: "jsonl", Store: folder.New("link", path, e.outbox, e.done)}
 	if _, err := e.pipe.Run(ctx, job); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("Run on a link = %v, want a not-a-regular-file error", err)
 	}
 
 	job = e.drop("opts", "jsonl", chatLines(1, "o"), "")
-	if err := os.Symlink(target, job.OptionsPath); err != nil {
+	if err := os.Symlink(target, filepath.Join(e.inbox, "opts.options.json")); err != nil {
 		t.Fatal(err)
 	}
 	o := e.run(job)

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/batchd/batchd/engine"
@@ -86,7 +85,7 @@ func (r *run) stopCause() error {
 // result file cannot be made durable, or ctx is done.
 func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	log := p.log.With(keyName, job.Name)
-	opts, _, optErr := ReadOptionsFile(job.OptionsPath)
+	opts, optErr := p.readOptions(ctx, job)
 	eff := p.cfg.Defaults.Merge(opts)
 	if optErr == nil {
 		optErr = eff.Validate()
@@ -97,7 +96,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			optErr = fmt.Errorf("options: %w", err)
 		}
 	}
-	id, total, fileErr, err := p.identify(job, eff)
+	id, total, fileErr, err := p.identify(ctx, job, eff)
 	if err != nil {
 		return nil, err
 	}
@@ -131,9 +130,9 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 		}
 		switch {
 		case optErr != nil:
-			return p.fail(job, b, "invalid_options", optErr.Error())
+			return p.fail(ctx, job, b, "invalid_options", optErr.Error())
 		case fileErr != nil:
-			return p.fail(job, b, "invalid_file", fileErr.Error())
+			return p.fail(ctx, job, b, "invalid_file", fileErr.Error())
 		}
 		if err := p.ledger.Put(b); err != nil {
 			return nil, err
@@ -144,7 +143,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	default:
 		b.Name = job.Name
 		if b.Status == StatusFailed {
-			return b, p.publishFailed(job, b)
+			return b, p.publishFailed(ctx, job, b)
 		}
 		if Terminal(b.Status) {
 			again, err := p.reopen(b, eff, job.RetryFailed)
@@ -153,7 +152,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			}
 			if !again {
 				log.Info("same content ran before; reusing its results", "status", b.Status)
-				return b, p.finishPublished(job, b)
+				return b, p.finishPublished(ctx, job, b)
 			}
 			log.Info("same content ran before; rerunning its unfinished requests", "done", b.Completed+b.Failed, "total", b.Total)
 		} else {
@@ -163,10 +162,23 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	return p.execute(ctx, job, b, eff, vcfg, log)
 }
 
+// readOptions reads and parses the job's options file (none gives zero
+// Options).
+func (p *Pipeline) readOptions(ctx context.Context, job Job) (Options, error) {
+	raw, err := job.Store.Options(ctx)
+	if err != nil {
+		return Options{}, fmt.Errorf("read options: %w", err)
+	}
+	if raw == nil {
+		return Options{}, nil
+	}
+	return ParseOptions(raw, job.Store.Files().Options)
+}
+
 // identify hashes the input and its effective options into the batch id, and
 // counts its requests. fileErr is a structural problem of a requests document.
-func (p *Pipeline) identify(job Job, eff Options) (id string, total int, fileErr, err error) {
-	f, err := openInput(job.Path)
+func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id string, total int, fileErr, err error) {
+	f, err := job.Store.OpenInput(ctx)
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("open input: %w", err)
 	}
@@ -223,33 +235,25 @@ func newSource(r io.Reader, format string, maxLine int) validate.Source {
 // Refuse ends job as a failed batch with code and message, without reading
 // its input (a source refused it: a name batchd cannot use, a link, a FIFO,
 // an input that never became complete). job.Name must be a usable name
-// (the source's shortened one); the batch object is written under it and
-// the input, whatever it is, moves to job.DoneDir under its own name (a
-// rename: nothing is opened). The batch id comes from the entry's identity
-// (name, inode, size, mtime), so refusing the same entry again after a
-// crash replaces the same record.
-func (p *Pipeline) Refuse(job Job, code, message string) (*ledger.Batch, error) {
-	st, err := os.Lstat(job.Path)
-	if err != nil {
-		return nil, fmt.Errorf("refuse %s: %w", job.Name, err)
-	}
+// (the source's shortened one); the batch object is published under it and
+// the input, whatever it is, retires through job.Store, which must not open
+// it. identity names the entry the source refused (for a file: its path,
+// inode, size and modification time), so refusing the same entry again
+// after a crash replaces the same record.
+func (p *Pipeline) Refuse(ctx context.Context, job Job, identity, code, message string) (*ledger.Batch, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "batchd-refused\n%s\n%s\n%d\n%d\n", job.Path, code, st.Size(), st.ModTime().UnixNano())
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		fmt.Fprintf(h, "%d:%d\n", sys.Dev, sys.Ino)
-	}
+	fmt.Fprintf(h, "batchd-refused\n%s\n%s\n", identity, code)
 	id := "batch_" + hex.EncodeToString(h.Sum(nil)[:16])
 	lock := p.batchLock(id)
 	lock.Lock()
 	defer lock.Unlock()
 	now := p.cfg.Now().Unix()
 	b := &ledger.Batch{ID: id, Name: job.Name, Format: job.Format, Gen: 1, CreatedAt: now}
-	job.OptionsPath = "" // NAME.options.json stays for the next NAME
-	return p.fail(job, b, code, message)
+	return p.fail(ctx, job, b, code, message)
 }
 
 // fail ends a new batch as failed before any request ran.
-func (p *Pipeline) fail(job Job, b *ledger.Batch, code, msg string) (*ledger.Batch, error) {
+func (p *Pipeline) fail(ctx context.Context, job Job, b *ledger.Batch, code, msg string) (*ledger.Batch, error) {
 	p.log.Warn("batch failed", keyName, job.Name, keyBatch, b.ID, "code", code, "error", msg)
 	b.Status = StatusFailed
 	b.FailedAt = p.cfg.Now().Unix()
@@ -259,21 +263,20 @@ func (p *Pipeline) fail(job Job, b *ledger.Batch, code, msg string) (*ledger.Bat
 	if err := p.ledger.Put(b); err != nil {
 		return nil, err
 	}
-	return b, p.publishFailed(job, b)
+	return b, p.publishFailed(ctx, job, b)
 }
 
-// publishFailed writes a failed batch's object, removes outputs an earlier
-// batch of the same name left, and moves the input to done.
-func (p *Pipeline) publishFailed(job Job, b *ledger.Batch) error {
-	for _, path := range []string{job.outputPath(), job.errorsPath()} {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove stale output: %w", err)
-		}
-	}
-	if err := p.writeBatchObject(job, b, 0, true); err != nil {
+// publishFailed publishes a failed batch's object (an earlier batch's
+// outputs of the same name are removed) and retires the input.
+func (p *Pipeline) publishFailed(ctx context.Context, job Job, b *ledger.Batch) error {
+	obj, err := p.batchObject(job, b, 0)
+	if err != nil {
 		return err
 	}
-	return p.retire(job)
+	if err := job.Store.Publish(ctx, Results{Object: obj}); err != nil {
+		return err
+	}
+	return p.retire(ctx, job)
 }
 
 // resultsIntact reports whether a finished batch's result files are as it
@@ -304,63 +307,43 @@ func (p *Pipeline) forget(id string) error {
 }
 
 // finishPublished (re)publishes a finished batch's results under job's name.
-func (p *Pipeline) finishPublished(job Job, b *ledger.Batch) error {
-	if err := p.publishResults(job, b); err != nil {
+func (p *Pipeline) finishPublished(ctx context.Context, job Job, b *ledger.Batch) error {
+	obj, err := p.batchObject(job, b, 0)
+	if err != nil {
 		return err
 	}
-	if err := p.writeBatchObject(job, b, 0, true); err != nil {
+	out, errs := p.resultPaths(b, b.Gen)
+	if err := job.Store.Publish(ctx, Results{Output: out, Errors: errs, Object: obj}); err != nil {
 		return err
 	}
-	return p.retire(job)
+	return p.retire(ctx, job)
 }
 
 func (p *Pipeline) resultPaths(b *ledger.Batch, gen int) (out, errs string) {
 	return stateResultPaths(p.cfg.StateDir, b.ID, gen)
 }
 
-func (p *Pipeline) publishResults(job Job, b *ledger.Batch) error {
-	if err := os.MkdirAll(job.Outbox, 0o755); err != nil {
-		return fmt.Errorf("create outbox: %w", err)
-	}
-	out, errs := p.resultPaths(b, b.Gen)
-	if err := publish(out, job.outputPath()); err != nil {
+// retire retires the input through its store. A store whose retire takes
+// several steps gives a record the ledger keeps meanwhile, so that Recover
+// finishes an interrupted one instead of leaving an options file or cancel
+// request to apply to a later batch of the same name.
+func (p *Pipeline) retire(ctx context.Context, job Job) error {
+	rec, err := job.Store.RetireRecord()
+	if err != nil {
 		return err
 	}
-	if err := publish(errs, job.errorsPath()); err != nil {
+	if rec != nil {
+		if err := p.ledger.PutRetiring(job.Name, rec); err != nil {
+			return err
+		}
+	}
+	if err := job.Store.Retire(ctx); err != nil {
 		return err
 	}
-	return fsx.SyncDir(job.Outbox)
-}
-
-// retiring is what a retire records before it moves files, so that an
-// interrupted one is finished by Recover instead of leaving an options file
-// or cancel request to apply to a later batch of the same name.
-type retiring struct {
-	Inbox      string `json:"inbox"`
-	DoneDir    string `json:"done_dir"`
-	OptionsSum string `json:"options_sha256,omitempty"`
-}
-
-// retire moves the input and its options file to done and removes a cancel
-// request for it.
-func (p *Pipeline) retire(job Job) error {
-	if err := os.MkdirAll(job.DoneDir, 0o755); err != nil {
-		return fmt.Errorf("create done dir: %w", err)
-	}
-	rec := retiring{Inbox: filepath.Dir(job.Path), DoneDir: job.DoneDir}
-	if raw, err := readRegular(job.OptionsPath); err == nil {
-		sum := sha256.Sum256(raw)
-		rec.OptionsSum = hex.EncodeToString(sum[:])
-	}
-	v, _ := json.Marshal(rec)
-	if err := p.ledger.PutRetiring(job.Name, v); err != nil {
-		return err
-	}
-	if err := moveFile(job.Path, filepath.Join(job.DoneDir, filepath.Base(job.Path))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if err := p.finishRetire(job.Name, rec); err != nil {
-		return err
+	if rec != nil {
+		if err := p.ledger.DeleteRetiring(job.Name); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	delete(p.cancels, job.Name)
@@ -368,38 +351,20 @@ func (p *Pipeline) retire(job Job) error {
 	return nil
 }
 
-// finishRetire moves the options file that went with the input (the same
-// content) to done, removes the cancel request, and drops the record.
-func (p *Pipeline) finishRetire(name string, rec retiring) error {
-	optPath := filepath.Join(rec.Inbox, name+".options.json")
-	if raw, err := readRegular(optPath); err == nil && rec.OptionsSum != "" {
-		sum := sha256.Sum256(raw)
-		if hex.EncodeToString(sum[:]) == rec.OptionsSum {
-			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+".options.json")); err != nil {
-				return err
-			}
-		}
-	}
-	if err := os.Remove(filepath.Join(rec.Inbox, name+".cancel")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cancel request: %w", err)
-	}
-	return p.ledger.DeleteRetiring(name)
-}
-
-// Recover finishes retires a crash interrupted. Call it after Open, before
-// running jobs.
-func (p *Pipeline) Recover() error {
+// Recover finishes retires a crash interrupted, handing each record kept
+// in the ledger (Store.RetireRecord) to finish, the FinishRetire of the
+// store that wrote it. Call it after Open, before running jobs.
+func (p *Pipeline) Recover(finish func(name string, record []byte) error) error {
 	recs, err := p.ledger.Retiring()
 	if err != nil {
 		return err
 	}
 	for name, v := range recs {
-		rec, err := decodeRetiring(v)
-		if err != nil {
+		p.log.Info("finishing an interrupted move to done", keyName, name)
+		if err := finish(name, v); err != nil {
 			return fmt.Errorf("retiring record of %s: %w", name, err)
 		}
-		p.log.Info("finishing an interrupted move to done", keyName, name)
-		if err := p.finishRetire(name, rec); err != nil {
+		if err := p.ledger.DeleteRetiring(name); err != nil {
 			return err
 		}
 	}
@@ -560,7 +525,7 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 			return nil, err
 		}
 		if !ok {
-			return b, p.publishFailed(job, b)
+			return b, p.publishFailed(ctx, job, b)
 		}
 	}
 	if err := r.openResults(); err != nil {
@@ -574,12 +539,10 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 	if r.done, err = p.ledger.Done(b.ID); err != nil {
 		return nil, err
 	}
-	if job.Seed != nil {
-		if err := r.seed(); err != nil {
-			return nil, err
-		}
+	if err := r.seed(); err != nil {
+		return nil, err
 	}
-	r.track = job.OnCommit != nil
+	r.track = true
 
 	p.mu.Lock()
 	if p.running[job.Name] != nil {
@@ -623,13 +586,14 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("run %s: %w", job.Name, ErrShutdown)
 	}
-	return b, r.finalize()
+	return b, r.finalize(ctx)
 }
 
-// seed writes the job's seed lines that are not done yet and commits them.
+// seed writes the lines the store resumes from (Store.Resume) that are not
+// done yet, and commits them.
 func (r *run) seed() error {
 	n := 0
-	err := r.job.Seed(func(c Committed) error {
+	err := r.job.Store.Resume(r.runCtx, func(c Committed) error {
 		if c.Line < 1 || c.Line > r.b.Total {
 			return fmt.Errorf("line %d: out of range (the batch has %d lines)", c.Line, r.b.Total)
 		}
@@ -666,7 +630,7 @@ func (r *run) seed() error {
 // validateAll checks every line before any runs (on_invalid: reject). It
 // reports false, with the batch marked failed, when some line is invalid.
 func (r *run) validateAll() (bool, error) {
-	f, err := openInput(r.job.Path)
+	f, err := r.job.Store.OpenInput(r.runCtx)
 	if err != nil {
 		return false, fmt.Errorf("open input: %w", err)
 	}
@@ -714,7 +678,7 @@ func check(chk *validate.Checker, n int, raw []byte, tooLong bool, maxLine int) 
 // writer (invalid lines, and every request once the batch is cancelled or
 // expired) or to the engine.
 func (r *run) read() error {
-	f, err := openInput(r.job.Path)
+	f, err := r.job.Store.OpenInput(r.runCtx)
 	if err != nil {
 		return fmt.Errorf("open input: %w", err)
 	}
@@ -912,7 +876,7 @@ func (r *run) write() error {
 			}
 			if werr == nil && time.Since(lastProgress) >= cfg.ProgressInterval {
 				lastProgress = time.Now()
-				if err := r.p.writeBatchObject(r.job, r.b, r.rate(), false); err != nil {
+				if err := r.progress(); err != nil {
 					r.log.Warn("write progress", "error", err)
 				}
 			}
@@ -991,7 +955,7 @@ func (r *run) commit() error {
 		return err
 	}
 	if r.track && len(r.committing) > 0 {
-		err := r.job.OnCommit(r.committing)
+		err := r.job.Store.Checkpoint(r.committing)
 		clear(r.committing)
 		r.committing = r.committing[:0]
 		if err != nil {
@@ -1013,8 +977,17 @@ func (r *run) rate() float64 {
 	return float64(r.ran.Load()) / el
 }
 
+// progress publishes the batch object of a running batch (best effort).
+func (r *run) progress() error {
+	obj, err := r.p.batchObject(r.job, r.b, r.rate())
+	if err != nil {
+		return err
+	}
+	return r.job.Store.Progress(r.runCtx, obj)
+}
+
 // finalize publishes the result files and ends the batch.
-func (r *run) finalize() error {
+func (r *run) finalize(ctx context.Context) error {
 	p, b := r.p, r.b
 	final := StatusCompleted
 	switch cause := context.Cause(r.reqCtx); {
@@ -1033,9 +1006,6 @@ func (r *run) finalize() error {
 	}
 	if err := r.errF.Sync(); err != nil {
 		return fmt.Errorf("sync results: %w", err)
-	}
-	if err := p.publishResults(r.job, b); err != nil {
-		return err
 	}
 	outPath, errPath := p.resultPaths(b, b.Gen)
 	for _, f := range []struct {
@@ -1057,23 +1027,30 @@ func (r *run) finalize() error {
 	case StatusExpired:
 		b.ExpiredAt = now
 	}
-	if err := p.writeBatchObject(r.job, b, r.rate(), true); err != nil {
+	obj, err := p.batchObject(r.job, b, r.rate())
+	if err != nil {
+		return err
+	}
+	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Object: obj}); err != nil {
 		return err
 	}
 	if err := p.ledger.Put(b); err != nil {
 		return err
 	}
+	files := r.job.Store.Files()
 	r.log.Info("batch ended", "status", final, "completed", b.Completed, "failed", b.Failed,
-		"output", r.job.outputPath(), "errors", r.job.errorsPath())
-	return p.retire(r.job)
+		"output", files.Output, "errors", files.Errors)
+	return p.retire(ctx, r.job)
 }
 
-func (p *Pipeline) writeBatchObject(job Job, b *ledger.Batch, rate float64, durable bool) error {
+// batchObject renders batch b as NAME.batch.json.
+func (p *Pipeline) batchObject(job Job, b *ledger.Batch, rate float64) ([]byte, error) {
+	files := job.Store.Files()
 	info := BatchdInfo{
 		Name:       job.Name,
-		InputFile:  filepath.Base(job.Path),
-		OutputFile: filepath.Base(job.outputPath()),
-		ErrorFile:  filepath.Base(job.errorsPath()),
+		InputFile:  files.Input,
+		OutputFile: files.Output,
+		ErrorFile:  files.Errors,
 		UpdatedAt:  p.cfg.Now().Unix(),
 		Rate:       rate,
 	}
@@ -1082,10 +1059,7 @@ func (p *Pipeline) writeBatchObject(job Job, b *ledger.Batch, rate float64, dura
 	}
 	data, err := json.MarshalIndent(NewBatchObject(b, info), "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode batch object: %w", err)
+		return nil, fmt.Errorf("encode batch object: %w", err)
 	}
-	if err := os.MkdirAll(job.Outbox, 0o755); err != nil {
-		return fmt.Errorf("create outbox: %w", err)
-	}
-	return fsx.WriteFile(job.batchPath(), append(data, '\n'), durable)
+	return append(data, '\n'), nil
 }

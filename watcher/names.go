@@ -9,15 +9,33 @@ import (
 	"unicode/utf8"
 )
 
-// File name suffixes of the inbox contract (ARCHITECTURE.md §2); a bucket's
-// inbox/ prefix follows the same contract.
+// File name suffixes of the file contract (ARCHITECTURE.md §2), spelled
+// here only: a bucket's inbox/, outbox/ and done/ prefixes follow the same
+// contract.
 const (
+	// In the inbox (and done/ once the batch retired).
 	SuffixJSONL   = ".jsonl"
 	SuffixJSON    = ".json"
 	SuffixOptions = ".options.json"
 	SuffixCancel  = ".cancel"
-	suffixTmp     = ".tmp"
-	suffixPart    = ".part"
+	// SuffixRetry marks an input moved back from done/ to run its failed
+	// requests again (POST /v1/batches/{id}/retry).
+	SuffixRetry = ".retry"
+	// In the outbox.
+	SuffixOutput  = ".output.jsonl"
+	SuffixErrors  = ".errors.jsonl"
+	SuffixBatch   = ".batch.json"
+	SuffixResults = ".results.json"
+
+	suffixTmp  = ".tmp"
+	suffixPart = ".part"
+)
+
+// Folders (bucket prefixes) of the file contract.
+const (
+	DirInbox  = "inbox"
+	DirOutbox = "outbox"
+	DirDone   = "done"
 )
 
 // Formats of input files, as in Event.Format.
@@ -71,8 +89,8 @@ const maxFileName = 255
 // derivedSuffixes are the suffixes batchd appends to NAME for files in the
 // inbox, outbox and done folders (ARCHITECTURE.md §2, plus NAME.retry).
 var derivedSuffixes = []string{
-	SuffixJSONL, SuffixJSON, SuffixOptions, SuffixCancel, ".retry",
-	".output.jsonl", ".errors.jsonl", ".batch.json", ".results.json",
+	SuffixJSONL, SuffixJSON, SuffixOptions, SuffixCancel, SuffixRetry,
+	SuffixOutput, SuffixErrors, SuffixBatch, SuffixResults,
 }
 
 // tempOverhead is what a temporary name adds around NAME+suffix: the

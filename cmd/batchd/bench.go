@@ -23,6 +23,7 @@ import (
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/store/folder"
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -120,8 +121,7 @@ func benchPipeline(ctx context.Context, work string, lines int, engName string, 
 	}
 	defer p.Close(ctx)
 	start := time.Now()
-	b, err := p.Run(ctx, pipeline.Job{Name: "bench", Path: input, Format: "jsonl",
-		OptionsPath: filepath.Join(inbox, "bench.options.json"), Outbox: outbox, DoneDir: done})
+	b, err := p.Run(ctx, pipeline.Job{Name: "bench", Format: "jsonl", Store: folder.New("bench", input, outbox, done)})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/store/folder"
 )
 
 const ledgerUsage = "usage: batchd ledger check [--data DIR] [--timeout D]"
@@ -42,7 +43,7 @@ func cmdLedger(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	dirs := daemon.DataDirs(*data)
 	path := filepath.Join(dirs.State, "ledger.db")
-	rep, err := pipeline.CheckLedger(dirs.State, *timeout)
+	rep, err := pipeline.CheckLedger(dirs.State, *timeout, folder.CheckRetiring)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return errorf(stderr, exitUsage, "no ledger at %s (is %s a batchd data directory?)", path, dirs.Root)

@@ -5,10 +5,12 @@
 package fsx
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // SyncDir fsyncs a directory so that renames and creations in it are durable.
@@ -89,4 +91,46 @@ func CopyPrefix(src, dst string, n int64) error {
 		return fmt.Errorf("sync %s: %w", dst, err)
 	}
 	return out.Close()
+}
+
+// ErrNotRegular is an entry batchd will not read: a symbolic link, a FIFO,
+// a socket, a device or a directory.
+var ErrNotRegular = errors.New("not a regular file")
+
+// OpenRegular opens a file batchd reads from a user's folder (an input, an
+// options file) and refuses anything but a regular file: it follows no
+// symbolic link, whose target may lie outside the data directory, and never
+// blocks on a FIFO.
+func OpenRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("open %s: %w: a symbolic link (batchd follows none)", path, ErrNotRegular)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open %s: %w (%s)", path, ErrNotRegular, st.Mode().Type())
+	}
+	return f, nil
+}
+
+// ReadRegular reads the whole regular file at path (OpenRegular).
+func ReadRegular(path string) ([]byte, error) {
+	f, err := OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return raw, nil
 }

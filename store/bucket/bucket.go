@@ -1,0 +1,468 @@
+// Package bucket is the pipeline.Store of a MinIO/S3 bucket (docs/bucket.md):
+// it claims an input with a lease, keeps a local copy of it to read, saves
+// the batch's committed lines as checkpoint objects so another daemon can
+// resume it, publishes the results with a commit record (exactly one daemon
+// publishes each input version) and retires the input to done/. The whole
+// bucket protocol lives here; the daemon only wires it to the pipeline. It
+// talks to the bucket through watcher/s3 and never imports the daemon.
+package bucket
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/batchd/batchd/internal/fsx"
+	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/watcher/s3"
+)
+
+var _ pipeline.Store = (*Store)(nil)
+
+// ErrLeaseLost stops a run whose lease another daemon took over: it stops
+// without publishing, and the other daemon resumes from the checkpoints.
+var ErrLeaseLost = errors.New("lease lost to another daemon")
+
+// maxOptionsBytes bounds NAME.options.json read from the bucket.
+const maxOptionsBytes = 16 << 20
+
+// Config configures the stores of one bucket.
+type Config struct {
+	Bucket *s3.Bucket
+	// Spool is a local folder for the copies of inputs that run and the
+	// checkpoints not uploaded yet (one subfolder per batch, removed after).
+	Spool string
+	// CheckpointInterval is how often checkpoints and progress go up.
+	CheckpointInterval time.Duration
+	Logger             *slog.Logger
+}
+
+// Store is one claimed input of the bucket. Open → (pipeline.Run with
+// Context) → Close.
+type Store struct {
+	cfg              Config
+	b                *s3.Bucket
+	log              *slog.Logger
+	name, key, etag  string
+	optKey, optTag   string
+	options          []byte
+	cancelKey        string
+	cancelRequested  bool
+	dir, input       string
+	lease            *s3.Lease
+	cp               *checkpointer
+	prog             *progress
+	runCtx           context.Context
+	stopRun          context.CancelCauseFunc
+	stopKeep         context.CancelFunc
+	keeper           sync.WaitGroup
+	keeperStopOnce   sync.Once
+	published, ended bool
+}
+
+// Open claims batch name's input object key at version etag and prepares
+// it to run: a local copy of the input, its options, the checkpoint
+// sequence, and a keeper that renews the lease and uploads checkpoints and
+// progress until Publish or Close. It returns a nil Store and no error when
+// there is nothing to run: the input is claimed by another daemon, was
+// replaced or removed, or its results were already published (Open then
+// finishes that publication and retires the input).
+func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	b := cfg.Bucket
+	s := &Store{cfg: cfg, b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag,
+		optKey: b.InboxKey(name + watcher.SuffixOptions), cancelKey: b.InboxKey(name + watcher.SuffixCancel)}
+	lease, err := b.Claim(ctx, name, key, etag)
+	if errors.Is(err, s3.ErrHeld) {
+		s.log.Debug("input claimed elsewhere", "reason", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.lease = lease
+	if lease.Resumed {
+		s.log.Info("took over an expired lease; resuming the batch from its checkpoints", "previous_owner", lease.PrevOwner)
+	}
+	run, err := s.open(ctx)
+	if err != nil || !run {
+		s.release(ctx)
+		os.RemoveAll(s.dir)
+		return nil, err
+	}
+	s.runCtx, s.stopRun = context.WithCancelCause(ctx)
+	var keepCtx context.Context
+	keepCtx, s.stopKeep = context.WithCancel(s.runCtx)
+	s.keeper.Add(1)
+	go func() {
+		defer s.keeper.Done()
+		s.keep(keepCtx)
+	}()
+	return s, nil
+}
+
+// open does Open's work under the lease; it reports false when there is
+// nothing to run.
+func (s *Store) open(ctx context.Context) (bool, error) {
+	b := s.b
+	if pub, ok, err := b.Published(ctx, s.name, s.etag); err != nil {
+		return false, err
+	} else if ok {
+		// Its results were published by a daemon that stopped before
+		// retiring the input: finish that.
+		s.log.Info("results already published; finishing the publication", "publisher", pub.Owner)
+		if err := b.Install(ctx, pub); err != nil {
+			return false, err
+		}
+		if s.optTag, _, err = b.Stat(ctx, s.optKey); err != nil {
+			return false, err
+		}
+		return false, s.Retire(ctx)
+	}
+	// Progress objects are written only over what was there at the claim
+	// (or what this daemon wrote since).
+	batchKey := b.OutboxKey(s.name + watcher.SuffixBatch)
+	batchTag, _, err := b.Stat(ctx, batchKey)
+	if err != nil {
+		return false, err
+	}
+	s.prog = &progress{b: b, key: batchKey, etag: batchTag}
+
+	s.dir = filepath.Join(s.cfg.Spool, s.name+"-"+shortTag(s.etag))
+	if err := os.RemoveAll(s.dir); err != nil {
+		return false, fmt.Errorf("clear spool: %w", err)
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return false, fmt.Errorf("create spool: %w", err)
+	}
+	s.input = filepath.Join(s.dir, "input")
+	if err := b.Download(ctx, s.key, s.etag, s.input); err != nil {
+		if s3.IsNotFound(err) || errors.Is(err, s3.ErrChanged) {
+			s.log.Info("input changed or removed before it ran", "error", err)
+			return false, nil
+		}
+		return false, err
+	}
+	opts, optTag, err := b.Get(ctx, s.optKey, maxOptionsBytes)
+	switch {
+	case s3.IsNotFound(err):
+	case err != nil:
+		return false, err
+	default:
+		s.options, s.optTag = opts, optTag
+	}
+	_, inMod, err := b.Stat(ctx, s.key)
+	if err != nil {
+		return false, err
+	}
+	if tag, mod, err := b.Stat(ctx, s.cancelKey); err != nil {
+		return false, err
+	} else if tag != "" && !mod.Before(inMod) {
+		s.cancelRequested = true
+	}
+	seq, err := b.NextCheckpoint(ctx, s.name, s.etag)
+	if err != nil {
+		return false, err
+	}
+	if s.cp, err = newCheckpointer(filepath.Join(s.dir, "pending"), seq); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Context is the context the batch runs under: ctx of Open, also ended
+// (with cause ErrLeaseLost) when another daemon takes the lease over.
+func (s *Store) Context() context.Context { return s.runCtx }
+
+// CancelRequested tells that a cancel object newer than the input waits in
+// the inbox: the batch should start cancelled.
+func (s *Store) CancelRequested() bool { return s.cancelRequested }
+
+// Close ends the claim after the run returned runErr: a run stopped early
+// saves its committed lines as checkpoints for whoever runs it next; the
+// lease is released unless it was lost (the run's error is then dropped:
+// the batch belongs to another daemon). It returns runErr otherwise.
+func (s *Store) Close(runErr error) error {
+	s.stopKeeper()
+	lost := errors.Is(context.Cause(s.runCtx), ErrLeaseLost) || errors.Is(runErr, ErrLeaseLost)
+	s.stopRun(nil)
+	defer os.RemoveAll(s.dir)
+	defer s.cp.close()
+	if lost {
+		s.log.Warn("lease lost: another daemon owns this batch now; stopped without publishing")
+		return nil
+	}
+	bg := context.WithoutCancel(s.runCtx)
+	if runErr != nil {
+		// Save what is done for whoever runs it next (this daemon after a
+		// restart, or another one once the lease is released).
+		if err := s.cp.flush(bg, s.b, s.name, s.etag); err != nil {
+			s.log.Warn("checkpoint before stopping", "error", err)
+		}
+	}
+	s.release(bg)
+	return runErr
+}
+
+func (s *Store) release(ctx context.Context) {
+	if err := s.lease.Release(context.WithoutCancel(ctx)); err != nil {
+		s.log.Warn("release lease", "error", err)
+	}
+}
+
+func (s *Store) stopKeeper() {
+	s.keeperStopOnce.Do(func() {
+		s.stopKeep()
+		s.keeper.Wait()
+	})
+}
+
+// Files implements pipeline.Store.
+func (s *Store) Files() pipeline.Files {
+	return pipeline.Files{
+		Input:   path.Base(s.key),
+		Options: s.name + watcher.SuffixOptions,
+		Output:  s.name + watcher.SuffixOutput,
+		Errors:  s.name + watcher.SuffixErrors,
+	}
+}
+
+// OpenInput implements pipeline.Store: the local copy of the input at the
+// claimed version.
+func (s *Store) OpenInput(context.Context) (io.ReadCloser, error) {
+	return fsx.OpenRegular(s.input)
+}
+
+// Options implements pipeline.Store: the options object as Open read it.
+func (s *Store) Options(context.Context) ([]byte, error) { return s.options, nil }
+
+// Resume implements pipeline.Store: the records of every checkpoint of
+// this input version, any daemon's, in order.
+func (s *Store) Resume(ctx context.Context, yield func(pipeline.Committed) error) error {
+	n, err := s.b.ReadCheckpoints(ctx, s.name, s.etag, s.dir, func(r s3.Record) error {
+		return yield(pipeline.Committed{Line: r.Line, Errors: r.Errors, Data: r.Result})
+	})
+	if n > 0 {
+		s.log.Info("read checkpoints", "objects", n)
+	}
+	return err
+}
+
+// Checkpoint implements pipeline.Store: the lines go to a local file that
+// the keeper uploads as the next checkpoint object.
+func (s *Store) Checkpoint(lines []pipeline.Committed) error { return s.cp.add(lines) }
+
+// Progress implements pipeline.Store: the keeper uploads the latest object
+// at its next tick, conditionally (see progress).
+func (s *Store) Progress(_ context.Context, object []byte) error {
+	s.prog.set(object)
+	return nil
+}
+
+// Publish implements pipeline.Store: it stops the keeper, stages the result
+// files and the object under this daemon's staging keys, renews the lease,
+// creates the publication record (only if none exists) and installs the
+// record's objects in the outbox. A daemon that lost its lease cannot get
+// past the renewal or the record (ErrLeaseLost); whoever finds a record
+// whose publisher died installs it.
+func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
+	s.stopKeeper()
+	b := s.b
+	staged := map[string]string{}
+	files := []struct{ suffix, src, ct string }{
+		{watcher.SuffixOutput, r.Output, "application/jsonl"},
+		{watcher.SuffixErrors, r.Errors, "application/jsonl"},
+	}
+	for _, f := range files {
+		if f.src == "" {
+			continue
+		}
+		base := s.name + f.suffix
+		sk := b.StagingKey(s.name, s.etag, base)
+		if _, err := b.Upload(ctx, sk, f.src, f.ct, s3.Any); err != nil {
+			return err
+		}
+		staged[b.OutboxKey(base)] = sk
+	}
+	base := s.name + watcher.SuffixBatch
+	sk := b.StagingKey(s.name, s.etag, base)
+	if _, err := b.PutBytes(ctx, sk, r.Object, "application/json", s3.Any); err != nil {
+		return err
+	}
+	staged[b.OutboxKey(base)] = sk
+	if err := s.lease.Renew(ctx); err != nil {
+		if errors.Is(err, s3.ErrLeaseLost) {
+			return fmt.Errorf("publish %s: %w", s.name, ErrLeaseLost)
+		}
+		return err
+	}
+	pub, err := b.Commit(ctx, s.name, s.etag, s3.Publication{Owner: b.Owner(), Objects: staged})
+	if err != nil {
+		return err
+	}
+	if pub.Owner != b.Owner() {
+		s.log.Warn("another daemon published this batch first; installing its results", "publisher", pub.Owner)
+	}
+	if err := b.Install(ctx, pub); err != nil {
+		return err
+	}
+	if r.Output == "" {
+		// A failed batch has no results: an earlier batch's of the same
+		// name must not pass for its own.
+		for _, f := range files {
+			if err := b.Remove(ctx, b.OutboxKey(s.name+f.suffix)); err != nil {
+				return err
+			}
+		}
+	}
+	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+watcher.SuffixOutput)))
+	return nil
+}
+
+// RetireRecord implements pipeline.Store: none is needed, since Retire is
+// idempotent and an interrupted one is finished when the input is
+// delivered again (Open finds the publication record).
+func (s *Store) RetireRecord() ([]byte, error) { return nil, nil }
+
+// Retire implements pipeline.Store: the input (and its options) are copied
+// to done/ and removed only if they were not replaced meanwhile (a new
+// input of the same name runs next); the cancel request, the checkpoints
+// and the publication record go.
+func (s *Store) Retire(ctx context.Context) error {
+	b := s.b
+	// A failed precondition is an input replaced since; none at all, one
+	// retired already.
+	if err := b.Copy(ctx, s.key, s.etag, b.DoneKey(path.Base(s.key))); err != nil && !errors.Is(err, s3.ErrPrecondition) && !s3.IsNotFound(err) {
+		return err
+	}
+	if cur, _, err := b.Stat(ctx, s.key); err != nil {
+		return err
+	} else if cur == s.etag {
+		if err := b.Remove(ctx, s.key); err != nil {
+			return err
+		}
+	}
+	if s.optTag != "" {
+		if err := b.Copy(ctx, s.optKey, s.optTag, b.DoneKey(path.Base(s.optKey))); err == nil {
+			if cur, _, _ := b.Stat(ctx, s.optKey); cur == s.optTag {
+				b.Remove(ctx, s.optKey)
+			}
+		}
+	}
+	if err := b.Remove(ctx, s.cancelKey); err != nil {
+		return err
+	}
+	if err := b.RemoveCheckpoints(ctx, s.name, s.etag); err != nil {
+		return err
+	}
+	return b.Unpublish(ctx, s.name, s.etag)
+}
+
+// keep renews the lease and uploads checkpoints and progress until ctx
+// ends; a lost lease stops the run.
+func (s *Store) keep(ctx context.Context) {
+	renew := time.NewTicker(s.lease.TTL() / 3)
+	defer renew.Stop()
+	save := time.NewTicker(s.cfg.CheckpointInterval)
+	defer save.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			if err := s.lease.Renew(ctx); err != nil {
+				if errors.Is(err, s3.ErrLeaseLost) {
+					s.stopRun(ErrLeaseLost)
+					return
+				}
+				if ctx.Err() == nil {
+					s.log.Warn("renew lease", "error", err)
+				}
+			}
+		case <-save.C:
+			if err := s.cp.flush(ctx, s.b, s.name, s.etag); err != nil && ctx.Err() == nil {
+				s.log.Warn("upload checkpoint", "error", err)
+			}
+			if err := s.prog.publish(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("upload progress", "error", err)
+			}
+		}
+	}
+}
+
+// progress publishes the running batch's object to the outbox,
+// conditionally: a write that finds the object changed by someone else
+// reads it, and stops for good if it is final (the batch was published by
+// another daemon).
+type progress struct {
+	b    *s3.Bucket
+	key  string
+	etag string
+	done bool
+
+	mu     sync.Mutex
+	latest []byte // the writer's newest object; nil once uploaded
+}
+
+func (p *progress) set(object []byte) {
+	p.mu.Lock()
+	p.latest = object
+	p.mu.Unlock()
+}
+
+func (p *progress) publish(ctx context.Context) error {
+	p.mu.Lock()
+	data := p.latest
+	p.latest = nil
+	p.mu.Unlock()
+	if p.done || data == nil {
+		return nil
+	}
+	tag, err := p.b.PutBytes(ctx, p.key, data, "application/json", s3.IfETag(p.etag))
+	if err == nil {
+		p.etag = tag
+		return nil
+	}
+	if !errors.Is(err, s3.ErrPrecondition) {
+		return err
+	}
+	cur, curTag, err := p.b.Get(ctx, p.key, 1<<20)
+	if err != nil {
+		if s3.IsNotFound(err) {
+			p.etag = ""
+			return nil
+		}
+		return err
+	}
+	var obj struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(cur, &obj) == nil && pipeline.Terminal(obj.Status) {
+		p.done = true
+		return nil
+	}
+	p.etag = curTag
+	return nil
+}
+
+func shortTag(etag string) string {
+	etag = strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return -1
+	}, etag)
+	return etag[:min(len(etag), 12)]
+}

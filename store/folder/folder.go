@@ -1,0 +1,305 @@
+// Package folder is the pipeline.Store of a data directory (ARCHITECTURE.md
+// §2): the input and NAME.options.json in the inbox, the results and
+// NAME.batch.json in the outbox, the input moved to done/ once they are
+// final. It owns the folder's publish protocol (link or copy beside, fsync,
+// rename, fsync the directory) and its retire protocol. It imports no
+// source (watcher/dir finds the inputs) and never the daemon.
+package folder
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/batchd/batchd/internal/fsx"
+	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/watcher"
+)
+
+var _ pipeline.Store = (*Store)(nil)
+
+// Store is one batch's files in a data directory.
+type Store struct {
+	name   string
+	input  string // the input file
+	outbox string
+	done   string
+	// options is NAME.options.json beside the input; "" when the options
+	// stay where they are (a refused input's options are for the next NAME).
+	options string
+	// record is the retire record RetireRecord gave, which Retire follows.
+	record []byte
+	// published stops progress from replacing the final object.
+	published bool
+}
+
+// New returns the store of batch name whose input is the file input; its
+// results go to outbox and the input to done once they are final. It does
+// no I/O.
+func New(name, input, outbox, done string) *Store {
+	return &Store{name: name, input: input, outbox: outbox, done: done,
+		options: filepath.Join(filepath.Dir(input), name+watcher.SuffixOptions)}
+}
+
+// Refused returns the store of an input refused without being read: its
+// failed object is published under name (a usable one, which may differ
+// from the input's), the entry (whatever it is) is renamed to rejected,
+// and NAME.options.json stays for the next NAME.
+func Refused(name, input, outbox, rejected string) *Store {
+	return &Store{name: name, input: input, outbox: outbox, done: rejected}
+}
+
+// Identity names the input entry as it is now (path, device, inode, size,
+// modification time), without opening it: refusing the same entry twice
+// gives the same batch (pipeline.Refuse).
+func (s *Store) Identity() (string, error) {
+	st, err := os.Lstat(s.input)
+	if err != nil {
+		return "", fmt.Errorf("refuse %s: %w", s.name, err)
+	}
+	id := fmt.Sprintf("%s\n%d\n%d", s.input, st.Size(), st.ModTime().UnixNano())
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		id += fmt.Sprintf("\n%d:%d", sys.Dev, sys.Ino)
+	}
+	return id, nil
+}
+
+func (s *Store) outPath(suffix string) string { return filepath.Join(s.outbox, s.name+suffix) }
+
+// Files implements pipeline.Store.
+func (s *Store) Files() pipeline.Files {
+	return pipeline.Files{
+		Input:   filepath.Base(s.input),
+		Options: s.name + watcher.SuffixOptions,
+		Output:  s.name + watcher.SuffixOutput,
+		Errors:  s.name + watcher.SuffixErrors,
+	}
+}
+
+// OpenInput implements pipeline.Store: a regular file only (no link is
+// followed, a FIFO never blocks).
+func (s *Store) OpenInput(context.Context) (io.ReadCloser, error) {
+	return fsx.OpenRegular(s.input)
+}
+
+// Options implements pipeline.Store.
+func (s *Store) Options(context.Context) ([]byte, error) {
+	if s.options == "" {
+		return nil, nil
+	}
+	raw, err := fsx.ReadRegular(s.options)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return raw, err
+}
+
+// Resume implements pipeline.Store: a folder's results live in the
+// pipeline's state only, so there is nothing to resume from.
+func (s *Store) Resume(context.Context, func(pipeline.Committed) error) error { return nil }
+
+// Checkpoint implements pipeline.Store: a no-op (the ledger is the
+// folder's checkpoint).
+func (s *Store) Checkpoint([]pipeline.Committed) error { return nil }
+
+// Progress implements pipeline.Store: NAME.batch.json replaced atomically,
+// not fsynced; nothing once Publish wrote the final one.
+func (s *Store) Progress(_ context.Context, object []byte) error {
+	if s.published {
+		return nil
+	}
+	if err := os.MkdirAll(s.outbox, 0o755); err != nil {
+		return fmt.Errorf("create outbox: %w", err)
+	}
+	return fsx.WriteFile(s.outPath(watcher.SuffixBatch), object, false)
+}
+
+// Publish implements pipeline.Store: the result files are linked (or,
+// across filesystems, copied) beside their final names, fsynced and renamed
+// into place, the outbox fsynced, and then the object written the same way.
+func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
+	if err := os.MkdirAll(s.outbox, 0o755); err != nil {
+		return fmt.Errorf("create outbox: %w", err)
+	}
+	out, errs := s.outPath(watcher.SuffixOutput), s.outPath(watcher.SuffixErrors)
+	if r.Output == "" {
+		for _, path := range []string{out, errs} {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove stale output: %w", err)
+			}
+		}
+	} else {
+		if err := publish(r.Output, out); err != nil {
+			return err
+		}
+		if err := publish(r.Errors, errs); err != nil {
+			return err
+		}
+		if err := fsx.SyncDir(s.outbox); err != nil {
+			return err
+		}
+	}
+	if err := fsx.WriteFile(s.outPath(watcher.SuffixBatch), r.Object, true); err != nil {
+		return err
+	}
+	s.published = true
+	return nil
+}
+
+// retiring is a folder's retire record: what FinishRetire needs to finish
+// one a crash interrupted, instead of leaving an options file or cancel
+// request to apply to a later batch of the same name.
+type retiring struct {
+	Inbox      string `json:"inbox"`
+	DoneDir    string `json:"done_dir"`
+	OptionsSum string `json:"options_sha256,omitempty"`
+}
+
+// RetireRecord implements pipeline.Store: the inbox, done/ and the hash of
+// the options file that goes with the input.
+func (s *Store) RetireRecord() ([]byte, error) {
+	rec := retiring{Inbox: filepath.Dir(s.input), DoneDir: s.done}
+	if s.options != "" {
+		if raw, err := fsx.ReadRegular(s.options); err == nil {
+			sum := sha256.Sum256(raw)
+			rec.OptionsSum = hex.EncodeToString(sum[:])
+		}
+	}
+	raw, err := json.Marshal(rec)
+	s.record = raw
+	return raw, err
+}
+
+// Retire implements pipeline.Store: the input moves to done/ (both
+// folders fsynced), then FinishRetire with the record RetireRecord gave
+// (the options file is judged by its content then).
+func (s *Store) Retire(context.Context) error {
+	raw := s.record
+	if raw == nil {
+		var err error
+		if raw, err = s.RetireRecord(); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(s.done, 0o755); err != nil {
+		return fmt.Errorf("create done dir: %w", err)
+	}
+	if err := moveFile(s.input, filepath.Join(s.done, filepath.Base(s.input))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return FinishRetire(s.name, raw)
+}
+
+// FinishRetire finishes the retire of batch name from its record: the
+// options file moves to done/ if it still has the content the input ran
+// with, and the cancel request is removed. It is idempotent; the pipeline
+// calls it through Recover for records a crash left.
+func FinishRetire(name string, record []byte) error {
+	rec, err := decodeRetiring(record)
+	if err != nil {
+		return err
+	}
+	optPath := filepath.Join(rec.Inbox, name+watcher.SuffixOptions)
+	if raw, err := fsx.ReadRegular(optPath); err == nil && rec.OptionsSum != "" {
+		sum := sha256.Sum256(raw)
+		if hex.EncodeToString(sum[:]) == rec.OptionsSum {
+			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+watcher.SuffixOptions)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(filepath.Join(rec.Inbox, name+watcher.SuffixCancel)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cancel request: %w", err)
+	}
+	return nil
+}
+
+// CheckRetiring checks a retire record as FinishRetire reads it
+// (pipeline.CheckLedger).
+func CheckRetiring(_ string, record []byte) error {
+	_, err := decodeRetiring(record)
+	return err
+}
+
+// decodeRetiring reads a retiring record, refusing one FinishRetire could
+// not finish.
+func decodeRetiring(v []byte) (retiring, error) {
+	var rec retiring
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return rec, fmt.Errorf("decode: %w", err)
+	}
+	if rec.Inbox == "" || rec.DoneDir == "" {
+		return rec, errors.New("it names no inbox or no done directory")
+	}
+	return rec, nil
+}
+
+// CleanOutbox removes temporary files a crash may have left in an outbox.
+func CleanOutbox(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read outbox: %w", err)
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove leftover %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// publish places src at dst atomically: a hard link (or, across filesystems,
+// a copy) under a temporary name beside dst, fsynced, then renamed over dst.
+// The caller fsyncs dst's directory.
+func publish(src, dst string) error {
+	if si, err := os.Stat(src); err == nil {
+		if di, err := os.Stat(dst); err == nil && os.SameFile(si, di) {
+			return nil // already published (a re-run after a crash in finalize)
+		}
+	}
+	dir, base := filepath.Split(dst)
+	tmp := filepath.Join(dir, "."+base+".tmp")
+	os.Remove(tmp)
+	if err := os.Link(src, tmp); err != nil {
+		if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) {
+			return fmt.Errorf("link %s: %w", src, err)
+		}
+		if err := fsx.CopyFile(src, tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	// Renaming a link over another link to the same file does nothing and
+	// leaves the temporary name behind.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// moveFile renames src to dst (replacing dst), making both directories durable.
+func moveFile(src, dst string) error {
+	if err := os.Rename(src, dst); err != nil {
+		return fmt.Errorf("move %s: %w", src, err)
+	}
+	if err := fsx.SyncDir(filepath.Dir(dst)); err != nil {
+		return err
+	}
+	return fsx.SyncDir(filepath.Dir(src))
+}
