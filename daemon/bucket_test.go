@@ -58,7 +58,15 @@ func (e *bucketEnv) notify(suffix string) {
 	}
 	var bn notification.Configuration
 	bn.AddQueue(nc)
-	if err := e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn); err != nil {
+	// MinIO registers the webhook target of its environment in the
+	// background after it starts serving: until then the ARN "does not
+	// exist". Try again until it does.
+	var err error
+	waitFor(e.t, 60*time.Second, "MinIO to register its webhook target", func() bool {
+		err = e.minio.Client().SetBucketNotification(context.Background(), e.bucket, bn)
+		return err == nil || !strings.Contains(err.Error(), "ARN does not exist")
+	})
+	if err != nil {
 		e.t.Fatalf("configure the webhook: %v", err)
 	}
 }
