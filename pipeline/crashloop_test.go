@@ -16,10 +16,11 @@ import (
 	"github.com/batchd/batchd/pipeline"
 )
 
-// A request in flight whenever the daemon stops without closing (here: the
-// in-flight table as a killed process leaves it) runs alone after the
-// restart; in flight at a second such stop, it fails with engine_crashed
-// and never reaches the engine again, while every other line completes.
+// A request in flight when the daemon crashes (here: the in-flight table
+// and the crash report as a crashed process leaves them) runs alone after
+// the restart; in flight at a second crash, it fails with engine_crashed
+// and never reaches the engine again, while every other line completes. A
+// kill (no crash report) holds nothing against the requests in flight.
 func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	var (
 		mu       sync.Mutex
@@ -67,8 +68,9 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 
 	// crash runs the batch until the poison is in flight, keeps the
 	// in-flight table as it is at that moment, stops the pipeline and puts
-	// the table back: what a kill -9 then leaves behind.
-	crash := func() {
+	// the table back: what a kill -9 leaves behind; with crashed, also the
+	// runtime's crash report: what a crash leaves behind.
+	crash := func(crashed bool) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
 		ran := make(chan error, 1)
@@ -92,12 +94,25 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 			if err := os.WriteFile(table, snap, 0o644); err != nil {
 				t.Fatal(err)
 			}
+			if crashed {
+				// What the Go runtime writes there when the process dies
+				// of a fatal error.
+				if err := os.WriteFile(filepath.Join(e.dir, "state", "crash.log"), []byte("fatal error: fault\n[signal SIGBUS]\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 		})
 	}
+	// Killed (no crash report) with the poison in flight: nothing is held
+	// against it, and it runs with the others again.
+	crash(false)
+	if got := poisons.Load(); got != 1 {
+		t.Fatalf("poison sent %d times", got)
+	}
 	phase.Store(1)
-	crash() // the poison in flight with others
+	crash(true) // the poison in flight with others
 	phase.Store(2)
-	crash() // the poison alone
+	crash(true) // the poison alone
 	if n := beside.Load(); n != 0 {
 		t.Fatalf("%d requests reached the engine while the suspect ran: it should run alone", n)
 	}
@@ -105,8 +120,8 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 20 || o.RequestCounts.Failed != 1 {
 		t.Fatalf("after two crashes: %s %+v\n%s", o.Status, o.RequestCounts, strings.Join(readLines(t, filepath.Join(e.outbox, "crashy.errors.jsonl")), "\n"))
 	}
-	if n := poisons.Load(); n != 2 {
-		t.Fatalf("the poison reached the engine %d times, want 2", n)
+	if n := poisons.Load(); n != 3 {
+		t.Fatalf("the poison reached the engine %d times, want 3 (killed, crashed, crashed alone)", n)
 	}
 	errs := parseLines(t, filepath.Join(e.outbox, "crashy.errors.jsonl"))
 	if len(errs) != 1 || *errs[0].CustomID != "poison" || errs[0].Error == nil || errs[0].Error.Code != pipeline.CodeEngineCrashed ||

@@ -191,13 +191,35 @@ func (p *Pipeline) Open(ctx context.Context) error {
 	return nil
 }
 
-// openInflight opens the in-flight table (inflight.go) and makes suspects
-// of the requests a previous run left in it unfinished.
+// openInflight opens the in-flight table (inflight.go) and, when the
+// previous process crashed (crash.go), makes suspects of the requests it
+// left unfinished.
 func (p *Pipeline) openInflight() error {
+	crash, err := takeCrashReport(p.cfg.StateDir)
+	if err != nil {
+		return err
+	}
 	t, left, err := openInflight(filepath.Join(p.cfg.StateDir, inflightFile), p.cfg.Workers)
 	if err != nil {
 		return err
 	}
+	if crash != "" {
+		if err := p.suspect(left, crash); err != nil {
+			t.close()
+			return err
+		}
+	} else if len(left) > 0 {
+		p.log.Info("batchd stopped without closing (killed, or the machine went down) while requests were in flight; they run again", "in_flight", len(left))
+	}
+	if err := reportCrashes(p.cfg.StateDir); err != nil {
+		p.log.Warn("crash reports will not be kept; a request that crashes batchd may crash it again after a restart", "error", err)
+	}
+	p.table = t
+	return nil
+}
+
+// suspect records the unfinished requests of left as in flight at a crash.
+func (p *Pipeline) suspect(left []ledger.LineRef, crash string) error {
 	var open []ledger.LineRef
 	for _, r := range left {
 		if _, err := p.ledger.Get(r.Batch); err != nil {
@@ -207,22 +229,18 @@ func (p *Pipeline) openInflight() error {
 			open = append(open, r)
 		}
 	}
-	if len(open) > 0 {
-		counts, err := p.ledger.AddSuspects(open)
-		if err != nil {
-			t.close()
-			return err
-		}
-		again := 0
-		for _, n := range counts {
-			if n >= suspectLimit {
-				again++
-			}
-		}
-		p.log.Warn("batchd stopped without closing while requests were in flight (a crash, an OOM kill or kill -9): each of them now runs alone, and one in flight at two such stops fails with engine_crashed",
-			"in_flight", len(open), "failing", again)
+	counts, err := p.ledger.AddSuspects(open)
+	if err != nil {
+		return err
 	}
-	p.table = t
+	again := 0
+	for _, n := range counts {
+		if n >= suspectLimit {
+			again++
+		}
+	}
+	p.log.Error("batchd crashed: each request it was running now runs alone, and one running at two crashes fails with engine_crashed",
+		"crash", crash, "in_flight", len(open), "failing", again, "report", filepath.Join(p.cfg.StateDir, crashFile+".prev"))
 	return nil
 }
 
