@@ -106,13 +106,19 @@ func (p *proc) waitReady(t *testing.T) {
 // stderr is appended to logPath.
 func startBatchd(t *testing.T, bin, data, configPath, url, logPath string) *proc {
 	t.Helper()
+	return startBatchdArgs(t, bin, logPath, "run", "--config", configPath, "--data", data, "--engine", "openai",
+		"--openai-url", url, "--listen", "off")
+}
+
+// startBatchdArgs starts batchd with args; its stderr is appended to logPath.
+func startBatchdArgs(t *testing.T, bin, logPath string, args ...string) *proc {
+	t.Helper()
 	before := readyLines(logPath)
 	logF, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "run", "--config", configPath, "--data", data, "--engine", "openai",
-		"--openai-url", url, "--listen", "off")
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr, cmd.Env = logF, logF, hermeticEnv()
 	if err := cmd.Start(); err != nil {
 		logF.Close()

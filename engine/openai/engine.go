@@ -368,7 +368,8 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 //   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
 //     whose body is not JSON) is a strike only when the replica that failed
 //     it answered another request since this one's previous attempt, or
-//     when this is the only request left and it already has a strike: a
+//     when this is the only request left and it already has a strike, and
+//     never when the connection could not be made (refused, unreachable): a
 //     request the server fails while serving others is the request's fault,
 //     and does not count against the engine's health. Otherwise it is an
 //     outage (pool.failed counts it towards DownAfter), and while the
@@ -408,7 +409,9 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	others := pool.servedSince(c.replica, c.seen)
 	c.seen = pool.served(c.seen)
-	if others || (c.strikes > 0 && c.e.active.Load() == 1) {
+	// A connection that could not be made never reached the server, so it
+	// says nothing about this request: it is always the engine's failure.
+	if !unreached(err) && (others || (c.strikes > 0 && c.e.active.Load() == 1)) {
 		// The request's fault, not the engine's: it does not count
 		// towards taking the engine down.
 		c.strikes++

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -85,6 +86,14 @@ func serverFailed(resp *http.Response, body []byte, err error) bool {
 		return !json.Valid(body)
 	}
 	return resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented
+}
+
+// unreached reports whether err is a connection that could not be made
+// (refused, no route, a dial that timed out): the request never reached the
+// server.
+func unreached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // errAttemptTimeout marks an attempt cut off by Config.AttemptTimeout.
