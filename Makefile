@@ -29,8 +29,10 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./pipeline/...
 	$(BIN) bench pipeline
 
+# Every fuzz target, FUZZTIME each (CI runs them 10s each; see scripts/fuzz.sh).
+FUZZTIME ?= 5m
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime 60s ./pipeline/validate/
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 vet:
 	$(GO) vet ./...

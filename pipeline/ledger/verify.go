@@ -233,6 +233,9 @@ func openVerified(path string, opts *bolt.Options, checkErrs *[]string) (*bolt.D
 	if err != nil {
 		return nil, h, err
 	}
+	if err := walkTree(path, h.use); err != nil {
+		return nil, h, err
+	}
 	var db *bolt.DB
 	var found []string
 	// A panic inside bolt.Open leaves no handle to close; the file it opened
@@ -318,4 +321,119 @@ func readAll(tx *bolt.Tx) {
 		return nil
 	})
 	sink.Store(uint32(x))
+}
+
+// Sizes of bbolt's page elements and the flag of a bucket's leaf element.
+const (
+	elementSize    = 16 // leaf: flags, pos, ksize, vsize u32; branch: pos, ksize u32, pgid u64
+	bucketLeafFlag = 0x01
+	bucketHeader   = 16 // root u64, sequence u64
+)
+
+// walkTree reads, with plain reads, every tree page reachable from the
+// root bucket of m, and returns a *DamagedError for what bbolt trusts
+// blindly: a page referenced twice or in a cycle (bbolt's reads and its
+// check recurse forever), a page whose header gives another id, another
+// type or an overflow past the pages in use (bbolt's check loops over the
+// overflow), elements outside their page, and an inline bucket (a small
+// bucket kept in its parent's value) with a broken page header (neither
+// reading nor bbolt's check looks at it, but the first write trusts its
+// page id and faults outside the mapping, killing the process).
+func walkTree(path string, m meta) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open ledger: %w", err)
+	}
+	defer f.Close()
+	ne := binary.NativeEndian
+	ps := int64(m.pageSize)
+	seen := map[uint64]bool{}
+	// checkElements checks a page's (or an inline page's) elements lie in
+	// buf and returns the pages and inline buckets they lead to.
+	var stack []uint64
+	var checkElements func(where string, buf []byte, leaf bool) string
+	checkElements = func(where string, buf []byte, leaf bool) string {
+		count := int(ne.Uint16(buf[10:]))
+		if pageHeaderSize+count*elementSize > len(buf) {
+			return fmt.Sprintf("%s has %d elements, more than fit in it", where, count)
+		}
+		for i := range count {
+			off := pageHeaderSize + i*elementSize
+			e := buf[off:]
+			if !leaf {
+				pos, ksize := int64(ne.Uint32(e)), int64(ne.Uint32(e[4:]))
+				if int64(off)+pos+ksize > int64(len(buf)) {
+					return fmt.Sprintf("%s: element %d's key lies outside the page", where, i)
+				}
+				stack = append(stack, ne.Uint64(e[8:]))
+				continue
+			}
+			flags, pos, ksize, vsize := ne.Uint32(e), int64(ne.Uint32(e[4:])), int64(ne.Uint32(e[8:])), int64(ne.Uint32(e[12:]))
+			start := int64(off) + pos + ksize
+			if start+vsize > int64(len(buf)) {
+				return fmt.Sprintf("%s: element %d's key or value lies outside the page", where, i)
+			}
+			if flags&bucketLeafFlag == 0 {
+				continue
+			}
+			v := buf[start : start+vsize]
+			if len(v) < bucketHeader {
+				return fmt.Sprintf("%s: element %d is a bucket of %d bytes, too short for its header", where, i, len(v))
+			}
+			if root := ne.Uint64(v); root != 0 {
+				stack = append(stack, root)
+				continue
+			}
+			ip := v[bucketHeader:]
+			if len(ip) < pageHeaderSize {
+				return fmt.Sprintf("%s: element %d is an inline bucket too short for its page header", where, i)
+			}
+			if id, fl, ov := ne.Uint64(ip), ne.Uint16(ip[8:]), ne.Uint32(ip[12:]); id != 0 || fl != leafPage || ov != 0 {
+				return fmt.Sprintf("%s: element %d is an inline bucket with a broken page header (page %d, flags %#x, overflow %d)", where, i, id, fl, ov)
+			}
+			if p := checkElements(fmt.Sprintf("%s: the inline bucket of element %d", where, i), ip, true); p != "" {
+				return p
+			}
+		}
+		return ""
+	}
+	stack = append(stack, m.root)
+	head := make([]byte, pageHeaderSize)
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch {
+		case id < 2 || id >= m.pgid:
+			return damaged(path, "a tree page refers to page %d, outside the %d pages in use", id, m.pgid)
+		case seen[id]:
+			return damaged(path, "page %d is referred to twice (a cycle, or two parents)", id)
+		}
+		seen[id] = true
+		if _, err := f.ReadAt(head, int64(id)*ps); err != nil {
+			return damaged(path, "page %d cannot be read: %v", id, err)
+		}
+		pid, flags, overflow := ne.Uint64(head), ne.Uint16(head[8:]), uint64(ne.Uint32(head[12:]))
+		switch {
+		case pid != id:
+			return damaged(path, "page %d says it is page %d", id, pid)
+		case flags != branchPage && flags != leafPage:
+			return damaged(path, "page %d is in the tree but is not a tree page (flags %#x)", id, flags)
+		case id+overflow >= m.pgid:
+			return damaged(path, "page %d runs %d pages on, past the %d pages in use", id, overflow, m.pgid)
+		}
+		for o := uint64(1); o <= overflow; o++ {
+			if seen[id+o] {
+				return damaged(path, "page %d is referred to twice (a cycle, or two parents)", id+o)
+			}
+			seen[id+o] = true
+		}
+		buf := make([]byte, int64(overflow+1)*ps)
+		if _, err := f.ReadAt(buf, int64(id)*ps); err != nil {
+			return damaged(path, "page %d cannot be read: %v", id, err)
+		}
+		if p := checkElements(fmt.Sprintf("page %d", id), buf, flags == leafPage); p != "" {
+			return damaged(path, "%s", p)
+		}
+	}
+	return nil
 }

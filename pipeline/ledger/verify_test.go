@@ -149,7 +149,7 @@ func TestOpenRefusesADamagedFile(t *testing.T) {
 		{"a leaf page zeroed", corrupt(func(b []byte) {
 			leaf := usedLeaf(t, raw)
 			clear(b[leaf*ps : (leaf+1)*ps])
-		}), "reading it failed", false},
+		}), "says it is page 0", false},
 		{"two keys swapped", swapKeys(t, raw), "consistency check failed", true},
 	}
 	for _, c := range cases {
@@ -294,4 +294,62 @@ func TestGuardRecoversAFault(t *testing.T) {
 	if panicked == nil || !strings.Contains(panicked.Error(), "bbolt assertion") || err != nil {
 		t.Fatalf("guard of a panic: %v %v", panicked, err)
 	}
+}
+
+// damageRoot writes a small ledger whose root page edit
+// changes, and fails the test unless Open and Check refuse it with a
+// *DamagedError that says want.
+func damageRoot(t *testing.T, want string, edit func(root []byte)) {
+	t.Helper()
+	raw := smallLedger(t, 1)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, err := inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := int(h.use.pageSize)
+	edit(raw[int(h.use.root)*ps : int(h.use.root+1)*ps])
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range map[string]func() error{
+		"Open": func() error {
+			l, err := Open(path)
+			if l != nil {
+				l.Close()
+			}
+			return err
+		},
+		"Check": func() error { _, err := Check(path, CheckOptions{}); return err },
+	} {
+		if err := open(); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: want a *DamagedError that says %q, got %v", name, want, err)
+		}
+	}
+}
+
+// A damaged inline bucket (a small bucket kept inside its parent's page)
+// passed reading and bbolt's check, but its page id sent the first write
+// outside the mapping and killed the process (found by FuzzLedgerOpen):
+// Open and Check refuse it instead.
+func TestOpenRefusesADamagedInlineBucket(t *testing.T) {
+	damageRoot(t, "inline bucket", func(page []byte) {
+		key := bytes.Index(page, []byte("retiring")) // empty: inline
+		if key < 0 {
+			t.Fatal("no inline bucket retiring on the root page")
+		}
+		id := page[key+len("retiring")+bucketHeader:]
+		copy(id, []byte{0, 0x60, 0x8e, 0xab, 0xbb, 0x9f, 0, 0}) // page 0x9fbbab8e6000
+	})
+}
+
+// A tree page whose header gives an overflow far past the file made
+// bbolt's check loop over four billion page ids, holding Open and `batchd
+// ledger check` for minutes while its memory grew (found by
+// FuzzLedgerOpen): it is refused at once.
+func TestOpenRefusesAnOverflowPastTheFile(t *testing.T) {
+	damageRoot(t, "past the", func(page []byte) { copy(page[12:], []byte{0xff, 0xff, 0xff, 0xff}) })
 }

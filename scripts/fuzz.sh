@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for FUZZTIME each (default 10s: CI's bounded run,
+# about 5 minutes for all on 2 cores with the builds; `make fuzz` runs them
+# longer), one after another, and prints a table of executions per target.
+# A failure stops the run; its input is written under the package's
+# testdata/fuzz/FuzzXxx/ (commit it with the fix, as a regression seed).
+#
+#   FUZZTIME=5m bash scripts/fuzz.sh              # all targets, 5 minutes each
+#   bash scripts/fuzz.sh FuzzLedgerOpen FuzzAPI   # some targets
+#
+# Minimizing is kept to 3s: new inputs of the ledger target are files of
+# tens of KiB, and minimizing each froze that target for most of its time.
+# go test -fuzz takes one target per package and invocation, hence the
+# loop. The committed seeds under testdata/fuzz run in every plain
+# `go test` too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime=${FUZZTIME:-10s}
+# package target
+targets="
+./engine/native/ FuzzNativeRequest
+./engine/native/gguf/ FuzzOpen
+./engine/native/weights/ FuzzSafetensors
+./engine/native/chat/ FuzzRender
+./engine/native/chat/ FuzzParse
+./engine/native/tokenizer/ FuzzEncode
+./engine/native/tokenizer/ FuzzEncodeSPM
+./engine/native/tokenizer/ FuzzScanners
+./engine/openai/ FuzzReplaceModel
+./pipeline/ FuzzOptions
+./pipeline/ledger/ FuzzLedgerOpen
+./pipeline/validate/ FuzzCheck
+./pipeline/validate/ FuzzLineReader
+./pipeline/validate/ FuzzDocReader
+./daemon/ FuzzAPI
+./daemon/ FuzzLoadConfig
+./watcher/ FuzzSafeName
+./watcher/dir/ FuzzClassify
+"
+
+want=" $* "
+summary=""
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+while read -r pkg target; do
+  [ -n "$pkg" ] || continue
+  if [ $# -gt 0 ] && [[ "$want" != *" $target "* ]]; then
+    continue
+  fi
+  echo "== $target ($pkg, $fuzztime)"
+  start=$(date +%s)
+  if ! go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" -fuzzminimizetime 3s "$pkg" 2>&1 | tee "$log"; then
+    echo "fuzz target $target in $pkg failed; its input is under ${pkg}testdata/fuzz/$target/" >&2
+    exit 1
+  fi
+  execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  summary+=$(printf '%-20s %-28s %12s %6ss' "$target" "$pkg" "${execs:-0}" "$(( $(date +%s) - start ))")$'\n'
+done <<< "$targets"
+echo
+printf '%-20s %-28s %12s %7s\n' target package execs wall
+printf '%s' "$summary"
