@@ -18,6 +18,7 @@ import (
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -26,8 +27,52 @@ import (
 // ID.api.json (what the API was asked), ID.cancel (a cancel request). They
 // run through the same queue, pipeline and ledger as dropped files (the
 // batch name is the API id), and are queued again when the daemon starts.
+//
+// The ledger keys its records by content, so two API batches over the same
+// file share one record (the second reuses or re-runs the first's results).
+// Each API batch's own status and counts are ID.final.json: the record as
+// that batch published it, written when it ends, before its input retires.
 
 func (d *Daemon) apiDir() string { return filepath.Join(d.dirs.Root, "api") }
+
+func (d *Daemon) apiFinalPath(id string) string { return filepath.Join(d.apiDir(), id+".final.json") }
+
+// apiStore is the store of an API batch: the folder's, which also keeps
+// the batch's own final record (ID.final.json).
+type apiStore struct {
+	*folder.Store
+	id, final string
+}
+
+var _ pipeline.Store = (*apiStore)(nil)
+
+// Publish implements pipeline.Store: the folder's publish, then the
+// record as this batch ended, under its API id.
+func (s *apiStore) Publish(ctx context.Context, r pipeline.Results) error {
+	if err := s.Store.Publish(ctx, r); err != nil {
+		return err
+	}
+	if r.Batch == nil {
+		return errors.New("publish: no batch record to keep")
+	}
+	b := *r.Batch
+	b.Name = s.id
+	data, err := json.Marshal(&b)
+	if err != nil {
+		return fmt.Errorf("encode final record of %s: %w", s.id, err)
+	}
+	return fsx.WriteFile(s.final, data, true)
+}
+
+// apiFinal reads API batch id's own final record (errNotFound while it has
+// not ended).
+func (d *Daemon) apiFinal(id string) (*ledger.Batch, error) {
+	var b ledger.Batch
+	if err := readRecord(d.apiFinalPath(id), &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
 
 // apiBatch is DATA/api/ID.api.json.
 type apiBatch struct {
@@ -193,11 +238,11 @@ func (d *Daemon) pendingObject(m *apiBatch) *pipeline.BatchObject {
 // batchObject renders a ledger batch for the API: an API batch keeps its
 // API id and input file; result files get file ids.
 func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
-	hexID := strings.TrimPrefix(b.ID, "batch_")
-	info := pipeline.BatchdInfo{Name: b.Name, InputFile: prefixInput + hexID, OutputFile: prefixOutput + hexID, ErrorFile: prefixErrors + hexID}
+	info := pipeline.BatchdInfo{Name: b.Name, InputFile: prefixInput + strings.TrimPrefix(b.ID, "batch_"),
+		OutputFile: resultFileID(prefixOutput, b), ErrorFile: resultFileID(prefixErrors, b)}
 	o := pipeline.NewBatchObject(b, info)
 	if m, err := d.apiBatchMeta(b.Name); err == nil {
-		o.ID, o.InputFileID, o.CreatedAt = m.ID, m.InputFileID, m.CreatedAt
+		o.ID, o.InputFileID, o.CreatedAt, o.Metadata = m.ID, m.InputFileID, m.CreatedAt, m.Metadata
 		if o.Endpoint == "" {
 			o.Endpoint = m.Endpoint
 		}
@@ -208,17 +253,13 @@ func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
 	return o
 }
 
-// findBatch resolves an API id (the batch name) or a ledger id.
+// findBatch resolves an API id (the batch name) or a ledger id. An API
+// batch that ended is its own final record; one still queued or running is
+// the ledger's record under its name (none before it starts).
 func (d *Daemon) findBatch(id string) (*ledger.Batch, *apiBatch, error) {
 	if m, err := d.apiBatchMeta(id); err == nil {
-		b, err := d.pipe.Ledger().ByName(id)
-		if errors.Is(err, ledger.ErrNotFound) {
-			return nil, m, nil // not started yet
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return b, m, nil
+		b, err := d.apiBatchRecord(id)
+		return b, m, err
 	} else if !errors.Is(err, errNotFound) {
 		return nil, nil, err
 	}
@@ -230,6 +271,32 @@ func (d *Daemon) findBatch(id string) (*ledger.Batch, *apiBatch, error) {
 		return nil, nil, errNotFound
 	}
 	return b, nil, err
+}
+
+// apiBatchRecord is the record of API batch id: its final one, else the
+// ledger's under its name while it runs, else nil (not started).
+func (d *Daemon) apiBatchRecord(id string) (*ledger.Batch, error) {
+	b, err := d.apiFinal(id)
+	if !errors.Is(err, errNotFound) {
+		return b, err
+	}
+	b, err = d.pipe.Ledger().ByName(id)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A shared record that ended, while this batch's input waits to run:
+	// another batch's end (the same content), not yet this one's. (An
+	// ended batch with no final record of its own is one from before
+	// batchd kept them: its record is the ledger's.)
+	if pipeline.Terminal(b.Status) {
+		if _, err := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); err == nil {
+			return nil, nil
+		}
+	}
+	return b, nil
 }
 
 func (d *Daemon) batchOr404(w http.ResponseWriter, r *http.Request) (*ledger.Batch, *apiBatch, bool) {
@@ -273,25 +340,32 @@ func (d *Daemon) handleListBatches(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusInternalServerError, "", "", "listing batches failed")
 		return
 	}
+	// Ledger records by content, except those an API batch ran last: API
+	// batches are listed from DATA/api/, each with its own record.
 	seen := map[string]bool{}
 	var objs []*pipeline.BatchObject
 	for _, b := range bs {
-		o := d.batchObject(b)
-		if seen[o.ID] {
+		if _, err := d.apiBatchMeta(b.Name); err == nil || seen[b.ID] {
 			continue
 		}
-		seen[o.ID] = true
-		objs = append(objs, o)
+		seen[b.ID] = true
+		objs = append(objs, d.batchObject(b))
 	}
 	if ents, err := os.ReadDir(d.apiDir()); err == nil {
 		for _, e := range ents {
 			id, ok := strings.CutSuffix(e.Name(), ".api.json")
-			if !ok || seen[id] {
+			if !ok {
 				continue
 			}
-			if m, err := d.apiBatchMeta(id); err == nil {
-				objs = append(objs, d.pendingObject(m))
+			m, err := d.apiBatchMeta(id)
+			if err != nil {
+				continue
 			}
+			b, err := d.apiBatchRecord(id)
+			if err != nil {
+				continue
+			}
+			objs = append(objs, d.object(b, m))
 		}
 	}
 	slices.SortStableFunc(objs, func(a, b *pipeline.BatchObject) int {
@@ -367,20 +441,17 @@ func (d *Daemon) handleBatchResults(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, empty)
 		return
 	}
-	var path string
-	var n int64
-	if pipeline.Terminal(b.Status) {
-		base := b.Name + watcher.SuffixOutput
-		if status == "failed" {
-			base = b.Name + watcher.SuffixErrors
-		}
-		path, n = filepath.Join(d.dirs.Outbox, base), -1
-	} else {
-		out, errs := d.pipe.ResultFiles(b)
-		path, n = out, b.OutLen
-		if status == "failed" {
-			path, n = errs, b.ErrLen
-		}
+	// The pipeline's own files, up to what b committed: an ended batch's
+	// results are those its run left (gone once a later run of the same
+	// content replaced them), never what the outbox holds now.
+	if cur, err := d.pipe.Ledger().Get(b.ID); err != nil || cur.Gen != b.Gen {
+		writeJSON(w, http.StatusOK, empty)
+		return
+	}
+	out, errs := d.pipe.ResultFiles(b)
+	path, n := out, b.OutLen
+	if status == "failed" {
+		path, n = errs, b.ErrLen
 	}
 	page, found, err := readResults(path, n, q.Get("after"), limit)
 	if errors.Is(err, os.ErrNotExist) {
@@ -503,6 +574,10 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	d.log.Info("retry requested over the API", "name", b.Name, "failed", o.RequestCounts.Failed)
 	if m != nil {
+		// It runs again: its own record is the ledger's until it ends anew.
+		if err := os.Remove(d.apiFinalPath(m.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("remove final record", "name", m.ID, "error", err)
+		}
 		d.enqueueAPI(b.Name)
 	}
 	o.Status = pipeline.StatusInProgress

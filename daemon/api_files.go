@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,7 +17,6 @@ import (
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
-	"github.com/batchd/batchd/watcher"
 )
 
 // fileObject is OpenAI's file object.
@@ -32,14 +32,55 @@ type fileObject struct {
 
 // Uploaded files are DATA/files/ID (content) and ID.json (the object).
 // Batch results are files too, without copies: file-o<hex> and file-e<hex>
-// are the output and error files of ledger batch batch_<hex>, file-i<hex>
-// its input (for batches made by dropping a file).
+// are the output and error files of ledger batch batch_<hex> as its first
+// run left them, file-o<hex>-<gen> and file-e<hex>-<gen> as a later run of
+// the same content (a retry, a re-drop that re-ran cancelled requests) left
+// them; file-i<hex> is its input. A result file id names one immutable
+// content: it is served from the pipeline's own copy (never the outbox,
+// which the next batch of the same name replaces) up to the length the
+// ledger committed, and is gone (404) once a later run or retention
+// replaces that copy.
 const (
 	prefixFile   = "file-"
 	prefixOutput = "file-o"
 	prefixErrors = "file-e"
 	prefixInput  = "file-i"
 )
+
+// resultFileID is the id of batch b's output or error file (prefix) as its
+// current run leaves it.
+func resultFileID(prefix string, b *ledger.Batch) string {
+	id := prefix + strings.TrimPrefix(b.ID, "batch_")
+	if b.Gen > 1 {
+		id += "-" + strconv.Itoa(b.Gen)
+	}
+	return id
+}
+
+// parseResultFileID splits a result or input file id into its prefix,
+// ledger batch id and generation (1 for an input).
+func parseResultFileID(id string) (prefix, batch string, gen int, ok bool) {
+	for _, p := range []string{prefixOutput, prefixErrors, prefixInput} {
+		rest, found := strings.CutPrefix(id, p)
+		if !found || !validID(id, p) {
+			continue
+		}
+		hexID, genStr, hasGen := strings.Cut(rest, "-")
+		gen = 1
+		if hasGen {
+			n, err := strconv.Atoi(genStr)
+			if err != nil || n < 2 || p == prefixInput || strconv.Itoa(n) != genStr {
+				return "", "", 0, false
+			}
+			gen = n
+		}
+		if strings.ContainsAny(hexID, "-_") {
+			return "", "", 0, false
+		}
+		return p, "batch_" + hexID, gen, true
+	}
+	return "", "", 0, false
+}
 
 func (d *Daemon) filesDir() string { return filepath.Join(d.dirs.Root, "files") }
 
@@ -162,18 +203,14 @@ func (d *Daemon) uploaded(id string) (*fileObject, error) {
 	return &o, nil
 }
 
-// resultFile resolves a batch result or input file id to its path and object.
+// resultFile resolves a batch result or input file id to its path and
+// object. The object's Bytes is how much of the file is the id's content.
 func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
-	var kind, base string
-	for _, p := range []string{prefixOutput, prefixErrors, prefixInput} {
-		if rest, ok := strings.CutPrefix(id, p); ok && validID(id, p) {
-			kind, base = p, rest
-		}
-	}
-	if kind == "" {
+	kind, batchID, gen, ok := parseResultFileID(id)
+	if !ok {
 		return "", nil, errNotFound
 	}
-	b, err := d.pipe.Ledger().Get("batch_" + base)
+	b, err := d.pipe.Ledger().Get(batchID)
 	if errors.Is(err, ledger.ErrNotFound) {
 		return "", nil, errNotFound
 	}
@@ -181,33 +218,48 @@ func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
 		return "", nil, err
 	}
 	var path string
+	size := int64(-1)
 	purpose := "batch_output"
+	filename := strings.TrimPrefix(id, prefixFile)
 	switch kind {
-	case prefixOutput:
-		path = filepath.Join(d.dirs.Outbox, b.Name+watcher.SuffixOutput)
-	case prefixErrors:
-		path = filepath.Join(d.dirs.Outbox, b.Name+watcher.SuffixErrors)
+	case prefixOutput, prefixErrors:
+		// Only the generation the ledger holds, once its run has ended:
+		// an older one was replaced, a running one is still growing.
+		if b.Gen != gen || !pipeline.Terminal(b.Status) || len(b.Errors) > 0 {
+			return "", nil, errNotFound
+		}
+		out, errs := d.pipe.ResultFiles(b)
+		path, size, filename = out, b.OutLen, b.ID+"_output.jsonl"
+		if kind == prefixErrors {
+			path, size, filename = errs, b.ErrLen, b.ID+"_errors.jsonl"
+		}
 	case prefixInput:
+		// The input keeps its batch's name; a later batch of that name
+		// (other content) makes it another file.
+		if cur, err := d.pipe.Ledger().ByName(b.Name); err != nil || cur.ID != b.ID {
+			return "", nil, errNotFound
+		}
 		purpose = "batch"
 		path = filepath.Join(d.dirs.Done, b.Name+"."+b.Format)
 		if _, err := os.Lstat(path); err != nil {
 			path = filepath.Join(d.apiDir(), b.Name+"."+b.Format)
 		}
+		filename = filepath.Base(path)
 	}
-	if kind != prefixInput && !pipeline.Terminal(b.Status) {
-		return "", nil, errNotFound
-	}
-	// Lstat: a link or FIFO put in done/ or the outbox is not served (its
-	// target may lie outside the data directory).
+	// Lstat: a link or FIFO put in done/ is not served (its target may lie
+	// outside the data directory).
 	st, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) || err == nil && !st.Mode().IsRegular() {
+	if errors.Is(err, os.ErrNotExist) || err == nil && (!st.Mode().IsRegular() || st.Size() < size) {
 		return "", nil, errNotFound
 	}
 	if err != nil {
 		return "", nil, err
 	}
-	return path, &fileObject{ID: id, Object: "file", Bytes: st.Size(), CreatedAt: b.CreatedAt,
-		Filename: filepath.Base(path), Purpose: purpose, Status: "processed"}, nil
+	if size < 0 {
+		size = st.Size()
+	}
+	return path, &fileObject{ID: id, Object: "file", Bytes: size, CreatedAt: b.CreatedAt,
+		Filename: filename, Purpose: purpose, Status: "processed"}, nil
 }
 
 // file resolves any file id.
@@ -262,7 +314,8 @@ func (d *Daemon) handleFileContent(w http.ResponseWriter, r *http.Request) {
 	}
 	defer f.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	http.ServeContent(w, r, o.Filename, time.Unix(o.CreatedAt, 0), f)
+	// Only the id's content: a result file's committed length.
+	http.ServeContent(w, r, o.Filename, time.Unix(o.CreatedAt, 0), io.NewSectionReader(f, 0, o.Bytes))
 }
 
 func (d *Daemon) handleDeleteFile(w http.ResponseWriter, r *http.Request) {

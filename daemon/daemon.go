@@ -453,7 +453,12 @@ func (d *Daemon) runBatches(ctx context.Context) {
 			d.finished(ev)
 			continue
 		}
-		job := pipeline.Job{Name: ev.Name, Format: ev.Format, Store: folder.New(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Done)}
+		fs := folder.New(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Done)
+		var st pipeline.Store = fs
+		if d.isAPIPath(ev.Path) {
+			st = &apiStore{Store: fs, id: ev.Name, final: d.apiFinalPath(ev.Name)}
+		}
+		job := pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}
 		retryMark := filepath.Join(filepath.Dir(ev.Path), ev.Name+watcher.SuffixRetry)
 		if _, err := os.Stat(retryMark); err == nil {
 			job.RetryFailed = true
@@ -500,10 +505,28 @@ func (d *Daemon) Expire(cutoff time.Time) int {
 	names, err := d.pipe.Expire(cutoff)
 	for _, name := range names {
 		if validID(name, "batch_") {
-			for _, ext := range []string{".api.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
-				os.Remove(filepath.Join(d.apiDir(), name+ext))
-			}
+			d.forgetAPI(name)
 		}
+	}
+	// API batches that reused a record another name ran last.
+	ents, _ := os.ReadDir(d.apiDir())
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".final.json")
+		if !ok || !validID(id, "batch_") {
+			continue
+		}
+		b, ferr := d.apiFinal(id)
+		if ferr != nil || !pipeline.Terminal(b.Status) {
+			continue
+		}
+		if end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt); end == 0 || end >= cutoff.Unix() {
+			continue
+		}
+		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); serr == nil {
+			continue // retried: it runs again
+		}
+		d.forgetAPI(id)
+		names = append(names, id)
 	}
 	if len(names) > 0 {
 		d.log.Info("forgot finished batches past retention", "batches", len(names), "retention", d.cfg.Retention)
@@ -512,6 +535,13 @@ func (d *Daemon) Expire(cutoff time.Time) int {
 		d.log.Warn("expire batches", "error", err)
 	}
 	return len(names)
+}
+
+// forgetAPI removes API batch id's records.
+func (d *Daemon) forgetAPI(id string) {
+	for _, ext := range []string{".api.json", ".final.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
+		os.Remove(filepath.Join(d.apiDir(), id+ext))
+	}
 }
 
 // notifyEnd sends the batch-end webhook of b (API batches by their API id).

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,7 +143,12 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	case err != nil:
 		return nil, err
 	default:
+		// The name points at the record it runs or reuses, also when it
+		// only publishes that record's results.
 		b.Name = job.Name
+		if err := p.ledger.Put(b); err != nil {
+			return nil, err
+		}
 		if b.Status == StatusFailed {
 			return b, p.publishFailed(ctx, job, b)
 		}
@@ -273,7 +280,7 @@ func (p *Pipeline) publishFailed(ctx context.Context, job Job, b *ledger.Batch) 
 	if err != nil {
 		return err
 	}
-	if err := job.Store.Publish(ctx, Results{Object: obj}); err != nil {
+	if err := job.Store.Publish(ctx, Results{Object: obj, Batch: snapshot(b)}); err != nil {
 		return err
 	}
 	return p.retire(ctx, job)
@@ -313,10 +320,18 @@ func (p *Pipeline) finishPublished(ctx context.Context, job Job, b *ledger.Batch
 		return err
 	}
 	out, errs := p.resultPaths(b, b.Gen)
-	if err := job.Store.Publish(ctx, Results{Output: out, Errors: errs, Object: obj}); err != nil {
+	if err := job.Store.Publish(ctx, Results{Output: out, Errors: errs, Object: obj, Batch: snapshot(b)}); err != nil {
 		return err
 	}
 	return p.retire(ctx, job)
+}
+
+// snapshot copies b for Results.Batch.
+func snapshot(b *ledger.Batch) *ledger.Batch {
+	c := *b
+	c.Metadata = maps.Clone(b.Metadata)
+	c.Errors = slices.Clone(b.Errors)
+	return &c
 }
 
 func (p *Pipeline) resultPaths(b *ledger.Batch, gen int) (out, errs string) {
@@ -1031,7 +1046,7 @@ func (r *run) finalize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Object: obj}); err != nil {
+	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Object: obj, Batch: snapshot(b)}); err != nil {
 		return err
 	}
 	if err := p.ledger.Put(b); err != nil {

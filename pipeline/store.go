@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"io"
+
+	"github.com/batchd/batchd/pipeline/ledger"
 )
 
 // Store owns one batch's files where its source keeps them: the input and
@@ -87,4 +89,8 @@ type Results struct {
 	Output, Errors string
 	// Object is the final batch object (NAME.batch.json).
 	Object []byte
+	// Batch is the ledger's record of the batch as this name published it
+	// (a copy the store may keep): a later name that runs the same content
+	// changes the shared record, never this.
+	Batch *ledger.Batch
 }

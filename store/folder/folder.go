@@ -122,9 +122,9 @@ func (s *Store) Progress(_ context.Context, object []byte) error {
 	return fsx.WriteFile(s.outPath(watcher.SuffixBatch), object, false)
 }
 
-// Publish implements pipeline.Store: the result files are linked (or,
-// across filesystems, copied) beside their final names, fsynced and renamed
-// into place, the outbox fsynced, and then the object written the same way.
+// Publish implements pipeline.Store: the result files are copied beside
+// their final names, fsynced and renamed into place, the outbox fsynced, and
+// then the object written the same way.
 func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 	if err := os.MkdirAll(s.outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
@@ -262,33 +262,23 @@ func CleanOutbox(dir string) error {
 	return nil
 }
 
-// publish places src at dst atomically: a hard link (or, across filesystems,
-// a copy) under a temporary name beside dst, fsynced, then renamed over dst.
-// The caller fsyncs dst's directory.
+// publish places a copy of src at dst atomically: copied under a temporary
+// name beside dst, fsynced, then renamed over dst. The caller fsyncs dst's
+// directory. A copy, never a hard link: the pipeline reuses its own file for
+// every later name that runs the same content, and a link would let a
+// consumer's edit of one published file (an append, a truncate) change every
+// other name's results and the ledger's record of them. On a filesystem
+// that clones (XFS, Btrfs) the copy shares blocks and costs no space.
 func publish(src, dst string) error {
-	if si, err := os.Stat(src); err == nil {
-		if di, err := os.Stat(dst); err == nil && os.SameFile(si, di) {
-			return nil // already published (a re-run after a crash in finalize)
-		}
-	}
 	dir, base := filepath.Split(dst)
 	tmp := filepath.Join(dir, "."+base+".tmp")
-	os.Remove(tmp)
-	if err := os.Link(src, tmp); err != nil {
-		if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) {
-			return fmt.Errorf("link %s: %w", src, err)
-		}
-		if err := fsx.CopyFile(src, tmp); err != nil {
-			return err
-		}
+	if err := fsx.CopyFile(src, tmp); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("publish %s: %w", base, err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	// Renaming a link over another link to the same file does nothing and
-	// leaves the temporary name behind.
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", tmp, err)
 	}
 	return nil
 }
