@@ -38,6 +38,8 @@ type run struct {
 	log  *slog.Logger
 	b    *ledger.Batch // owned by the writer once it starts
 	vcfg validate.Config
+	// man is the input as identify read it: every read is checked against it.
+	man *manifest
 
 	prior *ledger.Bitmap // lines done before this run: the reader's view
 	done  *ledger.Bitmap // the writer's view
@@ -98,7 +100,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			optErr = fmt.Errorf("options: %w", err)
 		}
 	}
-	id, total, fileErr, err := p.identify(ctx, job, eff)
+	id, total, man, fileErr, err := p.identify(ctx, job, eff)
 	if err != nil {
 		return nil, err
 	}
@@ -107,9 +109,15 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	lock := p.batchLock(id)
 	lock.Lock()
 	defer lock.Unlock()
+	if err := p.failStale(job, id); err != nil {
+		return nil, err
+	}
 
 	now := p.cfg.Now().Unix()
 	b, err := p.ledger.Get(id)
+	if err == nil {
+		b, err = p.reviveChanged(b)
+	}
 	if err == nil && Terminal(b.Status) && b.Status != StatusFailed && !p.resultsIntact(b) {
 		log.Warn("the results of an earlier run of this content were changed outside batchd; running it again")
 		if err := p.forget(b.ID); err != nil {
@@ -166,7 +174,7 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			log.Info("resuming batch", "status", b.Status, "done", b.Completed+b.Failed, "total", b.Total)
 		}
 	}
-	return p.execute(ctx, job, b, eff, vcfg, log)
+	return p.execute(ctx, job, b, man, eff, vcfg, log)
 }
 
 // readOptions reads and parses the job's options file (none gives zero
@@ -182,19 +190,26 @@ func (p *Pipeline) readOptions(ctx context.Context, job Job) (Options, error) {
 	return ParseOptions(raw, job.Store.Files().Options)
 }
 
-// identify hashes the input and its effective options into the batch id, and
-// counts its requests. fileErr is a structural problem of a requests document.
-func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id string, total int, fileErr, err error) {
+// identify hashes the input and its effective options into the batch id,
+// counts its requests, and returns the manifest every later read of the
+// input is checked against. fileErr is a structural problem of a requests
+// document. An input that changed while it was read (its length or
+// modification time moved) is an error wrapping ErrInputChanged: it has no
+// identity yet, and runs once it is complete again.
+func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id string, total int, man *manifest, fileErr, err error) {
 	f, err := job.Store.OpenInput(ctx)
 	if err != nil {
-		return "", 0, nil, fmt.Errorf("open input: %w", err)
+		return "", 0, nil, nil, fmt.Errorf("open input: %w", err)
 	}
 	defer f.Close()
+	before, statable := fileStat(f)
 	h := sha256.New()
 	optJSON, _ := json.Marshal(eff)
 	fmt.Fprintf(h, "batchd-v1\n%s\n%s\n", job.Format, optJSON)
+	chunks := newChunkHasher()
+	sink := io.MultiWriter(h, chunks)
 	rec := &readErrRecorder{r: f}
-	src := newSource(io.TeeReader(rec, h), job.Format, p.cfg.MaxLineBytes)
+	src := newSource(io.TeeReader(rec, sink), job.Format, p.cfg.MaxLineBytes)
 	for {
 		_, _, _, err := src.Next()
 		if err == io.EOF {
@@ -203,18 +218,26 @@ func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id strin
 		if err != nil {
 			if rec.err == nil {
 				// Hash the rest so the id still names this content.
-				if _, err := io.Copy(h, f); err != nil {
-					return "", 0, nil, fmt.Errorf("read input: %w", err)
+				if _, err := io.Copy(sink, f); err != nil {
+					return "", 0, nil, nil, fmt.Errorf("read input: %w", err)
 				}
 				fileErr = err
 				break
 			}
-			return "", 0, nil, fmt.Errorf("read input: %w", err)
+			return "", 0, nil, nil, fmt.Errorf("read input: %w", err)
 		}
 		total++
 	}
+	man = chunks.done()
+	if statable {
+		after, ok := fileStat(f)
+		if !ok || after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) || man.size != after.Size() {
+			return "", 0, nil, nil, &changedError{job.Store.Files().Input, "it was written to while batchd read it"}
+		}
+		man.mtime = before.ModTime().UnixNano()
+	}
 	sum := h.Sum(nil)
-	return "batch_" + hex.EncodeToString(sum[:16]), total, fileErr, nil
+	return "batch_" + hex.EncodeToString(sum[:16]), total, man, fileErr, nil
 }
 
 // readErrRecorder remembers the first read error of its reader, to tell an
@@ -527,8 +550,8 @@ func (r *run) closeFiles() {
 }
 
 // execute runs a batch that has work left (or is validating) to its end.
-func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Options, vcfg validate.Config, log *slog.Logger) (*ledger.Batch, error) {
-	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, results: make(chan result, 1024)}
+func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *manifest, eff Options, vcfg validate.Config, log *slog.Logger) (*ledger.Batch, error) {
+	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, man: man, results: make(chan result, 1024)}
 	r.runCtx, r.stopRun = context.WithCancelCause(ctx)
 	defer r.stopRun(nil)
 	r.reqCtx, r.cancelReq = context.WithCancelCause(r.runCtx)
@@ -536,6 +559,9 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 
 	if b.Status == StatusValidating {
 		ok, err := r.validateAll()
+		if errors.Is(err, ErrInputChanged) {
+			return b, r.failChanged(ctx, err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -596,10 +622,19 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, eff Op
 	switch {
 	case werr != nil:
 		return nil, werr
-	case readErr != nil:
-		return nil, readErr
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("run %s: %w", job.Name, ErrShutdown)
+	case errors.Is(readErr, ErrInputChanged):
+		return b, r.failChanged(ctx, readErr)
+	case readErr != nil:
+		return nil, readErr
+	}
+	// The reader saw the input end where it should; a write since would
+	// otherwise be retired with it, unread.
+	if err := r.inputUnchanged(); errors.Is(err, ErrInputChanged) {
+		return b, r.failChanged(ctx, err)
+	} else if err != nil {
+		return nil, err
 	}
 	return b, r.finalize(ctx)
 }
@@ -645,12 +680,12 @@ func (r *run) seed() error {
 // validateAll checks every line before any runs (on_invalid: reject). It
 // reports false, with the batch marked failed, when some line is invalid.
 func (r *run) validateAll() (bool, error) {
-	f, err := r.job.Store.OpenInput(r.runCtx)
+	in, f, err := r.openVerified()
 	if err != nil {
-		return false, fmt.Errorf("open input: %w", err)
+		return false, err
 	}
 	defer f.Close()
-	src := newSource(f, r.job.Format, r.p.cfg.MaxLineBytes)
+	src := newSource(in, r.job.Format, r.p.cfg.MaxLineBytes)
 	chk := validate.NewChecker(r.vcfg)
 	var errs []ledger.BatchError
 	for {
@@ -691,14 +726,17 @@ func check(chk *validate.Checker, n int, raw []byte, tooLong bool, maxLine int) 
 
 // read streams the input, sending every line not yet done either to the
 // writer (invalid lines, and every request once the batch is cancelled or
-// expired) or to the engine.
-func (r *run) read() error {
-	f, err := r.job.Store.OpenInput(r.runCtx)
+// expired) or to the engine. It reads through a verifyingReader: an input
+// that changed ends the read with ErrInputChanged before any line of the
+// changed part is sent, and the requests in flight are dropped (left
+// undone, as at shutdown).
+func (r *run) read() (err error) {
+	in, f, err := r.openVerified()
 	if err != nil {
-		return fmt.Errorf("open input: %w", err)
+		return err
 	}
 	defer f.Close()
-	src := newSource(f, r.job.Format, r.p.cfg.MaxLineBytes)
+	src := newSource(in, r.job.Format, r.p.cfg.MaxLineBytes)
 	chk := validate.NewChecker(r.vcfg)
 	suspects, err := r.p.ledger.Suspects(r.b.ID)
 	if err != nil {
@@ -707,6 +745,11 @@ func (r *run) read() error {
 	q := r.p.disp.addQueue()
 	defer r.p.disp.removeQueue(q)
 	defer r.tasks.Wait() // the queue must be empty before it is removed
+	defer func() {
+		if errors.Is(err, ErrInputChanged) {
+			r.cancelReq(err) // before the wait: what is in flight is dropped
+		}
+	}()
 	for {
 		n, raw, tooLong, err := src.Next()
 		if err == io.EOF {

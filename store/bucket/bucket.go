@@ -338,8 +338,10 @@ func (s *Store) RetireRecord() ([]byte, error) { return nil, nil }
 
 // Retire implements pipeline.Store: the input (and its options) are copied
 // to done/ and removed only if they were not replaced meanwhile (a new
-// input of the same name runs next); the cancel request, the checkpoints
-// and the publication record go.
+// input of the same name runs next, with the options it finds); the cancel
+// request, the checkpoints and the publication record go. A run always
+// reads the version it claimed (a local copy downloaded at that ETag), so
+// lines of two versions never mix: a replaced object is a new batch.
 func (s *Store) Retire(ctx context.Context) error {
 	b := s.b
 	// A failed precondition is an input replaced since; none at all, one
@@ -347,14 +349,17 @@ func (s *Store) Retire(ctx context.Context) error {
 	if err := b.Copy(ctx, s.key, s.etag, b.DoneKey(path.Base(s.key))); err != nil && !errors.Is(err, s3.ErrPrecondition) && !s3.IsNotFound(err) {
 		return err
 	}
-	if cur, _, err := b.Stat(ctx, s.key); err != nil {
+	cur, _, err := b.Stat(ctx, s.key)
+	if err != nil {
 		return err
-	} else if cur == s.etag {
+	}
+	if cur == s.etag {
 		if err := b.Remove(ctx, s.key); err != nil {
 			return err
 		}
 	}
-	if s.optTag != "" {
+	// The options of a replaced input stay with it: it runs next.
+	if s.optTag != "" && (cur == "" || cur == s.etag) {
 		if err := b.Copy(ctx, s.optKey, s.optTag, b.DoneKey(path.Base(s.optKey))); err == nil {
 			if cur, _, _ := b.Stat(ctx, s.optKey); cur == s.optTag {
 				b.Remove(ctx, s.optKey)

@@ -39,6 +39,24 @@ type Store struct {
 	record []byte
 	// published stops progress from replacing the final object.
 	published bool
+	// opened is the input file the first OpenInput found; later opens and
+	// Retire compare with it.
+	opened *fileVersion
+}
+
+// fileVersion identifies one version of a file: the file (device, inode)
+// and its length and modification time.
+type fileVersion struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+func versionOf(st os.FileInfo) fileVersion {
+	v := fileVersion{size: st.Size(), mtime: st.ModTime().UnixNano()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		v.dev, v.ino = uint64(sys.Dev), sys.Ino
+	}
+	return v
 }
 
 // New returns the store of batch name whose input is the file input; its
@@ -85,9 +103,29 @@ func (s *Store) Files() pipeline.Files {
 }
 
 // OpenInput implements pipeline.Store: a regular file only (no link is
-// followed, a FIFO never blocks).
+// followed, a FIFO never blocks). Once one call opened it, a later call that
+// finds another file under the input's name (renamed over it) returns an
+// error wrapping pipeline.ErrInputChanged. Changes in place are the
+// pipeline's to find: it checks the content it reads.
 func (s *Store) OpenInput(context.Context) (io.ReadCloser, error) {
-	return fsx.OpenRegular(s.input)
+	f, err := fsx.OpenRegular(s.input)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", s.input, err)
+	}
+	v := versionOf(st)
+	switch {
+	case s.opened == nil:
+		s.opened = &v
+	case v.dev != s.opened.dev || v.ino != s.opened.ino:
+		f.Close()
+		return nil, fmt.Errorf("%s was replaced by another file after batchd accepted it: %w", filepath.Base(s.input), pipeline.ErrInputChanged)
+	}
+	return f, nil
 }
 
 // Options implements pipeline.Store.
@@ -158,6 +196,9 @@ func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 // one a crash interrupted, instead of leaving an options file or cancel
 // request to apply to a later batch of the same name.
 type retiring struct {
+	// Input is the input file; options stay in the inbox while it does
+	// (a retire cut short, or a changed input left to run again).
+	Input      string `json:"input,omitempty"`
 	Inbox      string `json:"inbox"`
 	DoneDir    string `json:"done_dir"`
 	OptionsSum string `json:"options_sha256,omitempty"`
@@ -166,7 +207,7 @@ type retiring struct {
 // RetireRecord implements pipeline.Store: the inbox, done/ and the hash of
 // the options file that goes with the input.
 func (s *Store) RetireRecord() ([]byte, error) {
-	rec := retiring{Inbox: filepath.Dir(s.input), DoneDir: s.done}
+	rec := retiring{Input: s.input, Inbox: filepath.Dir(s.input), DoneDir: s.done}
 	if s.options != "" {
 		if raw, err := fsx.ReadRegular(s.options); err == nil {
 			sum := sha256.Sum256(raw)
@@ -180,7 +221,11 @@ func (s *Store) RetireRecord() ([]byte, error) {
 
 // Retire implements pipeline.Store: the input moves to done/ (both
 // folders fsynced), then FinishRetire with the record RetireRecord gave
-// (the options file is judged by its content then).
+// (the options file is judged by its content then). An input that is not
+// the version the first OpenInput found (written to since, or replaced)
+// stays in the inbox with its options, to run as a new batch. A producer
+// that writes on after the move writes into done/, which batchd never
+// reads: inputs are renamed in once complete.
 func (s *Store) Retire(context.Context) error {
 	raw := s.record
 	if raw == nil {
@@ -192,15 +237,27 @@ func (s *Store) Retire(context.Context) error {
 	if err := os.MkdirAll(s.done, 0o755); err != nil {
 		return fmt.Errorf("create done dir: %w", err)
 	}
-	if err := moveFile(s.input, filepath.Join(s.done, filepath.Base(s.input))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	if s.stillOpened() {
+		if err := moveFile(s.input, filepath.Join(s.done, filepath.Base(s.input))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return FinishRetire(s.name, raw)
 }
 
+// stillOpened reports whether the input is the version OpenInput found
+// (or was never opened: a refused entry moves whatever it is).
+func (s *Store) stillOpened() bool {
+	if s.opened == nil {
+		return true
+	}
+	st, err := os.Lstat(s.input)
+	return err != nil || versionOf(st) == *s.opened
+}
+
 // FinishRetire finishes the retire of batch name from its record: the
 // options file moves to done/ if it still has the content the input ran
-// with, and the cancel request is removed. It is idempotent; the pipeline
+// with and the input left the inbox, and the cancel request is removed. It is idempotent; the pipeline
 // calls it through Recover for records a crash left.
 func FinishRetire(name string, record []byte) error {
 	rec, err := decodeRetiring(record)
@@ -208,7 +265,12 @@ func FinishRetire(name string, record []byte) error {
 		return err
 	}
 	optPath := filepath.Join(rec.Inbox, name+watcher.SuffixOptions)
-	if raw, err := fsx.ReadRegular(optPath); err == nil && rec.OptionsSum != "" {
+	inputStays := false
+	if rec.Input != "" {
+		_, err := os.Lstat(rec.Input)
+		inputStays = err == nil
+	}
+	if raw, err := fsx.ReadRegular(optPath); err == nil && rec.OptionsSum != "" && !inputStays {
 		sum := sha256.Sum256(raw)
 		if hex.EncodeToString(sum[:]) == rec.OptionsSum {
 			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+watcher.SuffixOptions)); err != nil {
