@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/pipeline/validate"
@@ -336,6 +337,9 @@ func (p *Pipeline) retire(ctx context.Context, job Job) error {
 		if err := p.ledger.PutRetiring(job.Name, rec); err != nil {
 			return err
 		}
+	}
+	if err := failpoint.Inject(failpoint.RetireMove); err != nil {
+		return err
 	}
 	if err := job.Store.Retire(ctx); err != nil {
 		return err
@@ -939,6 +943,9 @@ func (r *run) commit() error {
 	if err := r.errW.Flush(); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
+	if err := failpoint.Inject(failpoint.ResultsSync); err != nil {
+		return fmt.Errorf("sync results: %w", err)
+	}
 	if r.outDirty {
 		if err := r.outF.Sync(); err != nil {
 			return fmt.Errorf("sync results: %w", err)
@@ -951,7 +958,13 @@ func (r *run) commit() error {
 		}
 		r.errDir = false
 	}
+	if err := failpoint.Inject(failpoint.LedgerCommit); err != nil {
+		return fmt.Errorf("commit results: %w", err)
+	}
 	if err := r.p.ledger.Commit(r.b, r.done, false); err != nil {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.AfterCommit); err != nil {
 		return err
 	}
 	if r.track && len(r.committing) > 0 {
@@ -1001,6 +1014,9 @@ func (r *run) finalize(ctx context.Context) error {
 	if err := p.ledger.Put(b); err != nil {
 		return err
 	}
+	if err := failpoint.Inject(failpoint.AfterFinalizing); err != nil {
+		return err
+	}
 	if err := r.outF.Sync(); err != nil {
 		return fmt.Errorf("sync results: %w", err)
 	}
@@ -1032,6 +1048,9 @@ func (r *run) finalize(ctx context.Context) error {
 		return err
 	}
 	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Object: obj}); err != nil {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.FinalStatus); err != nil {
 		return err
 	}
 	if err := p.ledger.Put(b); err != nil {

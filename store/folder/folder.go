@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher"
@@ -146,6 +147,9 @@ func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 		if err := fsx.SyncDir(s.outbox); err != nil {
 			return err
 		}
+		if err := failpoint.Inject(failpoint.FolderPublishObject); err != nil {
+			return err
+		}
 	}
 	if err := fsx.WriteFile(s.outPath(watcher.SuffixBatch), r.Object, true); err != nil {
 		return err
@@ -193,6 +197,9 @@ func (s *Store) Retire(context.Context) error {
 		return fmt.Errorf("create done dir: %w", err)
 	}
 	if err := moveFile(s.input, filepath.Join(s.done, filepath.Base(s.input))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.FolderRetireOptions); err != nil {
 		return err
 	}
 	return FinishRetire(s.name, raw)
