@@ -165,12 +165,20 @@ type retiring struct {
 	Inbox      string `json:"inbox"`
 	DoneDir    string `json:"done_dir"`
 	OptionsSum string `json:"options_sha256,omitempty"`
+	// Input and InputID name the input entry (Identity) as it was before
+	// the move: while that entry is still in the inbox the move never
+	// happened, and the options must stay with it.
+	Input   string `json:"input,omitempty"`
+	InputID string `json:"input_id,omitempty"`
 }
 
 // RetireRecord implements pipeline.Store: the inbox, done/ and the hash of
 // the options file that goes with the input.
 func (s *Store) RetireRecord() ([]byte, error) {
-	rec := retiring{Inbox: filepath.Dir(s.input), DoneDir: s.done}
+	rec := retiring{Inbox: filepath.Dir(s.input), DoneDir: s.done, Input: filepath.Base(s.input)}
+	if id, err := s.Identity(); err == nil {
+		rec.InputID = id
+	}
 	if s.options != "" {
 		if raw, err := fsx.ReadRegular(s.options); err == nil {
 			sum := sha256.Sum256(raw)
@@ -208,11 +216,19 @@ func (s *Store) Retire(context.Context) error {
 // FinishRetire finishes the retire of batch name from its record: the
 // options file moves to done/ if it still has the content the input ran
 // with, and the cancel request is removed. It is idempotent; the pipeline
-// calls it through Recover for records a crash left.
+// calls it through Recover for records a crash left. When the input itself
+// never moved (a crash before the move), it does nothing: the input runs
+// again, with its options, and retires then.
 func FinishRetire(name string, record []byte) error {
 	rec, err := decodeRetiring(record)
 	if err != nil {
 		return err
+	}
+	if rec.InputID != "" {
+		in := &Store{input: filepath.Join(rec.Inbox, rec.Input)}
+		if id, err := in.Identity(); err == nil && id == rec.InputID {
+			return nil
+		}
 	}
 	optPath := filepath.Join(rec.Inbox, name+watcher.SuffixOptions)
 	if raw, err := fsx.ReadRegular(optPath); err == nil && rec.OptionsSum != "" {
