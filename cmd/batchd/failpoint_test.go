@@ -331,3 +331,38 @@ func sortedLines(raw []byte) []string {
 	sort.Strings(l)
 	return l
 }
+
+// An outbox batchd cannot write to (here a directory stands where the
+// output file goes: the tests run as root, which file modes do not stop)
+// fails the publish step with an error that names the file; the batch
+// waits, its input stays in the inbox, and it ends as an uninterrupted
+// run does once the outbox is fixed, without a restart.
+func TestUnwritableOutboxWaitsAndRecovers(t *testing.T) {
+	bin := needBinary(t)
+	f := newFailpointFixture(t, bin)
+	data := t.TempDir()
+	blocker := filepath.Join(data, "outbox", f.name+".output.jsonl")
+	if err := os.MkdirAll(filepath.Join(blocker, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, logPath := f.placeIn(t, data)
+	p := startBatchd(t, bin, data, f.cfg, f.srv.URL(), logPath)
+	waitFor(t, 2*time.Minute, "the publish to fail twice (a rescan retried it)", func() bool {
+		if !p.running() {
+			t.Fatalf("batchd exited: %v\n%s", p.err, logTail(logPath))
+		}
+		log, _ := os.ReadFile(logPath)
+		return bytes.Count(log, []byte("batch run failed; it is retried on the next rescan")) >= 2
+	})
+	log, _ := os.ReadFile(logPath)
+	if !bytes.Contains(log, []byte(f.name+".output.jsonl")) {
+		t.Fatalf("the error does not name the output file\n%s", logTail(logPath))
+	}
+	if _, err := os.Stat(filepath.Join(data, "inbox", f.name+".jsonl")); err != nil {
+		t.Fatalf("the input left the inbox while its results could not be published: %v", err)
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	f.finish(t, p, data)
+}
