@@ -8,16 +8,16 @@ import (
 	"github.com/batchd/batchd/pipeline/ledger"
 )
 
-// Batch statuses, as OpenAI names them.
+// Batch statuses, as OpenAI names them (ledger.Transition changes them).
 const (
-	StatusValidating = "validating"
-	StatusFailed     = "failed"
-	StatusInProgress = "in_progress"
-	StatusFinalizing = "finalizing"
-	StatusCompleted  = "completed"
-	StatusExpired    = "expired"
-	StatusCancelling = "cancelling"
-	StatusCancelled  = "cancelled"
+	StatusValidating = ledger.StatusValidating
+	StatusFailed     = ledger.StatusFailed
+	StatusInProgress = ledger.StatusInProgress
+	StatusFinalizing = ledger.StatusFinalizing
+	StatusCompleted  = ledger.StatusCompleted
+	StatusExpired    = ledger.StatusExpired
+	StatusCancelling = ledger.StatusCancelling
+	StatusCancelled  = ledger.StatusCancelled
 )
 
 // Terminal reports whether a batch in this status will not change again

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/pipeline/validate"
@@ -128,12 +129,8 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		b = &ledger.Batch{
-			ID: id, Name: job.Name, Format: job.Format, Total: total, Gen: 1,
-			Status: StatusInProgress, CreatedAt: now, InProgressAt: now,
+			ID: id, Name: job.Name, Format: job.Format, Total: total, Gen: 1, CreatedAt: now,
 			CompletionWindow: eff.CompletionWindow, Metadata: eff.Metadata,
-		}
-		if eff.OnInvalid == OnInvalidReject {
-			b.Status, b.InProgressAt = StatusValidating, 0
 		}
 		if w, _ := eff.Window(); w > 0 {
 			b.ExpiresAt = p.cfg.Now().Add(w).Unix()
@@ -143,6 +140,13 @@ func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			return p.fail(ctx, job, b, "invalid_options", optErr.Error())
 		case fileErr != nil:
 			return p.fail(ctx, job, b, "invalid_file", fileErr.Error())
+		}
+		start := StatusInProgress
+		if eff.OnInvalid == OnInvalidReject {
+			start = StatusValidating
+		}
+		if err := ledger.Transition(b, start, now); err != nil {
+			return nil, err
 		}
 		if err := p.ledger.Put(b); err != nil {
 			return nil, err
@@ -285,9 +289,9 @@ func (p *Pipeline) Refuse(ctx context.Context, job Job, identity, code, message 
 // fail ends a new batch as failed before any request ran.
 func (p *Pipeline) fail(ctx context.Context, job Job, b *ledger.Batch, code, msg string) (*ledger.Batch, error) {
 	p.log.Warn("batch failed", keyName, job.Name, keyBatch, b.ID, "code", code, "error", msg)
-	b.Status = StatusFailed
-	b.FailedAt = p.cfg.Now().Unix()
-	b.InProgressAt = 0
+	if err := ledger.Transition(b, StatusFailed, p.cfg.Now().Unix()); err != nil {
+		return nil, err
+	}
 	b.Total, b.Completed, b.Failed = 0, 0, 0
 	b.Errors = []ledger.BatchError{{Code: code, Message: msg}}
 	if err := p.ledger.Put(b); err != nil {
@@ -374,6 +378,9 @@ func (p *Pipeline) retire(ctx context.Context, job Job) error {
 		if err := p.ledger.PutRetiring(job.Name, rec); err != nil {
 			return err
 		}
+	}
+	if err := failpoint.Inject(failpoint.RetireMove); err != nil {
+		return err
 	}
 	if err := job.Store.Retire(ctx); err != nil {
 		return err
@@ -464,9 +471,10 @@ func (p *Pipeline) reopen(b *ledger.Batch, eff Options, retryAll bool) (bool, er
 	b.Gen++
 	b.ErrLen = int64(kept.Len())
 	b.Failed -= removed
-	b.Status = StatusInProgress
-	b.InProgressAt = now.Unix()
-	b.FinalizingAt, b.CompletedAt, b.ExpiredAt, b.CancellingAt, b.CancelledAt, b.ExpiresAt = 0, 0, 0, 0, 0, 0
+	if err := ledger.Transition(b, StatusInProgress, now.Unix()); err != nil {
+		return false, err
+	}
+	b.ExpiresAt = 0
 	if w, _ := eff.Window(); w > 0 {
 		b.ExpiresAt = now.Add(w).Unix()
 	}
@@ -709,11 +717,15 @@ func (r *run) validateAll() (bool, error) {
 	now := r.p.cfg.Now().Unix()
 	if len(errs) > 0 {
 		r.log.Warn("batch rejected: invalid lines", "invalid", len(errs))
-		r.b.Status, r.b.FailedAt, r.b.Errors = StatusFailed, now, errs
-		r.b.Total = 0
+		if err := ledger.Transition(r.b, StatusFailed, now); err != nil {
+			return false, err
+		}
+		r.b.Errors, r.b.Total = errs, 0
 		return false, r.p.ledger.Put(r.b)
 	}
-	r.b.Status, r.b.InProgressAt = StatusInProgress, now
+	if err := ledger.Transition(r.b, StatusInProgress, now); err != nil {
+		return false, err
+	}
 	return true, r.p.ledger.Put(r.b)
 }
 
@@ -951,8 +963,10 @@ func (r *run) write() error {
 // record changed.
 func (r *run) statusChange() bool {
 	if r.b.Status == StatusInProgress && errors.Is(context.Cause(r.reqCtx), errCancelled) && r.runCtx.Err() == nil {
-		r.b.Status = StatusCancelling
-		r.b.CancellingAt = r.p.cfg.Now().Unix()
+		if err := ledger.Transition(r.b, StatusCancelling, r.p.cfg.Now().Unix()); err != nil {
+			r.log.Error("batch not cancelling", "error", err)
+			return false
+		}
 		r.log.Info("batch cancelling")
 		return true
 	}
@@ -997,6 +1011,9 @@ func (r *run) commit() error {
 	if err := r.errW.Flush(); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
+	if err := failpoint.Inject(failpoint.ResultsSync); err != nil {
+		return fmt.Errorf("sync results: %w", err)
+	}
 	if r.outDirty {
 		if err := r.outF.Sync(); err != nil {
 			return fmt.Errorf("sync results: %w", err)
@@ -1009,7 +1026,13 @@ func (r *run) commit() error {
 		}
 		r.errDir = false
 	}
+	if err := failpoint.Inject(failpoint.LedgerCommit); err != nil {
+		return fmt.Errorf("commit results: %w", err)
+	}
 	if err := r.p.ledger.Commit(r.b, r.done, false); err != nil {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.AfterCommit); err != nil {
 		return err
 	}
 	if r.track && len(r.committing) > 0 {
@@ -1055,8 +1078,13 @@ func (r *run) finalize(ctx context.Context) error {
 		final = StatusExpired
 	}
 	now := p.cfg.Now().Unix()
-	b.Status, b.FinalizingAt = StatusFinalizing, now
+	if err := ledger.Transition(b, StatusFinalizing, now); err != nil {
+		return err
+	}
 	if err := p.ledger.Put(b); err != nil {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.AfterFinalizing); err != nil {
 		return err
 	}
 	if err := r.outF.Sync(); err != nil {
@@ -1076,20 +1104,17 @@ func (r *run) finalize(ctx context.Context) error {
 		}
 		*f.dst = st.ModTime().UnixNano()
 	}
-	b.Status = final
-	switch final {
-	case StatusCompleted:
-		b.CompletedAt = now
-	case StatusCancelled:
-		b.CancelledAt = now
-	case StatusExpired:
-		b.ExpiredAt = now
+	if err := ledger.Transition(b, final, now); err != nil {
+		return err
 	}
 	obj, err := p.batchObject(r.job, b, r.rate())
 	if err != nil {
 		return err
 	}
 	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Object: obj, Batch: snapshot(b)}); err != nil {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.FinalStatus); err != nil {
 		return err
 	}
 	if err := p.ledger.Put(b); err != nil {

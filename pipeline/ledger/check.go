@@ -51,30 +51,6 @@ func (r *CheckReport) add(batch, field, format string, args ...any) {
 	r.Problems = append(r.Problems, Problem{Batch: batch, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// statusTime names the timestamp each status must have set.
-var statusTime = map[string]struct {
-	field string
-	at    func(*Batch) int64
-}{
-	"validating":  {"created_at", func(b *Batch) int64 { return b.CreatedAt }},
-	"in_progress": {"in_progress_at", func(b *Batch) int64 { return b.InProgressAt }},
-	"finalizing":  {"finalizing_at", func(b *Batch) int64 { return b.FinalizingAt }},
-	"cancelling":  {"cancelling_at", func(b *Batch) int64 { return b.CancellingAt }},
-	"completed":   {"completed_at", func(b *Batch) int64 { return b.CompletedAt }},
-	"failed":      {"failed_at", func(b *Batch) int64 { return b.FailedAt }},
-	"expired":     {"expired_at", func(b *Batch) int64 { return b.ExpiredAt }},
-	"cancelled":   {"cancelled_at", func(b *Batch) int64 { return b.CancelledAt }},
-}
-
-// terminal reports whether status is one a batch ends in.
-func terminal(status string) bool {
-	switch status {
-	case "completed", "failed", "expired", "cancelled":
-		return true
-	}
-	return false
-}
-
 // Check verifies, without changing it, the ledger file at path: bbolt's own
 // consistency check, and the ledger's invariants. For each batch: its
 // record decodes under its own id; its done set counts completed + failed
@@ -191,7 +167,7 @@ func checkBatch(b *Batch, set *bolt.Bucket, opts CheckOptions, rep *CheckReport)
 	}
 	if st, ok := statusTime[b.Status]; !ok {
 		rep.add(id, "status", "unknown status %q", b.Status)
-	} else if st.at(b) == 0 {
+	} else if *st.at(b) == 0 {
 		rep.add(id, st.field, "not set, but the status is %s", b.Status)
 	}
 	if b.Completed < 0 || b.Failed < 0 || b.Completed+b.Failed > b.Total {

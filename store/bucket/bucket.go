@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher"
@@ -308,8 +309,14 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 		}
 		return err
 	}
+	if err := failpoint.Inject(failpoint.BucketCommit); err != nil {
+		return err
+	}
 	pub, err := b.Commit(ctx, s.name, s.etag, s3.Publication{Owner: b.Owner(), Objects: staged})
 	if err != nil {
+		return err
+	}
+	if err := failpoint.Inject(failpoint.BucketInstall); err != nil {
 		return err
 	}
 	if pub.Owner != b.Owner() {

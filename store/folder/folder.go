@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/watcher"
@@ -184,6 +185,9 @@ func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 		if err := fsx.SyncDir(s.outbox); err != nil {
 			return err
 		}
+		if err := failpoint.Inject(failpoint.FolderPublishObject); err != nil {
+			return err
+		}
 	}
 	if err := fsx.WriteFile(s.outPath(watcher.SuffixBatch), r.Object, true); err != nil {
 		return err
@@ -242,6 +246,9 @@ func (s *Store) Retire(context.Context) error {
 			return err
 		}
 	}
+	if err := failpoint.Inject(failpoint.FolderRetireOptions); err != nil {
+		return err
+	}
 	return FinishRetire(s.name, raw)
 }
 
@@ -257,8 +264,10 @@ func (s *Store) stillOpened() bool {
 
 // FinishRetire finishes the retire of batch name from its record: the
 // options file moves to done/ if it still has the content the input ran
-// with and the input left the inbox, and the cancel request is removed. It is idempotent; the pipeline
-// calls it through Recover for records a crash left.
+// with and the input left the inbox (a crash before the input moved
+// leaves both: the input runs again, with its options, and retires then),
+// and the cancel request is removed. It is idempotent; the pipeline calls
+// it through Recover for records a crash left.
 func FinishRetire(name string, record []byte) error {
 	rec, err := decodeRetiring(record)
 	if err != nil {
