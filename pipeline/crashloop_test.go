@@ -42,6 +42,9 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 				return openaitest.Fault{}
 			}
 			poisons.Add(1)
+			if phase.Load() == 3 {
+				return openaitest.Fault{} // fixed: the retry's run answers
+			}
 			if phase.Load() == 2 {
 				alone.Store(true)
 				defer alone.Store(false)
@@ -127,6 +130,18 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	if len(errs) != 1 || *errs[0].CustomID != "poison" || errs[0].Error == nil || errs[0].Error.Code != pipeline.CodeEngineCrashed ||
 		!strings.Contains(errs[0].Error.Message, "not run again") || errs[0].Line != 11 {
 		t.Fatalf("errors file: %+v", errs)
+	}
+	e.check("crashy", "jsonl")
+
+	// A retry (POST /v1/batches/{id}/retry) runs it once more, alone.
+	phase.Store(3)
+	retry := e.drop("crashy", "jsonl", content, "")
+	retry.RetryFailed = true
+	if o := e.run(retry); o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 21 || o.RequestCounts.Failed != 0 {
+		t.Fatalf("retry: %s %+v", o.Status, o.RequestCounts)
+	}
+	if n := poisons.Load(); n != 4 {
+		t.Fatalf("the retry sent the poison %d times in all, want 4", n)
 	}
 	e.check("crashy", "jsonl")
 }

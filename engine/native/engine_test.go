@@ -326,9 +326,10 @@ func TestEmbeddingPoolingOverride(t *testing.T) {
 	}
 }
 
-// Batch invariance: 64 mixed greedy requests (chat and completions, short
-// and long prompts, different lengths, with logprobs) give identical tokens
-// and logprobs alone, all together, and after a restart.
+// Batch invariance: 64 mixed requests (chat and completions, greedy and
+// seeded sampling, short and long prompts, different lengths, with logprobs)
+// give identical tokens and logprobs alone, all together, and after a
+// restart.
 func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
 	bodies := make([]struct{ endpoint, body string }, 64)
 	words := strings.Fields(demoCorpus)
@@ -340,6 +341,9 @@ func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
 		} else {
 			bodies[i].endpoint = engine.EndpointCompletions
 			bodies[i].body = fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"logprobs":2,"ignore_eos":true}`, prompt, 4+i%11)
+		}
+		if i%4 == 1 || i%4 == 2 { // seeded sampling: its draws too must not depend on the batch
+			bodies[i].body = strings.Replace(bodies[i].body, "{", fmt.Sprintf(`{"temperature":0.9,"top_p":0.95,"seed":%d,`, 1000+i), 1)
 		}
 	}
 	choices := func(e *Engine, i int) string {
