@@ -9,9 +9,11 @@
 // outage handling: when every attempt fails for a while the engine pauses,
 // holds its callers and probes GET {base}/models until a replica answers,
 // instead of failing every request of every batch. Failures end a request
-// only when they are its own (see Config.MaxRetries), and a watchdog
-// reports the engine hung while requests get no response byte (see
-// Config.HangAfter).
+// only when they are its own (see Config.MaxRetries): shown by other
+// requests the replica served meanwhile, or, for the only request left, by
+// a health check that re-sends an earlier request that succeeded
+// (healthcheck.go). A watchdog reports the engine hung while requests get
+// no response byte (see Config.HangAfter).
 //
 // It implements engine.Engine and engine.StatsReporter. It must import only
 // the engine package from batchd: never pipeline, daemon or watcher.

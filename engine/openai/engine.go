@@ -45,8 +45,8 @@ var (
 // Do holds callers while the remote engine is wholly down (see Config.DownAfter)
 // and resumes them when a probe or a request gets an answer, so an outage
 // pauses batches instead of failing their requests. A request fails with
-// engine.ErrUnavailable only when its retries run out while other requests
-// show the remote engine is up (see Config.MaxRetries).
+// engine.ErrUnavailable only when its retries run out while other requests,
+// or a health check, show the remote engine is up (see Config.MaxRetries).
 type Engine struct {
 	cfg       Config
 	logger    *slog.Logger
@@ -60,6 +60,7 @@ type Engine struct {
 	active    atomic.Int64 // Do calls past enter, held ones included
 	retries   atomic.Int64 // attempts that repeated an earlier one (Stats)
 	hung      atomic.Bool  // set and cleared by watch (Stats)
+	samples   samples      // known-good bodies for health checks
 	jitter    func(n int64) int64
 
 	ctx    context.Context // private: cancelled by Close
@@ -312,7 +313,11 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	}
 	resp, err := c.send(callCtx, client, body)
 	if err == nil {
-		return c.result(resp)
+		res, err := c.result(resp)
+		if err == nil && res.StatusCode < 300 {
+			e.samples.keep(req.Endpoint, body, time.Now())
+		}
+		return res, err
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return nil, ctxErr
@@ -339,6 +344,8 @@ type call struct {
 	attempts int
 	streak   int      // attempts since the call last waited for the engine to come back
 	strikes  int      // attempts that count against this request (see checkRetry)
+	checked  int      // strikes shown by a health check
+	warned   bool     // that no health check could be sent
 	seen     []uint64 // pool.served when the previous attempt ended
 	last     string   // the latest attempt's status or error
 	reason   string   // why the call gave up
@@ -368,12 +375,15 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 //   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
 //     whose body is not JSON) is a strike only when the replica that failed
 //     it answered another request since this one's previous attempt, or
-//     when this is the only request left and it already has a strike, and
-//     never when the connection could not be made (refused, unreachable): a
-//     request the server fails while serving others is the request's fault,
-//     and does not count against the engine's health. Otherwise it is an
-//     outage (pool.failed counts it towards DownAfter), and while the
-//     engine is down the call waits for it to come back before trying again.
+//     when this is the only request left and it already has a strike, or
+//     when this is the only request left, the server answered it (a 5xx or
+//     a 2xx that is not JSON) and a health check (see healthCheck) shows
+//     the replica serving a known-good request; and never when the
+//     connection could not be made (refused, unreachable): a request the
+//     server fails while serving others is the request's fault, and does
+//     not count against the engine's health. Otherwise it is an outage
+//     (pool.failed counts it towards DownAfter), and while the engine is
+//     down the call waits for it to come back before trying again.
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
@@ -409,17 +419,30 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	others := pool.servedSince(c.replica, c.seen)
 	c.seen = pool.served(c.seen)
-	// A connection that could not be made never reached the server, so it
-	// says nothing about this request: it is always the engine's failure.
-	if !unreached(err) && (others || (c.strikes > 0 && c.e.active.Load() == 1)) {
+	alone := c.e.active.Load() == 1
+	switch {
+	case unreached(err):
+		// A connection that could not be made never reached the server,
+		// so it says nothing about this request: it is always the
+		// engine's failure.
+		pool.failed(c.replica, c.last)
+	case others || (c.strikes > 0 && alone):
 		// The request's fault, not the engine's: it does not count
 		// towards taking the engine down.
 		c.strikes++
-	} else {
+	case err == nil && alone && c.serverUp(ctx):
+		c.strikes++
+		c.checked++
+	case ctx.Err() != nil: // cancelled during the health check
+		return false, ctx.Err()
+	default:
 		pool.failed(c.replica, c.last)
 	}
 	if c.strikes > c.e.cfg.MaxRetries {
 		c.reason = fmt.Sprintf("%d failed while the remote engine answered other requests", c.strikes)
+		if c.checked > 0 {
+			c.reason = fmt.Sprintf("%d failed while the remote engine answered other requests or a health check", c.strikes)
+		}
 		return false, errors.New(c.last)
 	}
 	waited, werr := pool.waitUp(ctx, c.e.ctx.Done(), errClosed)
@@ -431,6 +454,26 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		c.seen = pool.served(c.seen)
 	}
 	return true, nil
+}
+
+// serverUp sends a health check to the replica that just failed this call,
+// the only request left, and reports whether it served it. Without a
+// known-good body for the endpoint (nothing has succeeded on it yet) it
+// warns, once per call, that the call waits as in an outage.
+func (c *call) serverUp(ctx context.Context) bool {
+	body := c.e.samples.get(c.endpoint)
+	if body == nil {
+		if !c.warned {
+			c.warned = true
+			c.e.logger.Warn("request fails with nothing else running and no earlier request succeeded to check the server with; waiting as in an outage until it succeeds or its batch is cancelled",
+				keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "last", c.last)
+		}
+		return false
+	}
+	up, got := c.e.healthCheck(ctx, c.replica, c.endpoint, body)
+	c.e.logger.Debug("health check with an earlier request that succeeded",
+		keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "up", up, "health_check", got)
+	return up
 }
 
 // backoff is the go-retryablehttp Backoff; it is called only before a

@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -224,3 +225,25 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// checkPoisonGaveUp fails t unless err is the give-up of the request with
+// custom_id "poison", answered "cannot run this", after want attempts, for
+// the reason why; unless it was sent want times (posts); and unless the
+// engine warned of it once.
+func checkPoisonGaveUp(t *testing.T, err error, logs *logStore, posts int64, want int, why string) {
+	t.Helper()
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("poison request: err = %v, want engine.ErrUnavailable", err)
+	}
+	for _, s := range []string{fmt.Sprintf("gave up after %d attempts", want), why, "cannot run this", `"poison"`} {
+		if !contains(err.Error(), s) {
+			t.Errorf("err = %q, want it to mention %q", err, s)
+		}
+	}
+	if posts != int64(want) {
+		t.Errorf("the poison request was sent %d times, want %d", posts, want)
+	}
+	if w := logs.find("request failed after retries"); len(w) != 1 || w[0].attrs[keyCustomID] != "poison" {
+		t.Errorf("give-up warnings = %v, want one for custom_id poison", w)
+	}
+}
