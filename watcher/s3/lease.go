@@ -37,8 +37,11 @@ type Lease struct {
 	key  string
 	body leaseBody
 
-	mu   sync.Mutex
-	etag string // the lease object's ETag as this daemon last wrote it
+	// renewing serializes renewals: each must match the ETag the one
+	// before it wrote.
+	renewing sync.Mutex
+	mu       sync.Mutex
+	etag     string // the lease object's ETag as this daemon last wrote it
 	// Resumed tells that the claim took over an expired lease: a batch
 	// another daemon started.
 	Resumed bool
@@ -89,7 +92,7 @@ func (b *Bucket) Claim(ctx context.Context, name, key, etag string) (*Lease, err
 func (l *Lease) put(ctx context.Context, opts minio.PutObjectOptions) error {
 	data, _ := json.Marshal(l.body)
 	opts.ContentType = "application/json"
-	info, err := l.b.client.PutObject(ctx, l.b.bucket, l.key, bytes.NewReader(data), int64(len(data)), opts)
+	info, err := l.b.leases.PutObject(ctx, l.b.bucket, l.key, bytes.NewReader(data), int64(len(data)), opts)
 	if err != nil {
 		return l.b.classify("write lease "+l.b.URL(l.key), err)
 	}
@@ -101,7 +104,7 @@ func (l *Lease) put(ctx context.Context, opts minio.PutObjectOptions) error {
 
 func (b *Bucket) readLease(ctx context.Context, key string) (leaseBody, string, error) {
 	var lb leaseBody
-	obj, err := b.client.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
+	obj, err := b.leases.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return lb, "", b.classify("read lease", err)
 	}
@@ -122,8 +125,14 @@ func (b *Bucket) readLease(ctx context.Context, key string) (leaseBody, string, 
 }
 
 // Renew extends the lease by the TTL, only if it is still the object this
-// daemon last wrote (If-Match); otherwise it returns ErrLeaseLost.
+// daemon last wrote (If-Match); otherwise it returns ErrLeaseLost. One
+// attempt gives up after RenewTimeout, so that a caller has time to try
+// again before the lease lapses. Concurrent calls run one after another.
 func (l *Lease) Renew(ctx context.Context) error {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, l.RenewTimeout())
+	defer cancel()
 	l.mu.Lock()
 	tag := l.etag
 	l.body.Expires = time.Now().Add(l.b.cfg.LeaseTTL).UnixMilli()
@@ -152,7 +161,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !mine {
 		return nil
 	}
-	if err := l.b.client.RemoveObject(ctx, l.b.bucket, l.key, minio.RemoveObjectOptions{}); err != nil {
+	if err := l.b.leases.RemoveObject(ctx, l.b.bucket, l.key, minio.RemoveObjectOptions{}); err != nil {
 		return l.b.classify("release lease", err)
 	}
 	return nil
@@ -160,3 +169,10 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // TTL is the lease's time to live; renew well within it.
 func (l *Lease) TTL() time.Duration { return l.b.cfg.LeaseTTL }
+
+// RenewTimeout bounds one renewal attempt: a quarter of the TTL, so that
+// an owner renewing every TTL/3 whose attempt hangs has time for another
+// whole attempt before the lease lapses.
+func (l *Lease) RenewTimeout() time.Duration { return renewTimeout(l.b.cfg.LeaseTTL) }
+
+func renewTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
