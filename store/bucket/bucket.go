@@ -85,6 +85,11 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		cfg.Logger = slog.Default()
 	}
 	b := cfg.Bucket
+	if code, msg := watcher.CheckName(name); code != "" {
+		// The watcher refuses such inputs (OpenRefused): no key derived
+		// from a name may leave its prefix.
+		return nil, fmt.Errorf("open %s: %s", b.URL(key), msg)
+	}
 	s := &Store{cfg: cfg, b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag,
 		optKey: b.InboxKey(name + watcher.SuffixOptions), cancelKey: b.InboxKey(name + watcher.SuffixCancel)}
 	lease, err := b.Claim(ctx, name, key, etag)
@@ -339,15 +344,23 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 		return err
 	}
 	if r.Output == "" {
-		// A failed batch has no results: an earlier batch's of the same
-		// name must not pass for its own.
-		for _, f := range files {
-			if err := b.Remove(ctx, b.OutboxKey(s.name+f.suffix)); err != nil {
-				return err
-			}
+		if err := removeResults(ctx, b, s.name); err != nil {
+			return err
 		}
 	}
 	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+watcher.SuffixOutput)))
+	return nil
+}
+
+// removeResults removes batch name's result objects from the outbox: a
+// failed batch has none, and an earlier batch's of the same name must not
+// pass for its own.
+func removeResults(ctx context.Context, b *s3.Bucket, name string) error {
+	for _, suffix := range []string{watcher.SuffixOutput, watcher.SuffixErrors} {
+		if err := b.Remove(ctx, b.OutboxKey(name+suffix)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -20,6 +20,7 @@ const (
 	dirInbox       = "inbox"
 	dirOutbox      = "outbox"
 	dirDone        = "done"
+	dirRejected    = "rejected"
 	dirLeases      = ".batchd/leases"
 	dirCheckpoints = ".batchd/checkpoints"
 )
@@ -112,10 +113,12 @@ func (b *Bucket) Key(dir, name string) string {
 	return b.prefix + "/" + dir + "/" + name
 }
 
-// InboxKey, OutboxKey and DoneKey name objects of the file contract.
-func (b *Bucket) InboxKey(base string) string  { return b.Key(dirInbox, base) }
-func (b *Bucket) OutboxKey(base string) string { return b.Key(dirOutbox, base) }
-func (b *Bucket) DoneKey(base string) string   { return b.Key(dirDone, base) }
+// InboxKey, OutboxKey, DoneKey and RejectedKey name objects of the file
+// contract (rejected/ holds refused inputs, as DATA/rejected/ does).
+func (b *Bucket) InboxKey(base string) string    { return b.Key(dirInbox, base) }
+func (b *Bucket) OutboxKey(base string) string   { return b.Key(dirOutbox, base) }
+func (b *Bucket) DoneKey(base string) string     { return b.Key(dirDone, base) }
+func (b *Bucket) RejectedKey(base string) string { return b.Key(dirRejected, base) }
 
 // URL names an object for logs and errors.
 func (b *Bucket) URL(key string) string { return "s3://" + path.Join(b.bucket, key) }
