@@ -146,7 +146,7 @@ func TestBucketFiftyInputs(t *testing.T) {
 
 // Two daemons on one bucket: every input runs on one of them, and its
 // outputs are exactly once. The lease (10 s, renewed every 3.3 s by a
-// goroutine no upload holds up, each attempt giving up after 2.5 s) holds on
+// goroutine no upload holds up, each attempt giving up after 3 s) holds on
 // a loaded machine; should one still lapse, the daemon taking over re-runs
 // only what no checkpoint holds: at most the input's 5 lines per takeover.
 func TestBucketTwoDaemonsShareOneBucket(t *testing.T) {

@@ -417,8 +417,11 @@ func (s *Store) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// An attempt is not cut short by ctx (it is bounded by
+		// RenewTimeout): one cut short may still be applied, and Release
+		// must know the lease's last ETag.
 		start := time.Now()
-		err := s.lease.Renew(ctx)
+		err := s.lease.Renew(context.WithoutCancel(ctx))
 		switch {
 		case err == nil:
 			renewed = start
@@ -431,7 +434,7 @@ func (s *Store) renew(ctx context.Context) {
 			return
 		default:
 			s.log.Warn("renew lease; trying again", "error", err, "last_renewed_ago", time.Since(renewed).Round(time.Millisecond), "ttl", ttl)
-			t.Reset(ttl / 24)
+			t.Reset(ttl / 30)
 		}
 	}
 }

@@ -140,25 +140,63 @@ func (l *Lease) Renew(ctx context.Context) error {
 	var opts minio.PutObjectOptions
 	opts.SetMatchETag(tag)
 	err := l.put(ctx, opts)
+	if errors.Is(err, ErrPrecondition) {
+		// An earlier attempt that gave up may have been applied all the
+		// same: the object is then still this claim's, at an ETag this
+		// daemon never saw.
+		if ok, aerr := l.adopt(ctx); aerr != nil {
+			return aerr
+		} else if ok {
+			opts = minio.PutObjectOptions{}
+			opts.SetMatchETag(l.currentETag())
+			err = l.put(ctx, opts)
+		}
+	}
 	if errors.Is(err, ErrPrecondition) || IsNotFound(err) {
 		return fmt.Errorf("renew lease %s: %w", l.b.URL(l.key), ErrLeaseLost)
 	}
 	return err
 }
 
+// mine tells whether the lease object cur is this claim's: this daemon's,
+// on the same input version (a daemon runs each name once at a time).
+func (l *Lease) mine(cur leaseBody) bool {
+	return cur.Owner == l.b.cfg.Owner && cur.Input == l.body.Input && cur.ETag == l.body.ETag
+}
+
+// adopt takes the ETag of the lease object when it is still this claim's.
+func (l *Lease) adopt(ctx context.Context) (bool, error) {
+	cur, tag, err := l.b.readLease(ctx, l.key)
+	if IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil || !l.mine(cur) {
+		return false, err
+	}
+	l.mu.Lock()
+	l.etag = tag
+	l.mu.Unlock()
+	return true, nil
+}
+
+func (l *Lease) currentETag() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.etag
+}
+
 // Release removes the lease if it is still this daemon's.
 func (l *Lease) Release(ctx context.Context) error {
-	cur, tag, err := l.b.readLease(ctx, l.key)
+	cur, _, err := l.b.readLease(ctx, l.key)
 	if IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	mine := tag == l.etag && cur.Owner == l.b.cfg.Owner
-	l.mu.Unlock()
-	if !mine {
+	// Judged by content, not by ETag: a renewal that gave up may have
+	// been applied.
+	if !l.mine(cur) {
 		return nil
 	}
 	if err := l.b.leases.RemoveObject(ctx, l.b.bucket, l.key, minio.RemoveObjectOptions{}); err != nil {
@@ -170,9 +208,10 @@ func (l *Lease) Release(ctx context.Context) error {
 // TTL is the lease's time to live; renew well within it.
 func (l *Lease) TTL() time.Duration { return l.b.cfg.LeaseTTL }
 
-// RenewTimeout bounds one renewal attempt: a quarter of the TTL, so that
-// an owner renewing every TTL/3 whose attempt hangs has time for another
-// whole attempt before the lease lapses.
+// RenewTimeout bounds one renewal attempt: 3/10 of the TTL, so that an
+// owner renewing every TTL/3 whose attempt hangs has time for another
+// whole attempt (TTL/30 later) before the lease lapses, and a slow server
+// as much time as that allows.
 func (l *Lease) RenewTimeout() time.Duration { return renewTimeout(l.b.cfg.LeaseTTL) }
 
-func renewTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
+func renewTimeout(ttl time.Duration) time.Duration { return ttl * 3 / 10 }
