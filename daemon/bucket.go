@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/s3"
@@ -90,6 +91,32 @@ func (br *bucketRunner) run(ctx context.Context, ev watcher.Event) error {
 	}
 	br.d.notifyEnd(ended)
 	return nil
+}
+
+// refuse fails an inbox object the watcher refused (watcher.Refused: a
+// name batchd cannot use), without reading it: a failed NAME.batch.json
+// under the safe name in the outbox, the object moved to rejected/. A
+// failure is retried at the next listing; once moved, the object is not
+// delivered again.
+func (br *bucketRunner) refuse(ev watcher.Event) {
+	ctx := br.d.runCtx
+	st, err := bucket.OpenRefused(ctx, br.cfg, ev.Name, ev.Path, ev.Version)
+	if err == nil && st == nil {
+		return
+	}
+	if err == nil {
+		br.log.Warn("inbox object refused", "key", ev.Path, "name", ev.Name, "code", ev.Code, "error", ev.Message)
+		var b *ledger.Batch
+		b, err = br.d.pipe.Refuse(ctx, pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, st.Identity(), ev.Code, ev.Message)
+		st.Close()
+		if err == nil {
+			br.d.notifyEnd(b)
+			return
+		}
+	}
+	if ctx.Err() == nil {
+		br.log.Error("failing a refused input failed; it is retried on the next listing", "name", ev.Name, "key", ev.Path, "error", err)
+	}
 }
 
 // FetchBucketBatch downloads batch name's input (from done/, or inbox/

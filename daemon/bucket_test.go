@@ -2,20 +2,24 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/notification"
 
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/watcher"
 )
 
 // bucketEnv is a MinIO server with one bucket, and a stand-in engine.
@@ -140,27 +144,63 @@ func TestBucketFiftyInputs(t *testing.T) {
 	}
 }
 
-// Two daemons on one bucket: every input runs on exactly one of them.
+// Two daemons on one bucket: every input runs on one of them, and its
+// outputs are exactly once. The lease (10 s, renewed every 3.3 s by a
+// goroutine no upload holds up, each attempt giving up after 3 s) holds on
+// a loaded machine; should one still lapse, the daemon taking over re-runs
+// only what no checkpoint holds: at most the input's 5 lines per takeover.
 func TestBucketTwoDaemonsShareOneBucket(t *testing.T) {
 	e := newBucketEnv(t, openaitest.Options{})
 	a, b := e.bucketConfig("a"), e.bucketConfig("b")
+	a.S3.LeaseTTL, b.S3.LeaseTTL = 10*time.Second, 10*time.Second
 	e.open(a)
 	e.open(b)
-	for i := range 40 {
-		e.put(fmt.Sprintf("jobs/inbox/s%02d.jsonl", i), chatBatch(5, fmt.Sprintf("s%02d", i)))
+	const inputs, lines = 40, 5
+	for i := range inputs {
+		e.put(fmt.Sprintf("jobs/inbox/s%02d.jsonl", i), chatBatch(lines, fmt.Sprintf("s%02d", i)))
 	}
-	for i := range 40 {
+	for i := range inputs {
 		name := fmt.Sprintf("s%02d", i)
 		e.waitPublished(name, 60*time.Second)
-		e.bucketCheck(a, name)
-	}
-	if got := e.srv.Requests(); got != 200 {
-		t.Fatalf("engine saw %d requests for 200 lines: some input ran twice (or not at all)", got)
+		if rep := e.bucketCheck(a, name); rep.OutputLines != lines {
+			t.Fatalf("%s: %+v", name, rep)
+		}
 	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, "owner=a") || !strings.Contains(logs, "owner=b") {
 		t.Fatalf("both daemons should have connected:\n%s", logs)
 	}
+	takeovers := strings.Count(logs, "took over an expired lease")
+	got := int(e.srv.Requests())
+	t.Logf("engine requests %d for %d lines; leases taken over %d; slowest renewal %s", got, inputs*lines, takeovers, slowestRenewal(logs))
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "lease") && !strings.Contains(line, "level=DEBUG") {
+			t.Log(line)
+		}
+	}
+	if got < inputs*lines || got > inputs*lines+takeovers*lines {
+		t.Fatalf("engine saw %d requests for %d lines with %d leases taken over: work ran twice beyond what a takeover re-runs (or not at all)",
+			got, inputs*lines, takeovers)
+	}
+}
+
+// slowestRenewal is the longest "lease renewed" took= in a daemon log.
+func slowestRenewal(logs string) time.Duration {
+	var slowest time.Duration
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `msg="lease renewed"`) {
+			continue
+		}
+		_, took, ok := strings.Cut(line, " took=")
+		if !ok {
+			continue
+		}
+		took, _, _ = strings.Cut(took, " ")
+		if d, err := time.ParseDuration(took); err == nil {
+			slowest = max(slowest, d)
+		}
+	}
+	return slowest
 }
 
 // MinIO restarted in the middle of a batch: the daemon reconnects and
@@ -356,5 +396,73 @@ func TestBucketStaleCancelRemoved(t *testing.T) {
 	e.waitPublished("gone", 60*time.Second)
 	if rep := e.bucketCheck(cfg, "gone"); rep.Status != "completed" {
 		t.Fatalf("%+v", rep)
+	}
+}
+
+// Inputs whose names batchd cannot use — in a nested prefix, too long for
+// the names derived from them, with a newline — are refused unread: a
+// failed NAME.batch.json under the safe name in the outbox, the object in
+// rejected/, nothing retried; the daemon goes on with other inputs.
+func TestBucketRefusesUnusableNames(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{})
+	a, b := e.bucketConfig("a"), e.bucketConfig("b")
+	e.open(a)
+	e.open(b)
+	long := strings.Repeat("L", 240)
+	refused := map[string]string{ // key under jobs/inbox/ → code
+		"sub/nested.jsonl": watcher.CodeInvalidName,
+		long + ".jsonl":    watcher.CodeNameTooLong,
+	}
+	for rest := range refused {
+		e.put("jobs/inbox/"+rest, chatBatch(2, "x"))
+	}
+	// MinIO may refuse such keys itself; batchd must when it does not.
+	for _, rest := range []string{"new\nline.json", "../up.jsonl", "/rooted.jsonl"} {
+		_, err := e.minio.Client().PutObject(context.Background(), e.bucket, "jobs/inbox/"+rest, strings.NewReader("{}"), 2, minio.PutObjectOptions{})
+		if err != nil {
+			t.Logf("MinIO refuses the key jobs/inbox/%q: %v", rest, err)
+			continue
+		}
+		refused[rest] = watcher.CodeInvalidName
+	}
+	e.put("jobs/inbox/after.jsonl", chatBatch(2, "after"))
+	for rest, code := range refused {
+		ext := path.Ext(rest)
+		safe := watcher.SafeName(strings.TrimSuffix(rest, ext))
+		waitFor(t, 60*time.Second, "refusal of "+rest, func() bool {
+			_, ok := e.minio.Get(e.bucket, "jobs/rejected/"+safe+ext)
+			return ok
+		})
+		data, ok := e.minio.Get(e.bucket, "jobs/outbox/"+safe+".batch.json")
+		var o pipeline.BatchObject
+		if !ok || json.Unmarshal(data, &o) != nil || o.Status != pipeline.StatusFailed || o.Errors == nil || len(o.Errors.Data) != 1 || o.Errors.Data[0].Code != code {
+			t.Fatalf("%q: batch object %s", rest, data)
+		}
+		if o.Batchd.InputFile != rest {
+			t.Fatalf("%q: input file %q", rest, o.Batchd.InputFile)
+		}
+		if _, ok := e.minio.Get(e.bucket, "jobs/inbox/"+rest); ok {
+			t.Fatalf("%q left in the inbox", rest)
+		}
+	}
+	e.waitPublished("after", 60*time.Second)
+	if rep := e.bucketCheck(a, "after"); rep.Status != "completed" {
+		t.Fatalf("after: %+v", rep)
+	}
+	// Nothing else was written: no key outside outbox/, done/, rejected/
+	// and batchd's own, none nested.
+	for _, k := range e.minio.Keys(e.bucket, "") {
+		rest, ok := strings.CutPrefix(k, "jobs/")
+		dir, base, _ := strings.Cut(rest, "/")
+		if !ok || dir != ".batchd" && (strings.Contains(base, "/") || dir != "outbox" && dir != "done" && dir != "rejected") {
+			t.Errorf("unexpected key %q", k)
+		}
+	}
+	logs := e.logs.String()
+	if n := strings.Count(logs, `msg="inbox object refused"`); n != len(refused) {
+		t.Fatalf("refused %d times, want %d (once each)", n, len(refused))
+	}
+	if strings.Contains(logs, "retried") || e.srv.Requests() != 2 {
+		t.Fatalf("retried, or the engine saw %d requests, want the 2 of after", e.srv.Requests())
 	}
 }

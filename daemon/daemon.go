@@ -385,6 +385,11 @@ func (d *Daemon) refuse(ev watcher.Event) {
 	}
 	d.active[ev.Name] = true
 	d.mu.Unlock()
+	if d.bucket != nil {
+		d.bucket.refuse(ev)
+		d.finished(ev)
+		return
+	}
 	st := folder.Refused(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Rejected)
 	identity, err := st.Identity()
 	var b *ledger.Batch

@@ -110,7 +110,8 @@ var MaxNameBytes = func() int {
 
 // CheckName reports why batch name cannot be used to name batchd's files:
 // a derived name too long (CodeNameTooLong), or a name that is not valid
-// UTF-8 or holds control characters such as a newline (CodeInvalidName).
+// UTF-8, holds control characters such as a newline, or a '/' (a bucket
+// key in a nested prefix) (CodeInvalidName).
 // It returns "" for a usable name.
 func CheckName(name string) (code, message string) {
 	switch {
@@ -118,6 +119,11 @@ func CheckName(name string) (code, message string) {
 		return CodeInvalidName, fmt.Sprintf("the name %q is not valid UTF-8; rename the file", name)
 	case strings.ContainsFunc(name, unicode.IsControl):
 		return CodeInvalidName, fmt.Sprintf("the name %q holds control characters (a newline, a tab, ...); rename the file", name)
+	case strings.Contains(name, "/"):
+		// Only a bucket key can hold one: inbox/a/b.jsonl, inbox//b.jsonl,
+		// inbox/../b.jsonl. Batch names are flat, so that no derived key
+		// leaves the outbox, done/ or rejected/ prefix.
+		return CodeInvalidName, fmt.Sprintf("the name %q holds a '/': batch inputs go directly under inbox/, not in nested prefixes; move the object", name)
 	case len(name) > MaxNameBytes:
 		return CodeNameTooLong, fmt.Sprintf("the name is %d bytes long; batch names may have at most %d bytes, so that every file batchd derives from it (NAME.batch.json and its temporaries) fits the %d-byte file-name limit; rename the file",
 			len(name), MaxNameBytes, maxFileName)
@@ -130,8 +136,8 @@ const safePrefixBytes = 200
 
 // SafeName is the name the outputs of a refused batch take: name itself
 // when CheckName accepts it; otherwise its first bytes (at most 200, cut at
-// a character boundary, invalid UTF-8 dropped, control characters as '_',
-// leading dots dropped),
+// a character boundary, invalid UTF-8 dropped, control characters and '/'
+// as '_', leading dots dropped),
 // "~", and the first 8 hex digits of name's SHA-256, so that different
 // names keep different outputs.
 func SafeName(name string) string {
@@ -140,7 +146,7 @@ func SafeName(name string) string {
 	}
 	var b strings.Builder
 	for _, r := range strings.ToValidUTF8(name, "") {
-		if unicode.IsControl(r) {
+		if unicode.IsControl(r) || r == '/' {
 			r = '_'
 		}
 		if b.Len()+utf8.RuneLen(r) > safePrefixBytes {

@@ -65,16 +65,19 @@ type Store struct {
 	prog             *progress
 	runCtx           context.Context
 	stopRun          context.CancelCauseFunc
-	stopKeep         context.CancelFunc
-	keeper           sync.WaitGroup
-	keeperStopOnce   sync.Once
+	stopRenew        context.CancelFunc
+	renewer          sync.WaitGroup
+	renewerStopOnce  sync.Once
+	stopSave         context.CancelFunc
+	saver            sync.WaitGroup
+	saverStopOnce    sync.Once
 	published, ended bool
 }
 
 // Open claims batch name's input object key at version etag and prepares
 // it to run: a local copy of the input, its options, the checkpoint
-// sequence, and a keeper that renews the lease and uploads checkpoints and
-// progress until Publish or Close. It returns a nil Store and no error when
+// sequence, a goroutine that renews the lease until Close, and one that
+// uploads checkpoints and progress until Publish or Close. It returns a nil Store and no error when
 // there is nothing to run: the input is claimed by another daemon, was
 // replaced or removed, or its results were already published (Open then
 // finishes that publication and retires the input).
@@ -83,6 +86,11 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		cfg.Logger = slog.Default()
 	}
 	b := cfg.Bucket
+	if code, msg := watcher.CheckName(name); code != "" {
+		// The watcher refuses such inputs (OpenRefused): no key derived
+		// from a name may leave its prefix.
+		return nil, fmt.Errorf("open %s: %s", b.URL(key), msg)
+	}
 	s := &Store{cfg: cfg, b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag,
 		optKey: b.InboxKey(name + watcher.SuffixOptions), cancelKey: b.InboxKey(name + watcher.SuffixCancel)}
 	lease, err := b.Claim(ctx, name, key, etag)
@@ -104,12 +112,20 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		return nil, err
 	}
 	s.runCtx, s.stopRun = context.WithCancelCause(ctx)
-	var keepCtx context.Context
-	keepCtx, s.stopKeep = context.WithCancel(s.runCtx)
-	s.keeper.Add(1)
+	// Renewal has a goroutine of its own, so that no upload of checkpoints
+	// or progress (slow under load) can hold it up past the TTL.
+	var renewCtx, saveCtx context.Context
+	renewCtx, s.stopRenew = context.WithCancel(s.runCtx)
+	saveCtx, s.stopSave = context.WithCancel(s.runCtx)
+	s.renewer.Add(1)
 	go func() {
-		defer s.keeper.Done()
-		s.keep(keepCtx)
+		defer s.renewer.Done()
+		s.renew(renewCtx)
+	}()
+	s.saver.Add(1)
+	go func() {
+		defer s.saver.Done()
+		s.save(saveCtx)
 	}()
 	return s, nil
 }
@@ -196,7 +212,8 @@ func (s *Store) CancelRequested() bool { return s.cancelRequested }
 // lease is released unless it was lost (the run's error is then dropped:
 // the batch belongs to another daemon). It returns runErr otherwise.
 func (s *Store) Close(runErr error) error {
-	s.stopKeeper()
+	s.stopSaver()
+	s.stopRenewer()
 	lost := errors.Is(context.Cause(s.runCtx), ErrLeaseLost) || errors.Is(runErr, ErrLeaseLost)
 	s.stopRun(nil)
 	defer os.RemoveAll(s.dir)
@@ -223,10 +240,17 @@ func (s *Store) release(ctx context.Context) {
 	}
 }
 
-func (s *Store) stopKeeper() {
-	s.keeperStopOnce.Do(func() {
-		s.stopKeep()
-		s.keeper.Wait()
+func (s *Store) stopRenewer() {
+	s.renewerStopOnce.Do(func() {
+		s.stopRenew()
+		s.renewer.Wait()
+	})
+}
+
+func (s *Store) stopSaver() {
+	s.saverStopOnce.Do(func() {
+		s.stopSave()
+		s.saver.Wait()
 	})
 }
 
@@ -262,24 +286,25 @@ func (s *Store) Resume(ctx context.Context, yield func(pipeline.Committed) error
 }
 
 // Checkpoint implements pipeline.Store: the lines go to a local file that
-// the keeper uploads as the next checkpoint object.
+// the saver uploads as the next checkpoint object.
 func (s *Store) Checkpoint(lines []pipeline.Committed) error { return s.cp.add(lines) }
 
-// Progress implements pipeline.Store: the keeper uploads the latest object
+// Progress implements pipeline.Store: the saver uploads the latest object
 // at its next tick, conditionally (see progress).
 func (s *Store) Progress(_ context.Context, object []byte) error {
 	s.prog.set(object)
 	return nil
 }
 
-// Publish implements pipeline.Store: it stops the keeper, stages the result
-// files and the object under this daemon's staging keys, renews the lease,
+// Publish implements pipeline.Store: it stops the saver, stages the result
+// files and the object under this daemon's staging keys (the lease is
+// renewed all the while, however long the uploads take), renews the lease,
 // creates the publication record (only if none exists) and installs the
 // record's objects in the outbox. A daemon that lost its lease cannot get
 // past the renewal or the record (ErrLeaseLost); whoever finds a record
 // whose publisher died installs it.
 func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
-	s.stopKeeper()
+	s.stopSaver()
 	b := s.b
 	staged := map[string]string{}
 	files := []struct{ suffix, src, ct string }{
@@ -326,15 +351,23 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 		return err
 	}
 	if r.Output == "" {
-		// A failed batch has no results: an earlier batch's of the same
-		// name must not pass for its own.
-		for _, f := range files {
-			if err := b.Remove(ctx, b.OutboxKey(s.name+f.suffix)); err != nil {
-				return err
-			}
+		if err := removeResults(ctx, b, s.name); err != nil {
+			return err
 		}
 	}
 	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+watcher.SuffixOutput)))
+	return nil
+}
+
+// removeResults removes batch name's result objects from the outbox: a
+// failed batch has none, and an earlier batch's of the same name must not
+// pass for its own.
+func removeResults(ctx context.Context, b *s3.Bucket, name string) error {
+	for _, suffix := range []string{watcher.SuffixOutput, watcher.SuffixErrors} {
+		if err := b.Remove(ctx, b.OutboxKey(name+suffix)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -382,34 +415,58 @@ func (s *Store) Retire(ctx context.Context) error {
 	return b.Unpublish(ctx, s.name, s.etag)
 }
 
-// keep renews the lease and uploads checkpoints and progress until ctx
-// ends; a lost lease stops the run.
-func (s *Store) keep(ctx context.Context) {
-	renew := time.NewTicker(s.lease.TTL() / 3)
-	defer renew.Stop()
-	save := time.NewTicker(s.cfg.CheckpointInterval)
-	defer save.Stop()
+// renew renews the lease every TTL/3 until ctx ends, and sooner again
+// after a failed attempt (each gives up after Lease.RenewTimeout); a lost
+// lease stops the run.
+func (s *Store) renew(ctx context.Context) {
+	ttl := s.lease.TTL()
+	t := time.NewTimer(ttl / 3)
+	defer t.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-renew.C:
-			if err := s.lease.Renew(ctx); err != nil {
-				if errors.Is(err, s3.ErrLeaseLost) {
-					s.stopRun(ErrLeaseLost)
-					return
-				}
-				if ctx.Err() == nil {
-					s.log.Warn("renew lease", "error", err)
-				}
-			}
-		case <-save.C:
-			if err := s.cp.flush(ctx, s.b, s.name, s.etag); err != nil && ctx.Err() == nil {
-				s.log.Warn("upload checkpoint", "error", err)
-			}
-			if err := s.prog.publish(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("upload progress", "error", err)
-			}
+		case <-t.C:
+		}
+		// An attempt is not cut short by ctx (it is bounded by
+		// RenewTimeout): one cut short may still be applied, and Release
+		// must know the lease's last ETag.
+		start := time.Now()
+		err := s.lease.Renew(context.WithoutCancel(ctx))
+		switch {
+		case err == nil:
+			renewed = start
+			s.log.Debug("lease renewed", "took", time.Since(start).Round(time.Millisecond))
+			t.Reset(ttl / 3)
+		case errors.Is(err, s3.ErrLeaseLost):
+			s.stopRun(ErrLeaseLost)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			s.log.Warn("renew lease; trying again", "error", err, "last_renewed_ago", time.Since(renewed).Round(time.Millisecond), "ttl", ttl)
+			t.Reset(ttl / 30)
+		}
+	}
+}
+
+// save uploads checkpoints and progress every CheckpointInterval until
+// ctx ends.
+func (s *Store) save(ctx context.Context) {
+	t := time.NewTicker(s.cfg.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.cp.flush(ctx, s.b, s.name, s.etag); err != nil && ctx.Err() == nil {
+			s.log.Warn("upload checkpoint", "error", err)
+		}
+		if err := s.prog.publish(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("upload progress", "error", err)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // checkpointer collects committed result lines in a local file and uploads
 // them as numbered checkpoint objects. add runs on the batch's writer;
-// flush on the keeper; files not uploaded yet wait, in order, for the next
+// flush on the saver; files not uploaded yet wait, in order, for the next
 // flush.
 type checkpointer struct {
 	mu      sync.Mutex

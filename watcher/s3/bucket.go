@@ -20,6 +20,7 @@ const (
 	dirInbox       = "inbox"
 	dirOutbox      = "outbox"
 	dirDone        = "done"
+	dirRejected    = "rejected"
 	dirLeases      = ".batchd/leases"
 	dirCheckpoints = ".batchd/checkpoints"
 )
@@ -33,6 +34,7 @@ type Bucket struct {
 	cfg    Config
 	log    *slog.Logger
 	client *minio.Client
+	leases *minio.Client // lease reads and writes only (Lease)
 	bucket string
 	prefix string
 }
@@ -59,6 +61,22 @@ func NewBucket(cfg Config) (*Bucket, error) {
 			&credentials.FileAWSCredentials{Filename: cfg.CredentialsFile, Profile: cfg.Profile},
 		})
 	}
+	client, err := newClient(cfg, creds, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	// Leases have a client of their own: a renewal waits behind no upload
+	// for a connection, and gives up (to try again) well within the TTL.
+	leases, err := newClient(cfg, creds, renewTimeout(cfg.LeaseTTL))
+	if err != nil {
+		return nil, err
+	}
+	return &Bucket{cfg: cfg, log: cfg.Logger.With("component", "s3", "bucket", bucket), client: client, leases: leases, bucket: bucket, prefix: prefix}, nil
+}
+
+// newClient is a client of cfg's server whose requests give up waiting for
+// a response after responseTimeout.
+func newClient(cfg Config, creds *credentials.Credentials, responseTimeout time.Duration) (*minio.Client, error) {
 	tr, err := minio.DefaultTransport(cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("s3 transport: %w", err)
@@ -69,7 +87,7 @@ func NewBucket(cfg Config) (*Bucket, error) {
 		}
 		tr.TLSClientConfig.InsecureSkipVerify = true
 	}
-	tr.ResponseHeaderTimeout = 2 * time.Minute
+	tr.ResponseHeaderTimeout = responseTimeout
 	client, err := minio.New(cfg.Endpoint, &minio.Options{
 		Creds: creds, Secure: cfg.TLS, Region: cfg.Region, Transport: tr,
 		// batchd retries with its own backoff and logs; one attempt here.
@@ -78,7 +96,7 @@ func NewBucket(cfg Config) (*Bucket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 client for %s: %w", cfg.Endpoint, err)
 	}
-	return &Bucket{cfg: cfg, log: cfg.Logger.With("component", "s3", "bucket", bucket), client: client, bucket: bucket, prefix: prefix}, nil
+	return client, nil
 }
 
 // Name is the bucket's name.
@@ -95,10 +113,12 @@ func (b *Bucket) Key(dir, name string) string {
 	return b.prefix + "/" + dir + "/" + name
 }
 
-// InboxKey, OutboxKey and DoneKey name objects of the file contract.
-func (b *Bucket) InboxKey(base string) string  { return b.Key(dirInbox, base) }
-func (b *Bucket) OutboxKey(base string) string { return b.Key(dirOutbox, base) }
-func (b *Bucket) DoneKey(base string) string   { return b.Key(dirDone, base) }
+// InboxKey, OutboxKey, DoneKey and RejectedKey name objects of the file
+// contract (rejected/ holds refused inputs, as DATA/rejected/ does).
+func (b *Bucket) InboxKey(base string) string    { return b.Key(dirInbox, base) }
+func (b *Bucket) OutboxKey(base string) string   { return b.Key(dirOutbox, base) }
+func (b *Bucket) DoneKey(base string) string     { return b.Key(dirDone, base) }
+func (b *Bucket) RejectedKey(base string) string { return b.Key(dirRejected, base) }
 
 // URL names an object for logs and errors.
 func (b *Bucket) URL(key string) string { return "s3://" + path.Join(b.bucket, key) }

@@ -37,8 +37,11 @@ type Lease struct {
 	key  string
 	body leaseBody
 
-	mu   sync.Mutex
-	etag string // the lease object's ETag as this daemon last wrote it
+	// renewing serializes renewals: each must match the ETag the one
+	// before it wrote.
+	renewing sync.Mutex
+	mu       sync.Mutex
+	etag     string // the lease object's ETag as this daemon last wrote it
 	// Resumed tells that the claim took over an expired lease: a batch
 	// another daemon started.
 	Resumed bool
@@ -89,7 +92,7 @@ func (b *Bucket) Claim(ctx context.Context, name, key, etag string) (*Lease, err
 func (l *Lease) put(ctx context.Context, opts minio.PutObjectOptions) error {
 	data, _ := json.Marshal(l.body)
 	opts.ContentType = "application/json"
-	info, err := l.b.client.PutObject(ctx, l.b.bucket, l.key, bytes.NewReader(data), int64(len(data)), opts)
+	info, err := l.b.leases.PutObject(ctx, l.b.bucket, l.key, bytes.NewReader(data), int64(len(data)), opts)
 	if err != nil {
 		return l.b.classify("write lease "+l.b.URL(l.key), err)
 	}
@@ -101,7 +104,7 @@ func (l *Lease) put(ctx context.Context, opts minio.PutObjectOptions) error {
 
 func (b *Bucket) readLease(ctx context.Context, key string) (leaseBody, string, error) {
 	var lb leaseBody
-	obj, err := b.client.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
+	obj, err := b.leases.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		return lb, "", b.classify("read lease", err)
 	}
@@ -122,8 +125,14 @@ func (b *Bucket) readLease(ctx context.Context, key string) (leaseBody, string, 
 }
 
 // Renew extends the lease by the TTL, only if it is still the object this
-// daemon last wrote (If-Match); otherwise it returns ErrLeaseLost.
+// daemon last wrote (If-Match); otherwise it returns ErrLeaseLost. One
+// attempt gives up after RenewTimeout, so that a caller has time to try
+// again before the lease lapses. Concurrent calls run one after another.
 func (l *Lease) Renew(ctx context.Context) error {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, l.RenewTimeout())
+	defer cancel()
 	l.mu.Lock()
 	tag := l.etag
 	l.body.Expires = time.Now().Add(l.b.cfg.LeaseTTL).UnixMilli()
@@ -131,28 +140,66 @@ func (l *Lease) Renew(ctx context.Context) error {
 	var opts minio.PutObjectOptions
 	opts.SetMatchETag(tag)
 	err := l.put(ctx, opts)
+	if errors.Is(err, ErrPrecondition) {
+		// An earlier attempt that gave up may have been applied all the
+		// same: the object is then still this claim's, at an ETag this
+		// daemon never saw.
+		if ok, aerr := l.adopt(ctx); aerr != nil {
+			return aerr
+		} else if ok {
+			opts = minio.PutObjectOptions{}
+			opts.SetMatchETag(l.currentETag())
+			err = l.put(ctx, opts)
+		}
+	}
 	if errors.Is(err, ErrPrecondition) || IsNotFound(err) {
 		return fmt.Errorf("renew lease %s: %w", l.b.URL(l.key), ErrLeaseLost)
 	}
 	return err
 }
 
+// mine tells whether the lease object cur is this claim's: this daemon's,
+// on the same input version (a daemon runs each name once at a time).
+func (l *Lease) mine(cur leaseBody) bool {
+	return cur.Owner == l.b.cfg.Owner && cur.Input == l.body.Input && cur.ETag == l.body.ETag
+}
+
+// adopt takes the ETag of the lease object when it is still this claim's.
+func (l *Lease) adopt(ctx context.Context) (bool, error) {
+	cur, tag, err := l.b.readLease(ctx, l.key)
+	if IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil || !l.mine(cur) {
+		return false, err
+	}
+	l.mu.Lock()
+	l.etag = tag
+	l.mu.Unlock()
+	return true, nil
+}
+
+func (l *Lease) currentETag() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.etag
+}
+
 // Release removes the lease if it is still this daemon's.
 func (l *Lease) Release(ctx context.Context) error {
-	cur, tag, err := l.b.readLease(ctx, l.key)
+	cur, _, err := l.b.readLease(ctx, l.key)
 	if IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	mine := tag == l.etag && cur.Owner == l.b.cfg.Owner
-	l.mu.Unlock()
-	if !mine {
+	// Judged by content, not by ETag: a renewal that gave up may have
+	// been applied.
+	if !l.mine(cur) {
 		return nil
 	}
-	if err := l.b.client.RemoveObject(ctx, l.b.bucket, l.key, minio.RemoveObjectOptions{}); err != nil {
+	if err := l.b.leases.RemoveObject(ctx, l.b.bucket, l.key, minio.RemoveObjectOptions{}); err != nil {
 		return l.b.classify("release lease", err)
 	}
 	return nil
@@ -160,3 +207,11 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // TTL is the lease's time to live; renew well within it.
 func (l *Lease) TTL() time.Duration { return l.b.cfg.LeaseTTL }
+
+// RenewTimeout bounds one renewal attempt: 3/10 of the TTL, so that an
+// owner renewing every TTL/3 whose attempt hangs has time for another
+// whole attempt (TTL/30 later) before the lease lapses, and a slow server
+// as much time as that allows.
+func (l *Lease) RenewTimeout() time.Duration { return renewTimeout(l.b.cfg.LeaseTTL) }
+
+func renewTimeout(ttl time.Duration) time.Duration { return ttl * 3 / 10 }

@@ -208,7 +208,9 @@ func TestPublishOnce(t *testing.T) {
 
 // Inputs are found by the listing alone (no notifications), each version
 // once; options files and other names are ignored.
-func TestWatcherListing(t *testing.T) {
+// listingWatcher is an open watcher of a fresh bucket's team/ prefix,
+// listing every 50 ms.
+func listingWatcher(t *testing.T) (*miniotest.Server, string, *Watcher) {
 	srv := miniotest.Start(t)
 	bucket := srv.Bucket()
 	b := testBucket(t, srv, bucket, "a", func(c *Config) {
@@ -218,7 +220,12 @@ func TestWatcherListing(t *testing.T) {
 	if err := w.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close(context.Background())
+	t.Cleanup(func() { w.Close(context.Background()) })
+	return srv, bucket, w
+}
+
+func TestWatcherListing(t *testing.T) {
+	srv, bucket, w := listingWatcher(t)
 	srv.Put(bucket, "team/inbox/a.jsonl", []byte("{}\n"))
 	srv.Put(bucket, "team/inbox/a.options.json", []byte("{}"))
 	srv.Put(bucket, "team/inbox/b.cancel", nil)
@@ -354,5 +361,74 @@ func TestDownloadResumesAfterDroppedConnection(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "download interrupted; resuming"); n != 2 {
 		t.Fatalf("%d resumes logged, want 2:\n%s", n, logs.String())
+	}
+}
+
+// Inbox keys whose names batchd cannot use are refused, named so that no
+// derived key leaves its prefix; other nested keys are ignored.
+func TestWatcherClassify(t *testing.T) {
+	w := &Watcher{b: &Bucket{prefix: "team"}}
+	long := strings.Repeat("l", watcher.MaxNameBytes+1)
+	for _, tt := range []struct {
+		key  string
+		kind watcher.Kind
+		name string
+		code string
+	}{
+		{"team/inbox/a.jsonl", watcher.Input, "a", ""},
+		{"team/inbox/a.json", watcher.Input, "a", ""},
+		{"team/inbox/a.cancel", watcher.Cancel, "a", ""},
+		{"team/inbox/a.options.json", 0, "", ""},
+		{"team/inbox/.hidden.jsonl", 0, "", ""},
+		{"team/inbox/a.jsonl/", 0, "", ""},
+		{"team/inbox/sub/", 0, "", ""},
+		{"team/inbox/sub/b.cancel", 0, "", ""},
+		{"team/inbox/sub/b.options.json", 0, "", ""},
+		{"team/inbox/sub/.b.jsonl", 0, "", ""},
+		{"team/outbox/a.jsonl", 0, "", ""},
+		{"team/inbox/sub/b.jsonl", watcher.Refused, watcher.SafeName("sub/b"), watcher.CodeInvalidName},
+		{"team/inbox//b.jsonl", watcher.Refused, watcher.SafeName("/b"), watcher.CodeInvalidName},
+		{"team/inbox/../../b.jsonl", watcher.Refused, watcher.SafeName("../../b"), watcher.CodeInvalidName},
+		{"team/inbox/new\nline.jsonl", watcher.Refused, watcher.SafeName("new\nline"), watcher.CodeInvalidName},
+		{"team/inbox/bad\xff.json", watcher.Refused, watcher.SafeName("bad\xff"), watcher.CodeInvalidName},
+		{"team/inbox/" + long + ".jsonl", watcher.Refused, watcher.SafeName(long), watcher.CodeNameTooLong},
+	} {
+		ev, ok := w.classify(tt.key)
+		if !ok {
+			if tt.kind != 0 {
+				t.Errorf("%q ignored, want %v", tt.key, tt.kind)
+			}
+			continue
+		}
+		if ev.Kind != tt.kind || ev.Name != tt.name || ev.Code != tt.code || ev.Path != tt.key {
+			t.Errorf("%q: %+v, want %v %q %q", tt.key, ev, tt.kind, tt.name, tt.code)
+		}
+		if strings.Contains(ev.Name, "/") || strings.HasPrefix(ev.Name, ".") {
+			t.Errorf("%q: name %q would leave the outbox prefix", tt.key, ev.Name)
+		}
+	}
+}
+
+// The listing finds inputs in nested prefixes too, and refuses them.
+func TestWatcherRefusesNestedAndBadNames(t *testing.T) {
+	srv, bucket, w := listingWatcher(t)
+	long := strings.Repeat("l", watcher.MaxNameBytes+1)
+	srv.Put(bucket, "team/inbox/sub/b.jsonl", []byte("{}\n"))
+	srv.Put(bucket, "team/inbox/"+long+".jsonl", []byte("{}\n"))
+	srv.Put(bucket, "team/inbox/sub/b.options.json", []byte("{}"))
+	srv.Put(bucket, "team/inbox/ok.jsonl", []byte("{}\n"))
+	got := map[string]watcher.Event{}
+	for len(got) < 3 {
+		ev := <-w.Events()
+		got[ev.Path] = ev
+	}
+	if ev := got["team/inbox/sub/b.jsonl"]; ev.Kind != watcher.Refused || ev.Code != watcher.CodeInvalidName || ev.Name != watcher.SafeName("sub/b") || ev.Version == "" {
+		t.Fatalf("nested input: %+v", ev)
+	}
+	if ev := got["team/inbox/"+long+".jsonl"]; ev.Kind != watcher.Refused || ev.Code != watcher.CodeNameTooLong {
+		t.Fatalf("long name: %+v", ev)
+	}
+	if ev := got["team/inbox/ok.jsonl"]; ev.Kind != watcher.Input {
+		t.Fatalf("plain input: %+v", ev)
 	}
 }

@@ -3,7 +3,6 @@ package s3
 import (
 	"context"
 	"net/url"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +25,12 @@ import (
 //     to Notify) are hints that make delivery prompt; the truth is a
 //     listing of inbox/, at Open and every ListInterval, so a lost
 //     notification delays an input by at most one interval.
+//   - An input whose name batchd cannot use (watcher.CheckName: too long,
+//     control characters, invalid UTF-8, or a key in a nested prefix such
+//     as inbox/a/b.jsonl, inbox//b.jsonl or inbox/../b.jsonl) is delivered
+//     as a Refused event named watcher.SafeName of it, once per ETag as
+//     an input is. Other keys in nested prefixes (options, cancels,
+//     dot-names) are ignored.
 //   - What a key's listing no longer shows is forgotten.
 type Watcher struct {
 	b      *Bucket
@@ -93,7 +98,8 @@ func (w *Watcher) listLoop(ctx context.Context) {
 func (w *Watcher) list(ctx context.Context) error {
 	prefix := w.b.Key(dirInbox, "")
 	var found []minio.ObjectInfo
-	for obj := range w.b.client.ListObjects(ctx, w.b.bucket, minio.ListObjectsOptions{Prefix: prefix}) {
+	// Recursive, so that inputs in nested prefixes are seen (and refused).
+	for obj := range w.b.client.ListObjects(ctx, w.b.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
 			return obj.Err
 		}
@@ -122,25 +128,49 @@ func (w *Watcher) list(ctx context.Context) error {
 // offer delivers key at etag unless it was delivered; it reports false when
 // ctx ended.
 func (w *Watcher) offer(ctx context.Context, key, etag string) bool {
-	base := strings.TrimPrefix(key, w.b.Key(dirInbox, ""))
-	kind, name, format, ok := watcher.Classify(base)
-	if !ok || base == key {
+	ev, ok := w.classify(key)
+	if !ok {
 		return true
 	}
-	etag = strings.Trim(etag, `"`)
+	ev.Version = strings.Trim(etag, `"`)
 	w.mu.Lock()
-	if w.delivered[key] == etag {
+	if w.delivered[key] == ev.Version {
 		w.mu.Unlock()
 		return true
 	}
-	w.delivered[key] = etag
+	w.delivered[key] = ev.Version
 	w.mu.Unlock()
 	select {
-	case w.events <- watcher.Event{Kind: kind, Name: name, Path: key, Format: format, Version: etag}:
+	case w.events <- ev:
 		return true
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// classify tells what the inbox key is (watcher.Classify, by the last
+// element of the key): an input, a cancel request, an input refused for
+// its name; ok is false for keys to ignore.
+func (w *Watcher) classify(key string) (ev watcher.Event, ok bool) {
+	rest, ok := strings.CutPrefix(key, w.b.Key(dirInbox, ""))
+	if !ok {
+		return ev, false
+	}
+	dir, base := "", rest
+	if i := strings.LastIndex(rest, "/"); i >= 0 {
+		dir, base = rest[:i+1], rest[i+1:]
+	}
+	kind, name, format, ok := watcher.Classify(base)
+	if !ok || dir != "" && kind != watcher.Input {
+		return ev, false
+	}
+	ev = watcher.Event{Kind: kind, Name: dir + name, Path: key, Format: format}
+	if kind == watcher.Input {
+		if code, msg := watcher.CheckName(ev.Name); code != "" {
+			ev.Kind, ev.Name, ev.Code, ev.Message = watcher.Refused, watcher.SafeName(ev.Name), code, msg
+		}
+	}
+	return ev, true
 }
 
 // Event is what MinIO's webhook notification target posts (the fields
@@ -176,7 +206,7 @@ func (w *Watcher) Notify(ctx context.Context, ev Event) int {
 		if k, err := url.QueryUnescape(key); err == nil {
 			key = k
 		}
-		if path.Dir(key)+"/" != inbox {
+		if !strings.HasPrefix(key, inbox) {
 			continue
 		}
 		if !w.offer(ctx, key, rec.S3.Object.ETag) {
