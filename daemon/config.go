@@ -158,6 +158,13 @@ type PipelineConfig struct {
 	Workers              int           `yaml:"workers"`
 	QueuePerBatch        int           `yaml:"queue_per_batch"`
 	ProgressInterval     time.Duration `yaml:"progress_interval"`
+	// A write that fails with ENOSPC pauses intake; it resumes once the
+	// state dir and the outbox have disk_resume_free_bytes or
+	// disk_resume_free_percent of their file system free, checked every
+	// disk_check_interval.
+	DiskResumeFreeBytes   int64         `yaml:"disk_resume_free_bytes"`
+	DiskResumeFreePercent float64       `yaml:"disk_resume_free_percent"`
+	DiskCheckInterval     time.Duration `yaml:"disk_check_interval"`
 }
 
 // WatcherConfig tunes the inbox watcher.
@@ -197,13 +204,16 @@ func DefaultConfig() Config {
 			HangAfter:      openai.DefaultConfig().HangAfter,
 		},
 		Pipeline: PipelineConfig{
-			MaxConcurrentBatches: 4,
-			MaxLineBytes:         pc.MaxLineBytes,
-			CommitInterval:       pc.CommitInterval,
-			CommitEvery:          pc.CommitEvery,
-			Workers:              pc.Workers,
-			QueuePerBatch:        pc.QueuePerBatch,
-			ProgressInterval:     pc.ProgressInterval,
+			MaxConcurrentBatches:  4,
+			MaxLineBytes:          pc.MaxLineBytes,
+			CommitInterval:        pc.CommitInterval,
+			CommitEvery:           pc.CommitEvery,
+			Workers:               pc.Workers,
+			QueuePerBatch:         pc.QueuePerBatch,
+			ProgressInterval:      pc.ProgressInterval,
+			DiskResumeFreeBytes:   pc.DiskResumeFreeBytes,
+			DiskResumeFreePercent: pc.DiskResumeFreePercent,
+			DiskCheckInterval:     pc.DiskCheckInterval,
 		},
 		Batch:   pipeline.Options{OnInvalid: pipeline.OnInvalidContinue},
 		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, IncompleteAfter: dir.DefaultIncompleteAfter, PollInterval: 2 * time.Second},

@@ -158,6 +158,12 @@ func (c Config) pipelineConfig() pipeline.Config {
 	pc.Workers = c.Pipeline.Workers
 	pc.QueuePerBatch = c.Pipeline.QueuePerBatch
 	pc.ProgressInterval = c.Pipeline.ProgressInterval
+	pc.DiskResumeFreeBytes = c.Pipeline.DiskResumeFreeBytes
+	pc.DiskResumeFreePercent = c.Pipeline.DiskResumeFreePercent
+	pc.DiskCheckInterval = c.Pipeline.DiskCheckInterval
+	if !c.IsBucket() {
+		pc.DiskDirs = []string{filepath.Join(c.Data, "outbox")}
+	}
 	pc.Defaults = pipeline.Options{OnInvalid: pipeline.OnInvalidContinue}.Merge(c.Batch)
 	return pc
 }
@@ -438,17 +444,40 @@ func (d *Daemon) next() (watcher.Event, bool) {
 	return ev, true
 }
 
+// requeue puts back first in the queue an input whose run stopped (ran),
+// or did not start, because the disk is full: it waits there, still
+// active, until space returns (pipeline.WaitForSpace).
+func (d *Daemon) requeue(ev watcher.Event, ran bool) {
+	if ran {
+		d.log.Info("batch paused: the disk is full; it resumes when space returns", "name", ev.Name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.queue = append([]watcher.Event{ev}, d.queue...)
+	d.cond.Signal()
+}
+
 // runBatches runs queued inputs, first come first served.
 func (d *Daemon) runBatches(ctx context.Context) {
 	defer d.wg.Done()
 	for {
+		if d.pipe.WaitForSpace(ctx) != nil {
+			return
+		}
 		ev, ok := d.next()
 		if !ok {
 			return
 		}
+		if d.pipe.DiskState().Full {
+			d.requeue(ev, false) // it filled while this runner waited for work
+			continue
+		}
 		if d.bucket != nil && !d.isAPIPath(ev.Path) {
 			err := d.bucket.run(ctx, ev)
 			switch {
+			case errors.Is(err, pipeline.ErrDiskFull) && ctx.Err() == nil:
+				d.requeue(ev, true)
+				continue
 			case err == nil:
 			case errors.Is(err, pipeline.ErrShutdown) || ctx.Err() != nil:
 				d.log.Info("batch paused for shutdown; it resumes on restart or on another daemon", "name", ev.Name)
@@ -469,6 +498,10 @@ func (d *Daemon) runBatches(ctx context.Context) {
 			job.RetryFailed = true
 		}
 		b, err := d.pipe.Run(ctx, job)
+		if errors.Is(err, pipeline.ErrDiskFull) && ctx.Err() == nil {
+			d.requeue(ev, true)
+			continue
+		}
 		if err == nil && job.RetryFailed {
 			os.Remove(retryMark)
 		}

@@ -54,6 +54,15 @@ func (s opsSource) Engine() ops.EngineView {
 	return v
 }
 
+func (s opsSource) Intake() ops.IntakeView {
+	st := s.d.pipe.DiskState()
+	v := ops.IntakeView{DiskFull: st.Full, DiskFullPauses: st.Pauses}
+	if st.Full {
+		v.DiskFullSince = st.Since.Unix()
+	}
+	return v
+}
+
 // queued is how many inputs wait for a batch runner.
 func (d *Daemon) queued() int {
 	d.mu.Lock()

@@ -57,6 +57,16 @@ type Config struct {
 	QueuePerBatch int
 	// ProgressInterval is how often a running batch's NAME.batch.json is rewritten.
 	ProgressInterval time.Duration
+	// DiskDirs are directories besides StateDir (the outbox) whose free
+	// space decides when intake resumes after a write failed with ENOSPC.
+	DiskDirs []string
+	// DiskResumeFreeBytes and DiskResumeFreePercent: intake paused for a
+	// full disk resumes once every watched directory has this many bytes,
+	// or this share of its file system, free.
+	DiskResumeFreeBytes   int64
+	DiskResumeFreePercent float64
+	// DiskCheckInterval is how often free space is checked while paused.
+	DiskCheckInterval time.Duration
 	// Defaults are the batch-level options every batch starts from.
 	Defaults Options
 	Logger   *slog.Logger
@@ -67,15 +77,18 @@ type Config struct {
 // DefaultConfig returns the defaults for a state directory.
 func DefaultConfig(stateDir string) Config {
 	return Config{
-		StateDir:         stateDir,
-		MaxLineBytes:     32 << 20,
-		CommitInterval:   200 * time.Millisecond,
-		CommitEvery:      4096,
-		Workers:          64,
-		QueuePerBatch:    256,
-		ProgressInterval: time.Second,
-		Defaults:         Options{OnInvalid: OnInvalidContinue},
-		Now:              time.Now,
+		StateDir:              stateDir,
+		MaxLineBytes:          32 << 20,
+		CommitInterval:        200 * time.Millisecond,
+		CommitEvery:           4096,
+		Workers:               64,
+		QueuePerBatch:         256,
+		ProgressInterval:      time.Second,
+		DiskResumeFreeBytes:   64 << 20,
+		DiskResumeFreePercent: 1,
+		DiskCheckInterval:     5 * time.Second,
+		Defaults:              Options{OnInvalid: OnInvalidContinue},
+		Now:                   time.Now,
 	}
 }
 
@@ -94,6 +107,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("workers: must be at least 1, got %d", c.Workers)
 	case c.QueuePerBatch < 1:
 		return fmt.Errorf("queue_per_batch: must be at least 1, got %d", c.QueuePerBatch)
+	case c.DiskResumeFreeBytes < 0:
+		return fmt.Errorf("disk_resume_free_bytes: must not be negative, got %d", c.DiskResumeFreeBytes)
+	case c.DiskResumeFreePercent < 0 || c.DiskResumeFreePercent > 100:
+		return fmt.Errorf("disk_resume_free_percent: must be from 0 to 100, got %g", c.DiskResumeFreePercent)
+	case c.DiskCheckInterval <= 0:
+		return fmt.Errorf("disk_check_interval: must be positive, got %s", c.DiskCheckInterval)
 	}
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("defaults: %w", err)
@@ -136,6 +155,10 @@ type Pipeline struct {
 	ledger *ledger.Ledger
 	disp   *dispatcher
 	table  *inflight
+	disk   *diskGuard
+
+	stopDisk context.CancelFunc
+	diskDone chan struct{}
 
 	mu      sync.Mutex
 	locks   map[string]*sync.Mutex // per batch id: one run at a time
@@ -151,10 +174,12 @@ func New(cfg Config, eng engine.Engine) *Pipeline {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	log := cfg.Logger.With("component", "pipeline")
 	return &Pipeline{
 		cfg:     cfg,
 		eng:     eng,
-		log:     cfg.Logger.With("component", "pipeline"),
+		log:     log,
+		disk:    newDiskGuard(cfg, log),
 		locks:   make(map[string]*sync.Mutex),
 		running: make(map[string]*run),
 		cancels: make(map[string]bool),
@@ -188,6 +213,12 @@ func (p *Pipeline) Open(ctx context.Context) error {
 	}
 	p.disp = newDispatcher(p.eng, p.log, p.table, p.cfg.Workers, p.cfg.QueuePerBatch)
 	p.disp.start()
+	diskCtx, stop := context.WithCancel(context.Background())
+	p.stopDisk, p.diskDone = stop, make(chan struct{})
+	go func() {
+		defer close(p.diskDone)
+		p.disk.loop(diskCtx)
+	}()
 	return nil
 }
 
@@ -246,6 +277,10 @@ func (p *Pipeline) suspect(left []ledger.LineRef, crash string) error {
 
 // Close stops the workers and closes the ledger. Runs must have returned.
 func (p *Pipeline) Close(ctx context.Context) error {
+	if p.stopDisk != nil {
+		p.stopDisk()
+		<-p.diskDone
+	}
 	if p.disp != nil {
 		p.disp.stop()
 	}

@@ -88,7 +88,28 @@ func (r *run) stopCause() error {
 // Run runs job to its end and returns its batch record. It returns an error
 // (and leaves the batch to resume later) when the input cannot be read, a
 // result file cannot be made durable, or ctx is done.
+//
+// A write that fails because the disk is full (ENOSPC) pauses intake
+// (diskfull.go): the run stops at its last durable commit, as do the other
+// running batches, and Run returns an error wrapping ErrDiskFull; while
+// the pause lasts Run starts nothing and returns ErrDiskFull at once.
 func (p *Pipeline) Run(ctx context.Context, job Job) (*ledger.Batch, error) {
+	if p.disk.state().Full {
+		return nil, fmt.Errorf("run %s: %w", job.Name, ErrDiskFull)
+	}
+	b, err := p.run(ctx, job)
+	if isENOSPC(err) || errors.Is(err, ErrDiskFull) {
+		if isENOSPC(err) {
+			p.diskFull(err)
+		}
+		if !errors.Is(err, ErrDiskFull) {
+			err = fmt.Errorf("%w: %w", ErrDiskFull, err)
+		}
+	}
+	return b, err
+}
+
+func (p *Pipeline) run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	log := p.log.With(keyName, job.Name)
 	opts, optErr := p.readOptions(ctx, job)
 	eff := p.cfg.Defaults.Merge(opts)
@@ -632,6 +653,9 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *m
 		return nil, werr
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("run %s: %w", job.Name, ErrShutdown)
+	case r.runCtx.Err() != nil:
+		// Stopped as at shutdown by something else (a full disk).
+		return nil, fmt.Errorf("run %s: %w", job.Name, context.Cause(r.runCtx))
 	case errors.Is(readErr, ErrInputChanged):
 		return b, r.failChanged(ctx, readErr)
 	case readErr != nil:
@@ -946,7 +970,9 @@ func (r *run) write() error {
 			}
 			if werr == nil && time.Since(lastProgress) >= cfg.ProgressInterval {
 				lastProgress = time.Now()
-				if err := r.progress(); err != nil {
+				if err := r.progress(); isENOSPC(err) {
+					r.p.diskFull(fmt.Errorf("write progress: %w", err))
+				} else if err != nil {
 					r.log.Warn("write progress", "error", err)
 				}
 			}
@@ -1012,7 +1038,7 @@ func (r *run) commit() error {
 		return fmt.Errorf("write results: %w", err)
 	}
 	if err := failpoint.Inject(failpoint.ResultsSync); err != nil {
-		return fmt.Errorf("sync results: %w", err)
+		return fmt.Errorf("sync results %s: %w", r.outF.Name(), err)
 	}
 	if r.outDirty {
 		if err := r.outF.Sync(); err != nil {

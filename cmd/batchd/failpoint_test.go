@@ -104,8 +104,8 @@ func TestFailpointCrashAtEachStep(t *testing.T) {
 	}
 }
 
-// TestFailpointIOErrorFailsTheStep makes an fsync and a ledger commit fail
-// with EIO, and a write with ENOSPC: the step fails cleanly (the run stops
+// TestFailpointIOErrorFailsTheStep makes an fsync, a ledger commit and a
+// publish fail with EIO: the step fails cleanly (the run stops
 // before the ledger records anything not durable), the daemon keeps
 // running, and the batch is run again from the ledger on the next rescan,
 // ending with the same outputs as an uninterrupted run.
@@ -115,9 +115,8 @@ func TestFailpointIOErrorFailsTheStep(t *testing.T) {
 	cases := []failpointCase{
 		{failpoint.ResultsSync, failpoint.ResultsSync + ":2=eio"},
 		{failpoint.LedgerCommit, failpoint.LedgerCommit + ":3=eio"},
-		{failpoint.ResultsSync, failpoint.ResultsSync + ":3=enospc"},
 		{failpoint.AfterFinalizing, failpoint.AfterFinalizing + "=eio"},
-		{failpoint.FolderPublishObject, failpoint.FolderPublishObject + "=enospc"},
+		{failpoint.FolderPublishObject, failpoint.FolderPublishObject + "=eio"},
 	}
 	f := newFailpointFixture(t, bin)
 	for _, c := range cases {

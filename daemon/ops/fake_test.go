@@ -10,6 +10,7 @@ type fakeSource struct {
 	mu            sync.Mutex
 	batches       []BatchView
 	engine        EngineView
+	intake        IntakeView
 	err           error
 	advance       string
 	step          int
@@ -41,6 +42,12 @@ func (f *fakeSource) Engine() EngineView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.engine
+}
+
+func (f *fakeSource) Intake() IntakeView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.intake
 }
 
 func (f *fakeSource) set(batches ...BatchView) {

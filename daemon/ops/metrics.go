@@ -65,6 +65,7 @@ type collector struct {
 	batches, requests, tokens, tokensPerSecond             *prometheus.Desc
 	inFlight, queueDepth, paused, hung, prefixHit, kvBytes *prometheus.Desc
 	retries, kernelsInfo                                   *prometheus.Desc
+	diskFull, diskFullPauses                               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -96,6 +97,9 @@ func newCollector(src Source) *collector {
 		kernelsInfo: d("batchd_kernels_info",
 			"1, labelled with the CPU kernels the native engine runs, the architecture and the CPU features found (comma-separated); absent for other engines.",
 			[]string{"backend", "arch", "features"}, nil),
+		diskFull: d("batchd_disk_full",
+			"1 while intake is paused because a write of the data directory failed with ENOSPC (no new batch starts; running ones stopped at their last commit), else 0.", nil, nil),
+		diskFullPauses: d("batchd_disk_full_pauses_total", "Times intake was paused for a full disk since the daemon started.", nil, nil),
 	}
 }
 
@@ -103,6 +107,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.batches, c.requests, c.tokens, c.tokensPerSecond,
 		c.inFlight, c.queueDepth, c.paused, c.hung, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
+		c.diskFull, c.diskFullPauses,
 	} {
 		ch <- d
 	}
@@ -111,6 +116,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectBatches(ch)
 	c.collectEngine(ch)
+	c.collectIntake(ch)
 	if s := c.sampler.Load(); s != nil {
 		ch <- prometheus.MustNewConstMetric(c.tokensPerSecond, prometheus.GaugeValue, s.Rate())
 	}
@@ -175,4 +181,14 @@ func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
 	if k := e.Kernels; k.Backend != "" {
 		gauge(c.kernelsInfo, 1, k.Backend, k.Arch, strings.Join(k.Features, ","))
 	}
+}
+
+func (c *collector) collectIntake(ch chan<- prometheus.Metric) {
+	in := c.src.Intake()
+	full := 0.0
+	if in.DiskFull {
+		full = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, full)
+	ch <- prometheus.MustNewConstMetric(c.diskFullPauses, prometheus.CounterValue, float64(in.DiskFullPauses))
 }

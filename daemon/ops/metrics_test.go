@@ -77,6 +77,7 @@ func TestMetrics(t *testing.T) {
 		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true, Hung: true,
 			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3,
 			Kernels: KernelsView{Backend: "avx2", Arch: "amd64", Features: []string{"avx", "avx2", "fma", "f16c"}}},
+		intake: IntakeView{DiskFull: true, DiskFullSince: 2000, DiskFullPauses: 2},
 	}
 	fams := scrape(t, NewMetrics(src).Handler())
 
@@ -102,6 +103,8 @@ func TestMetrics(t *testing.T) {
 		{"batchd_kv_cache_bytes", []string{"state", "total"}, 4 << 20, dto.MetricType_GAUGE},
 		{"batchd_engine_retries_total", nil, 3, dto.MetricType_COUNTER},
 		{"batchd_kernels_info", []string{"backend", "avx2", "arch", "amd64", "features", "avx,avx2,fma,f16c"}, 1, dto.MetricType_GAUGE},
+		{"batchd_disk_full", nil, 1, dto.MetricType_GAUGE},
+		{"batchd_disk_full_pauses_total", nil, 2, dto.MetricType_COUNTER},
 	}
 	for _, tt := range tests {
 		got, ok := value(fams, tt.name, tt.labels...)
@@ -142,8 +145,10 @@ func TestMetricsOmitUnknownEngineValues(t *testing.T) {
 			t.Errorf("%s reported though the engine does not know it", name)
 		}
 	}
-	if v, ok := value(fams, "batchd_engine_paused"); !ok || v != 0 {
-		t.Errorf("batchd_engine_paused = %v (present %v), want 0", v, ok)
+	for _, name := range []string{"batchd_engine_paused", "batchd_disk_full"} {
+		if v, ok := value(fams, name); !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0", name, v, ok)
+		}
 	}
 }
 

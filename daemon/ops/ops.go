@@ -42,7 +42,18 @@ type KernelsView struct {
 	Features []string // the CPU features found, /proc/cpuinfo spelling
 }
 
-// Source is the daemon's state as package ops reads it. Both methods are
+// IntakeView is whether the daemon takes new batches now.
+type IntakeView struct {
+	// DiskFull is true while intake is paused because a write failed with
+	// ENOSPC; DiskFullSince is when that pause began (unix seconds, 0 if
+	// not paused).
+	DiskFull      bool
+	DiskFullSince int64
+	// DiskFullPauses counts those pauses since the daemon started.
+	DiskFullPauses int64
+}
+
+// Source is the daemon's state as package ops reads it. Its methods are
 // called from HTTP handlers and the sampler's goroutine, concurrently, so
 // implementations must be safe for concurrent use and should return quickly.
 type Source interface {
@@ -50,6 +61,8 @@ type Source interface {
 	Batches() ([]BatchView, error)
 	// Engine reports the engine's state now.
 	Engine() EngineView
+	// Intake reports whether new batches start now.
+	Intake() IntakeView
 }
 
 // totalTokens sums prompt and completion tokens over batches.

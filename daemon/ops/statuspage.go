@@ -72,6 +72,10 @@ type Status struct {
 	Engine          EngineStatus  `json:"engine"`
 	TokensPerSecond float64       `json:"tokens_per_second"` // the sampler's latest
 	History         []Point       `json:"history"`           // oldest first
+	// DiskFull is true while intake is paused because a write failed with
+	// ENOSPC; DiskFullSince is when (unix seconds; 0 when not paused).
+	DiskFull      bool  `json:"disk_full"`
+	DiskFullSince int64 `json:"disk_full_since"`
 }
 
 // BatchStatus is one batch in Status.
@@ -141,6 +145,8 @@ func (p *StatusPage) status() (Status, error) {
 		Engine:  engineStatus(p.src.Engine()),
 		History: []Point{},
 	}
+	in := p.src.Intake()
+	st.DiskFull, st.DiskFullSince = in.DiskFull, in.DiskFullSince
 	for _, b := range batches {
 		st.Batches = append(st.Batches, batchStatus(b))
 	}

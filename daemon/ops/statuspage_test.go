@@ -22,6 +22,7 @@ func TestStatusJSON(t *testing.T) {
 	src := &fakeSource{
 		batches: testBatches(),
 		engine:  EngineView{Name: "native", InFlight: 3, Queued: 9, PrefixCacheHitRate: -1, Hung: true},
+		intake:  IntakeView{DiskFull: true, DiskFullSince: 4990, DiskFullPauses: 1},
 	}
 	s := NewSampler(src, 10*time.Second, time.Hour)
 	t0 := time.Unix(5000, 0)
@@ -97,6 +98,12 @@ func TestStatusJSON(t *testing.T) {
 	if v, ok := engine["hung"]; !ok || v != true {
 		t.Errorf("engine.hung = %v (present %v), want true", v, ok)
 	}
+	if v, ok := raw["disk_full"]; !ok || v != true {
+		t.Errorf("disk_full = %v (present %v), want true", v, ok)
+	}
+	if v, ok := raw["disk_full_since"]; !ok || v != 4990.0 {
+		t.Errorf("disk_full_since = %v (present %v), want 4990", v, ok)
+	}
 	batch := raw["batches"].([]any)[0].(map[string]any)
 	for _, key := range []string{"id", "progress", "rate", "eta_seconds", "completed", "total", "failed"} {
 		if _, ok := batch[key]; !ok {
@@ -110,7 +117,7 @@ func TestStatusJSONWithoutSampler(t *testing.T) {
 	rec := get(t, NewStatusPage(src, nil).Handler(), "/status.json")
 	body := rec.Body.String()
 	// Empty lists, not null: the page iterates them.
-	for _, want := range []string{`"batches":[]`, `"history":[]`, `"kv_bytes_used":10`, `"kv_bytes_total":100`} {
+	for _, want := range []string{`"batches":[]`, `"history":[]`, `"disk_full":false`, `"kv_bytes_used":10`, `"kv_bytes_total":100`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("status.json lacks %s:\n%s", want, body)
 		}

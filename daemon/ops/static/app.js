@@ -34,10 +34,10 @@ function bytes(n) {
   return n.toFixed(i ? 1 : 0) + " " + units[i];
 }
 
-function renderEngine(e, tps) {
+function renderEngine(e, tps, diskFull) {
   const items = [
     ["engine", e.name || "—"],
-    ["state", e.hung ? "not answering" : e.paused ? "paused" : "running"],
+    ["state", diskFull ? "disk full: intake paused" : e.hung ? "not answering" : e.paused ? "paused" : "running"],
     ["in flight", num(e.in_flight)],
     ["queued", num(e.queued)],
     ["tokens/s", rate(tps)],
@@ -48,7 +48,7 @@ function renderEngine(e, tps) {
   const dl = $("engine");
   dl.replaceChildren(...items.map(([k, v]) => {
     const d = el("div");
-    d.append(el("dt", "", k), el("dd", k === "state" && (e.paused || e.hung) ? "badge paused" : "", v));
+    d.append(el("dt", "", k), el("dd", k === "state" && (e.paused || e.hung || diskFull) ? "badge paused" : "", v));
     return d;
   }));
 }
@@ -117,7 +117,7 @@ async function refresh() {
     const resp = await fetch("status.json", { cache: "no-store" });
     const st = await resp.json();
     if (!resp.ok) throw new Error(st.error || resp.statusText);
-    renderEngine(st.engine, st.tokens_per_second);
+    renderEngine(st.engine, st.tokens_per_second, st.disk_full);
     renderChart(st.history, st.now);
     renderBatches(st.batches);
     $("updated").textContent = "updated " + new Date(st.now * 1000).toLocaleTimeString();
