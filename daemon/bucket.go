@@ -19,21 +19,26 @@ import (
 	"github.com/batchd/batchd/watcher/s3"
 )
 
-// bucketRunner runs batches whose inputs are in a bucket (docs/bucket.md)
-// through the pipeline, each with a bucket.Store that owns the protocol
-// (claim, checkpoints, publication, retirement).
-type bucketRunner struct {
-	d   *Daemon
-	b   *s3.Bucket
-	w   *s3.Watcher
-	cfg bucket.Config
-	log *slog.Logger
+// bucketSource is a bucket's inbox (docs/bucket.md): each input runs with
+// a bucket.Store that owns the protocol (claim, checkpoints, publication,
+// retirement).
+type bucketSource struct {
+	b     *s3.Bucket
+	w     *s3.Watcher
+	cfg   bucket.Config
+	log   *slog.Logger
+	token string // s3.webhook_token
 }
+
+func (br *bucketSource) Events() <-chan watcher.Event    { return br.w.Events() }
+func (br *bucketSource) Forget(ev watcher.Event)         { br.w.Forget(ev.Path) }
+func (br *bucketSource) Close(ctx context.Context) error { return br.w.Close(ctx) }
+func (br *bucketSource) retryWhen() string               { return "the next listing" }
 
 // serveEvents takes MinIO webhook notifications (POST /v1/bucket-events):
 // new inputs start at once instead of at the next listing.
-func (br *bucketRunner) serveEvents(w http.ResponseWriter, r *http.Request) {
-	if tok := br.d.cfg.S3.WebhookToken; tok != "" {
+func (br *bucketSource) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if tok := br.token; tok != "" {
 		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
 			http.Error(w, "bad or missing Authorization token", http.StatusUnauthorized)
@@ -50,16 +55,17 @@ func (br *bucketRunner) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (br *bucketRunner) cancel(ev watcher.Event) {
+// Cancel implements Source for the cancel object inbox/NAME.cancel.
+func (br *bucketSource) Cancel(ctx context.Context, ev watcher.Event, p Canceller) {
 	defer br.w.Forget(ev.Path)
-	if br.d.pipe.Cancel(ev.Name) {
+	if p.Cancel(ev.Name) {
 		br.log.Info("cancel requested", "name", ev.Name)
 		return
 	}
 	// Not running here: whoever claims the input sees the cancel object.
 	// With no input of that name in the inbox at all, it was meant for a
 	// batch that is gone, and must not cancel a later one: remove it.
-	ctx, done := context.WithTimeout(br.d.runCtx, time.Minute)
+	ctx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()
 	for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
 		tag, _, err := br.b.Stat(ctx, br.b.InboxKey(ev.Name+ext))
@@ -73,23 +79,26 @@ func (br *bucketRunner) cancel(ev watcher.Event) {
 	}
 }
 
-// run runs one input to its end, or until the lease is lost or ctx is done:
-// the bucket store claims it and owns its files; the pipeline runs it.
-func (br *bucketRunner) run(ctx context.Context, ev watcher.Event) error {
+// RequestCancel implements Source: it writes the cancel object, which the
+// next listing delivers (whoever runs the batch sees it).
+func (br *bucketSource) RequestCancel(ctx context.Context, name string) error {
+	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+watcher.SuffixCancel), nil, "application/octet-stream", s3.Any)
+	return err
+}
+
+// Start implements Source: the bucket store claims the input and owns its
+// files; the job runs until it ends, the lease is lost or ctx is done. A
+// cancel object newer than the input makes it start cancelled (p).
+func (br *bucketSource) Start(ctx context.Context, ev watcher.Event, p Canceller) (*Started, error) {
 	st, err := bucket.Open(ctx, br.cfg, ev.Name, ev.Path, ev.Version)
 	if err != nil || st == nil {
-		return err
+		return nil, err
 	}
 	if st.CancelRequested() {
-		br.d.pipe.CancelOnStart(ev.Name)
+		p.CancelOnStart(ev.Name)
 		br.log.Info("cancel requested; the batch will start cancelled", "name", ev.Name)
 	}
-	ended, err := br.d.pipe.Run(st.Context(), pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st})
-	if err := st.Close(err); err != nil {
-		return err
-	}
-	br.d.notifyEnd(ended)
-	return nil
+	return &Started{Job: pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, Ctx: st.Context(), Finish: st.Close}, nil
 }
 
 // FetchBucketBatch downloads batch name's input (from done/, or inbox/
