@@ -190,9 +190,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if d.eng, err = d.cfg.NewEngine(d.log.With("component", "engine")); err != nil {
 		return err
 	}
-	if err := d.eng.Open(runCtx); err != nil {
-		return fmt.Errorf("open engine: %w", err)
-	}
+	// The pipeline (its ledger) opens before the engine loads its models:
+	// a damaged ledger is refused at once, not after a slow model load.
+	// Nothing reaches the engine before a batch runs.
 	pc := d.cfg.pipelineConfig()
 	pc.Logger = d.log
 	d.pipe = pipeline.New(pc, d.eng)
@@ -201,6 +201,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	}
 	if err := d.pipe.Recover(folder.FinishRetire); err != nil {
 		return err
+	}
+	if err := d.eng.Open(runCtx); err != nil {
+		return fmt.Errorf("open engine: %w", err)
 	}
 	if d.cfg.IsBucket() {
 		if err := d.openBucket(ctx, runCtx); err != nil {
