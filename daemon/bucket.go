@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -101,52 +98,20 @@ func (br *bucketSource) Start(ctx context.Context, ev watcher.Event, p Canceller
 	return &Started{Job: pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, Ctx: st.Context(), Finish: st.Close}, nil
 }
 
-// FetchBucketBatch downloads batch name's input (from done/, or inbox/
-// while it runs) and result objects from the configured bucket into dir,
-// for `batchd check`.
+// FetchBucketBatch downloads batch name's input and result objects from
+// the configured bucket into dir, for `batchd check` (bucket.FetchBatch).
 func FetchBucketBatch(ctx context.Context, cfg Config, name, dir string) (pipeline.CheckInput, error) {
-	var in pipeline.CheckInput
 	sc := cfg.s3Config()
 	if err := sc.Validate(); err != nil {
-		return in, err
+		return pipeline.CheckInput{}, err
 	}
 	sc.Logger = slog.New(slog.DiscardHandler)
 	b, err := s3.NewBucket(sc)
 	if err != nil {
-		return in, err
+		return pipeline.CheckInput{}, err
 	}
 	if err := b.Connect(ctx); err != nil {
-		return in, err
+		return pipeline.CheckInput{}, err
 	}
-	for _, key := range []string{b.DoneKey(name + watcher.SuffixJSONL), b.DoneKey(name + watcher.SuffixJSON), b.InboxKey(name + watcher.SuffixJSONL), b.InboxKey(name + watcher.SuffixJSON)} {
-		tag, _, err := b.Stat(ctx, key)
-		if err != nil {
-			return in, err
-		}
-		if tag == "" {
-			continue
-		}
-		in.Input = filepath.Join(dir, filepath.Base(key))
-		in.Format = strings.TrimPrefix(filepath.Ext(key), ".")
-		if err := b.Download(ctx, key, tag, in.Input); err != nil {
-			return in, err
-		}
-		break
-	}
-	if in.Input == "" {
-		return in, fmt.Errorf("no input for batch %q in %s or %s: %w", name, b.URL(b.DoneKey("")), b.URL(b.InboxKey("")), os.ErrNotExist)
-	}
-	for _, f := range []struct {
-		base string
-		dst  *string
-	}{{name + watcher.SuffixOutput, &in.Output}, {name + watcher.SuffixErrors, &in.Errors}, {name + watcher.SuffixBatch, &in.Object}} {
-		*f.dst = filepath.Join(dir, f.base)
-		if err := b.Download(ctx, b.OutboxKey(f.base), "", *f.dst); err != nil {
-			if s3.IsNotFound(err) {
-				return in, fmt.Errorf("%s: %w", b.URL(b.OutboxKey(f.base)), os.ErrNotExist)
-			}
-			return in, err
-		}
-	}
-	return in, nil
+	return bucket.FetchBatch(ctx, b, name, dir)
 }
