@@ -2,9 +2,11 @@ package daemon_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/openai/openaitest"
@@ -57,5 +59,53 @@ func TestAPICancelOfAWaitingBatchSurvivesARestart(t *testing.T) {
 	// Only the blocker's requests reached the engine after the restart.
 	if got := e.srv.Requests() - before; got > 2 {
 		t.Fatalf("%d requests after the restart; the cancelled batch sent some", got)
+	}
+}
+
+// A bucket batch cancelled over the HTTP API: its source (the bucket)
+// records the request as the cancel object, and the batch ends cancelled.
+func TestBucketBatchCancelledOverTheAPI(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		return openaitest.Fault{Hang: true} // the batch runs until it is cancelled
+	}})
+	cfg := e.bucketConfig("solo")
+	cfg.Listen = "127.0.0.1:0"
+	d := e.open(cfg)
+	base := "http://" + d.HTTPAddr()
+	e.put("jobs/inbox/c.jsonl", chatBatch(5, "c"))
+	var id string
+	waitFor(t, 60*time.Second, "the batch to run", func() bool {
+		var list struct {
+			Data []pipeline.BatchObject `json:"data"`
+		}
+		resp, err := http.Get(base + "/v1/batches")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range list.Data {
+			if o.Status == pipeline.StatusInProgress {
+				id = o.ID
+			}
+		}
+		return id != ""
+	})
+	resp, err := http.Post(base+"/v1/batches/"+id+"/cancel", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("cancel: %d", resp.StatusCode)
+	}
+	e.waitPublished("c", 60*time.Second)
+	if rep := e.bucketCheck(cfg, "c"); rep.Status != pipeline.StatusCancelled || rep.ErrorLines != 5 {
+		t.Fatalf("%+v", rep)
+	}
+	if _, ok := e.minio.Get(e.bucket, "jobs/inbox/c.cancel"); ok {
+		t.Fatal("the cancel object was left in the inbox")
 	}
 }
