@@ -576,3 +576,43 @@ func (d *Daemon) waitIdle(ctx context.Context, name string, timeout time.Duratio
 		}
 	}
 }
+
+// expireAPI removes the records of the API batches among names (those
+// whose ledger records retention forgot) and of those that ended before
+// cutoff with a record another name ran last; it returns names with the
+// latter added.
+func (d *Daemon) expireAPI(cutoff time.Time, names []string) []string {
+	for _, name := range names {
+		if validID(name, "batch_") {
+			d.forgetAPI(name)
+		}
+	}
+	// API batches that reused a record another name ran last.
+	ents, _ := os.ReadDir(d.apiDir())
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".final.json")
+		if !ok || !validID(id, "batch_") {
+			continue
+		}
+		b, ferr := d.apiFinal(id)
+		if ferr != nil || !pipeline.Terminal(b.Status) {
+			continue
+		}
+		if end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt); end == 0 || end >= cutoff.Unix() {
+			continue
+		}
+		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); serr == nil {
+			continue // retried: it runs again
+		}
+		d.forgetAPI(id)
+		names = append(names, id)
+	}
+	return names
+}
+
+// forgetAPI removes API batch id's records.
+func (d *Daemon) forgetAPI(id string) {
+	for _, ext := range []string{".api.json", ".final.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
+		os.Remove(filepath.Join(d.apiDir(), id+ext))
+	}
+}

@@ -456,31 +456,7 @@ func (d *Daemon) expireLoop(ctx context.Context) {
 // records of them, and returns how many (the retention loop calls it).
 func (d *Daemon) Expire(cutoff time.Time) int {
 	names, err := d.pipe.Expire(cutoff)
-	for _, name := range names {
-		if validID(name, "batch_") {
-			d.forgetAPI(name)
-		}
-	}
-	// API batches that reused a record another name ran last.
-	ents, _ := os.ReadDir(d.apiDir())
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), ".final.json")
-		if !ok || !validID(id, "batch_") {
-			continue
-		}
-		b, ferr := d.apiFinal(id)
-		if ferr != nil || !pipeline.Terminal(b.Status) {
-			continue
-		}
-		if end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt); end == 0 || end >= cutoff.Unix() {
-			continue
-		}
-		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); serr == nil {
-			continue // retried: it runs again
-		}
-		d.forgetAPI(id)
-		names = append(names, id)
-	}
+	names = d.expireAPI(cutoff, names)
 	if len(names) > 0 {
 		d.log.Info("forgot finished batches past retention", "batches", len(names), "retention", d.cfg.Retention)
 	}
@@ -488,13 +464,6 @@ func (d *Daemon) Expire(cutoff time.Time) int {
 		d.log.Warn("expire batches", "error", err)
 	}
 	return len(names)
-}
-
-// forgetAPI removes API batch id's records.
-func (d *Daemon) forgetAPI(id string) {
-	for _, ext := range []string{".api.json", ".final.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
-		os.Remove(filepath.Join(d.apiDir(), id+ext))
-	}
 }
 
 // notifyEnd sends the batch-end webhook of b (API batches by their API id).
