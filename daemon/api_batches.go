@@ -167,7 +167,7 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.log.Info("batch created over the API", "name", meta.ID, "input_file_id", file.ID)
-	d.enqueueAPI(meta.ID)
+	d.api.Submit(meta.ID)
 	writeJSON(w, http.StatusOK, d.pendingObject(&meta))
 }
 
@@ -191,36 +191,6 @@ func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
 	data, _ = json.Marshal(meta)
 	return fsx.WriteFile(filepath.Join(dir, meta.ID+".api.json"), data, true)
 }
-
-// enqueueAPI queues API batch id to run.
-func (d *Daemon) enqueueAPI(id string) {
-	d.enqueue(watcher.Event{Kind: watcher.Input, Name: id, Path: filepath.Join(d.apiDir(), id+watcher.SuffixJSONL), Format: watcher.FormatJSONL})
-}
-
-// requeueAPI queues, at start, every API batch whose input has not moved
-// to done/ yet, and re-applies their cancel requests.
-func (d *Daemon) requeueAPI() error {
-	ents, err := os.ReadDir(d.apiDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read api dir: %w", err)
-	}
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), watcher.SuffixJSONL)
-		if !ok || !validID(id, "batch_") {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(d.apiDir(), id+watcher.SuffixCancel)); err == nil {
-			d.pipe.CancelOnStart(id)
-		}
-		d.enqueueAPI(id)
-	}
-	return nil
-}
-
-func (d *Daemon) isAPIPath(p string) bool { return filepath.Dir(p) == d.apiDir() }
 
 // pendingObject is the object of an API batch the pipeline has not
 // started yet.
@@ -394,19 +364,18 @@ func (d *Daemon) handleCancelBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "Cannot cancel a batch with status %s.", o.Status)
 		return
 	}
+	// The source that owns the batch records the request (it survives a
+	// restart) and delivers it as its cancel event.
 	name := o.Batchd.Name
-	dir := d.dirs.Inbox
-	if m != nil {
-		dir = d.apiDir()
+	var src Source = d.api
+	if m == nil {
+		src = d.sources[0] // the inbox: a folder or a bucket
 	}
-	// The request file makes the cancel survive a restart; the pipeline
-	// removes it when the batch retires.
-	if err := fsx.WriteFile(filepath.Join(dir, name+watcher.SuffixCancel), nil, true); err != nil {
+	if err := src.RequestCancel(r.Context(), name); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cancelling failed")
 		return
 	}
-	d.pipe.CancelOnStart(name)
 	d.log.Info("cancel requested over the API", "name", name)
 	if o.Status != pipeline.StatusCancelling {
 		o.Status = pipeline.StatusCancelling
@@ -578,7 +547,7 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		if err := os.Remove(d.apiFinalPath(m.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			d.log.Warn("remove final record", "name", m.ID, "error", err)
 		}
-		d.enqueueAPI(b.Name)
+		d.api.Submit(b.Name)
 	}
 	o.Status = pipeline.StatusInProgress
 	writeJSON(w, http.StatusOK, o)
@@ -605,5 +574,45 @@ func (d *Daemon) waitIdle(ctx context.Context, name string, timeout time.Duratio
 			return false
 		case <-tick.C:
 		}
+	}
+}
+
+// expireAPI removes the records of the API batches among names (those
+// whose ledger records retention forgot) and of those that ended before
+// cutoff with a record another name ran last; it returns names with the
+// latter added.
+func (d *Daemon) expireAPI(cutoff time.Time, names []string) []string {
+	for _, name := range names {
+		if validID(name, "batch_") {
+			d.forgetAPI(name)
+		}
+	}
+	// API batches that reused a record another name ran last.
+	ents, _ := os.ReadDir(d.apiDir())
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".final.json")
+		if !ok || !validID(id, "batch_") {
+			continue
+		}
+		b, ferr := d.apiFinal(id)
+		if ferr != nil || !pipeline.Terminal(b.Status) {
+			continue
+		}
+		if end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt); end == 0 || end >= cutoff.Unix() {
+			continue
+		}
+		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); serr == nil {
+			continue // retried: it runs again
+		}
+		d.forgetAPI(id)
+		names = append(names, id)
+	}
+	return names
+}
+
+// forgetAPI removes API batch id's records.
+func (d *Daemon) forgetAPI(id string) {
+	for _, ext := range []string{".api.json", ".final.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
+		os.Remove(filepath.Join(d.apiDir(), id+ext))
 	}
 }

@@ -31,15 +31,19 @@ type fileObject struct {
 }
 
 // Uploaded files are DATA/files/ID (content) and ID.json (the object).
-// Batch results are files too, without copies: file-o<hex> and file-e<hex>
-// are the output and error files of ledger batch batch_<hex> as its first
-// run left them, file-o<hex>-<gen> and file-e<hex>-<gen> as a later run of
-// the same content (a retry, a re-drop that re-ran cancelled requests) left
-// them; file-i<hex> is its input. A result file id names one immutable
-// content: it is served from the pipeline's own copy (never the outbox,
-// which the next batch of the same name replaces) up to the length the
-// ledger committed, and is gone (404) once a later run or retention
-// replaces that copy.
+// Batch results are files too, without copies: file-o<hex>-<nonce> and
+// file-e<hex>-<nonce> are the output and error files of ledger batch
+// batch_<hex> as its first run left them, file-o<hex>-<nonce>-<gen> and
+// file-e<hex>-<nonce>-<gen> as a later run of the same record (a retry, a
+// re-drop that re-ran cancelled requests) left them; file-i<hex> is its
+// input (named by its content alone). The nonce is the record's
+// (ledger.Batch.Nonce): once retention forgets a record, a new run of the
+// same content is a new record with another nonce, so its results never
+// take an older id. A result file id names one immutable content: it is
+// served from the pipeline's own copy (never the outbox, which the next
+// batch of the same name replaces) up to the length the ledger committed,
+// and is gone (404) once a later run or retention replaces that copy.
+// Records from before batchd kept nonces keep their ids without one.
 const (
 	prefixFile   = "file-"
 	prefixOutput = "file-o"
@@ -51,35 +55,31 @@ const (
 // current run leaves it.
 func resultFileID(prefix string, b *ledger.Batch) string {
 	id := prefix + strings.TrimPrefix(b.ID, "batch_")
+	if b.Nonce != "" {
+		id += "-" + b.Nonce
+	}
 	if b.Gen > 1 {
 		id += "-" + strconv.Itoa(b.Gen)
 	}
 	return id
 }
 
-// parseResultFileID splits a result or input file id into its prefix,
-// ledger batch id and generation (1 for an input).
-func parseResultFileID(id string) (prefix, batch string, gen int, ok bool) {
+// parseResultFileID splits a result or input file id into its prefix and
+// ledger batch id; whether the rest names the record's current run is for
+// the record to say (resultFileID).
+func parseResultFileID(id string) (prefix, batch string, ok bool) {
 	for _, p := range []string{prefixOutput, prefixErrors, prefixInput} {
 		rest, found := strings.CutPrefix(id, p)
 		if !found || !validID(id, p) {
 			continue
 		}
-		hexID, genStr, hasGen := strings.Cut(rest, "-")
-		gen = 1
-		if hasGen {
-			n, err := strconv.Atoi(genStr)
-			if err != nil || n < 2 || p == prefixInput || strconv.Itoa(n) != genStr {
-				return "", "", 0, false
-			}
-			gen = n
+		hexID, _, _ := strings.Cut(rest, "-")
+		if hexID == "" || strings.Contains(hexID, "_") || p == prefixInput && hexID != rest {
+			return "", "", false
 		}
-		if strings.ContainsAny(hexID, "-_") {
-			return "", "", 0, false
-		}
-		return p, "batch_" + hexID, gen, true
+		return p, "batch_" + hexID, true
 	}
-	return "", "", 0, false
+	return "", "", false
 }
 
 func (d *Daemon) filesDir() string { return filepath.Join(d.dirs.Root, "files") }
@@ -206,7 +206,7 @@ func (d *Daemon) uploaded(id string) (*fileObject, error) {
 // resultFile resolves a batch result or input file id to its path and
 // object. The object's Bytes is how much of the file is the id's content.
 func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
-	kind, batchID, gen, ok := parseResultFileID(id)
+	kind, batchID, ok := parseResultFileID(id)
 	if !ok {
 		return "", nil, errNotFound
 	}
@@ -223,9 +223,11 @@ func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
 	filename := strings.TrimPrefix(id, prefixFile)
 	switch kind {
 	case prefixOutput, prefixErrors:
-		// Only the generation the ledger holds, once its run has ended:
-		// an older one was replaced, a running one is still growing.
-		if b.Gen != gen || !pipeline.Terminal(b.Status) || len(b.Errors) > 0 {
+		// Only the record and generation the ledger holds, once its run
+		// has ended (or is publishing: its results are complete): an older
+		// one was replaced or forgotten, a running one is still growing.
+		ended := pipeline.Terminal(b.Status) || b.Status == pipeline.StatusFinalizing
+		if resultFileID(kind, b) != id || !ended || len(b.Errors) > 0 {
 			return "", nil, errNotFound
 		}
 		out, errs := d.pipe.ResultFiles(b)

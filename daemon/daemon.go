@@ -60,8 +60,9 @@ type Daemon struct {
 	lock     *os.File
 	eng      engine.Engine
 	pipe     *pipeline.Pipeline
-	watch    source
-	bucket   *bucketRunner // nil unless the source is a bucket
+	sources  []Source      // the inbox (folder or bucket), then the API
+	bucket   *bucketSource // nil unless the inbox is a bucket
+	api      *apiSource
 	http     *http.Server
 	httpAddr net.Addr
 
@@ -75,17 +76,16 @@ type Daemon struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   []watcher.Event
-	active  map[string]bool          // names queued or running
-	again   map[string]watcher.Event // API inputs to queue once their name's run is finished
+	queue   []delivery
+	active  map[string]bool     // names queued or running
+	again   map[string]delivery // refused inputs to fail once their name's run is finished
 	closing bool
 }
 
-// source is where events come from: a folder or a bucket.
-type source interface {
-	Events() <-chan watcher.Event
-	Forget(path string)
-	Close(ctx context.Context) error
+// delivery is an event and the source it came from.
+type delivery struct {
+	src Source
+	ev  watcher.Event
 }
 
 // New returns a daemon for cfg; it does no I/O.
@@ -93,7 +93,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool), again: make(map[string]watcher.Event)}
+	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool), again: make(map[string]delivery)}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -196,9 +196,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if d.eng, err = d.cfg.NewEngine(d.log.With("component", "engine")); err != nil {
 		return err
 	}
-	if err := d.eng.Open(runCtx); err != nil {
-		return fmt.Errorf("open engine: %w", err)
-	}
+	// The pipeline (its ledger) opens before the engine loads its models:
+	// a damaged ledger is refused at once, not after a slow model load.
+	// Nothing reaches the engine before a batch runs.
 	pc := d.cfg.pipelineConfig()
 	pc.Logger = d.log
 	d.pipe = pipeline.New(pc, d.eng)
@@ -207,6 +207,9 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	}
 	if err := d.pipe.Recover(folder.FinishRetire); err != nil {
 		return err
+	}
+	if err := d.eng.Open(runCtx); err != nil {
+		return fmt.Errorf("open engine: %w", err)
 	}
 	if d.cfg.IsBucket() {
 		if err := d.openBucket(ctx, runCtx); err != nil {
@@ -224,7 +227,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		if err := w.Open(runCtx); err != nil {
 			return fmt.Errorf("open watcher: %w", err)
 		}
-		d.watch = w
+		d.sources = append(d.sources, &folderSource{w: w, dirs: d.dirs, log: d.log.With("component", "folder")})
 	}
 	if len(d.cfg.Webhooks.URLs) > 0 {
 		wc := d.cfg.webhookConfig(filepath.Join(d.dirs.State, "webhooks"))
@@ -237,9 +240,11 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		}
 	}
 	d.started = time.Now()
-	if err := d.requeueAPI(); err != nil {
+	d.api = newAPISource(d.apiDir(), d.dirs.Outbox, d.dirs.Done, d.log.With("component", "api"))
+	if err := d.api.Open(runCtx); err != nil {
 		return err
 	}
+	d.sources = append(d.sources, d.api)
 	if !d.cfg.HTTPOff() {
 		if err := d.serveHTTP(); err != nil {
 			return err
@@ -252,8 +257,10 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		d.wg.Add(1)
 		go d.expireLoop(runCtx)
 	}
-	d.wg.Add(1)
-	go d.receive(runCtx)
+	for _, src := range d.sources {
+		d.wg.Add(1)
+		go d.receive(runCtx, src)
+	}
 	for range d.cfg.Pipeline.MaxConcurrentBatches {
 		d.wg.Add(1)
 		go d.runBatches(runCtx)
@@ -283,10 +290,10 @@ func (d *Daemon) openBucket(ctx, runCtx context.Context) error {
 	if err := w.Open(runCtx); err != nil {
 		return fmt.Errorf("open bucket watcher: %w", err)
 	}
-	d.watch = w
 	blog := d.log.With("component", "bucket")
-	d.bucket = &bucketRunner{d: d, b: b, w: w, log: blog, cfg: bucket.Config{Bucket: b,
+	d.bucket = &bucketSource{b: b, w: w, log: blog, token: d.cfg.S3.WebhookToken, cfg: bucket.Config{Bucket: b,
 		Spool: filepath.Join(d.dirs.State, "bucket"), CheckpointInterval: d.cfg.S3.CheckpointInterval, Logger: blog}}
+	d.sources = append(d.sources, d.bucket)
 	d.log.Info("bucket source connected", "bucket", b.Name(), "owner", b.Owner(), "endpoint", sc.Endpoint)
 	return nil
 }
@@ -323,77 +330,48 @@ func (d *Daemon) takeLock() error {
 	return nil
 }
 
-// receive turns watcher events into queued jobs and cancels.
-func (d *Daemon) receive(ctx context.Context) {
+// receive turns src's events into queued jobs, and hands its cancel
+// requests back to it.
+func (d *Daemon) receive(ctx context.Context, src Source) {
 	defer d.wg.Done()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-d.watch.Events():
+		case ev, ok := <-src.Events():
 			if !ok {
 				return
 			}
 			switch ev.Kind {
 			case watcher.Cancel:
-				if d.bucket != nil {
-					d.bucket.cancel(ev)
-					continue
-				}
-				d.handleCancel(ev)
+				src.Cancel(ctx, ev, d.pipe)
 			case watcher.Input:
-				d.enqueue(ev)
+				d.enqueue(delivery{src, ev})
 			case watcher.Refused:
-				d.refuse(ev)
+				d.refuse(delivery{src, ev})
 			}
 		}
 	}
-}
-
-// handleCancel handles NAME.cancel: it cancels NAME if it runs, makes it start
-// cancelled if its input waits, and is dropped (file removed) otherwise, so
-// a stale request never cancels a later batch of the same name. A cancel
-// file older than the waiting input was meant for an earlier batch.
-func (d *Daemon) handleCancel(ev watcher.Event) {
-	if d.pipe.Cancel(ev.Name) {
-		d.log.Info("cancel requested", "name", ev.Name)
-		return
-	}
-	waiting := false
-	if cst, err := os.Stat(ev.Path); err == nil {
-		for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
-			if ist, err := os.Stat(filepath.Join(d.dirs.Inbox, ev.Name+ext)); err == nil && !cst.ModTime().Before(ist.ModTime()) {
-				waiting = true
-			}
-		}
-	}
-	if waiting {
-		d.pipe.CancelOnStart(ev.Name)
-		d.log.Info("cancel requested; the batch will start cancelled", "name", ev.Name)
-		return
-	}
-	d.log.Info("cancel request for a batch that is neither running nor waiting; removed", "name", ev.Name)
-	if err := os.Remove(ev.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		d.log.Warn("remove cancel request", "name", ev.Name, "error", err)
-	}
-	d.watch.Forget(ev.Path)
 }
 
 // refuse fails an inbox entry the watcher refused, at once and without
 // reading it, and moves it to rejected/. While a batch of the same name
 // runs, it waits for that run to finish.
-func (d *Daemon) refuse(ev watcher.Event) {
+func (d *Daemon) refuse(dl delivery) {
+	ev := dl.ev
 	d.mu.Lock()
 	if d.active[ev.Name] {
-		d.again[ev.Name] = ev
+		d.again[ev.Name] = dl
 		d.mu.Unlock()
 		return
 	}
 	d.active[ev.Name] = true
 	d.mu.Unlock()
-	if d.bucket != nil {
-		d.bucket.refuse(ev)
-		d.finished(ev)
+	if bs, ok := dl.src.(*bucketSource); ok {
+		if b := bs.refuse(d.runCtx, ev, d.pipe); b != nil {
+			d.notifyEnd(b)
+		}
+		d.finished(dl)
 		return
 	}
 	st := folder.Refused(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Rejected)
@@ -408,36 +386,32 @@ func (d *Daemon) refuse(ev watcher.Event) {
 	case errors.Is(err, os.ErrNotExist):
 		d.log.Info("refused input vanished", "name", ev.Name)
 	default:
-		d.log.Error("failing a refused input failed; it is retried on the next rescan", "name", ev.Name, "error", err)
+		d.log.Error("failing a refused input failed; it is retried on "+dl.src.retryWhen(), "name", ev.Name, "error", err)
 	}
-	d.finished(ev)
+	d.finished(dl)
 }
 
-func (d *Daemon) enqueue(ev watcher.Event) {
+func (d *Daemon) enqueue(dl delivery) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.active[ev.Name] {
-		// Running or queued already. The watcher delivers it again after
-		// Forget; an API request (a retry just after the run ended) is kept
-		// to queue when this run is finished.
-		if d.isAPIPath(ev.Path) {
-			d.again[ev.Name] = ev
-		}
+	if d.active[dl.ev.Name] {
+		// Running or queued already: its source delivers it again after
+		// Forget if it is still pending there.
 		return
 	}
-	d.active[ev.Name] = true
-	d.queue = append(d.queue, ev)
+	d.active[dl.ev.Name] = true
+	d.queue = append(d.queue, dl)
 	d.cond.Signal()
 }
 
-func (d *Daemon) next() (watcher.Event, bool) {
+func (d *Daemon) next() (delivery, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for len(d.queue) == 0 && !d.closing {
 		d.cond.Wait()
 	}
 	if d.closing {
-		return watcher.Event{}, false
+		return delivery{}, false
 	}
 	ev := d.queue[0]
 	d.queue = d.queue[1:]
@@ -447,66 +421,47 @@ func (d *Daemon) next() (watcher.Event, bool) {
 // requeue puts back first in the queue an input whose run stopped (ran),
 // or did not start, because the disk is full: it waits there, still
 // active, until space returns (pipeline.WaitForSpace).
-func (d *Daemon) requeue(ev watcher.Event, ran bool) {
+func (d *Daemon) requeue(dl delivery, ran bool) {
 	if ran {
-		d.log.Info("batch paused: the disk is full; it resumes when space returns", "name", ev.Name)
+		d.log.Info("batch paused: the disk is full; it resumes when space returns", "name", dl.ev.Name)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.queue = append([]watcher.Event{ev}, d.queue...)
+	d.queue = append([]delivery{dl}, d.queue...)
 	d.cond.Signal()
 }
 
-// runBatches runs queued inputs, first come first served.
+// runBatches runs queued inputs, first come first served: the source
+// prepares each job, the pipeline runs it, the source acknowledges its end.
+// While the disk is full no job starts, and one the full disk stopped
+// waits first in the queue.
 func (d *Daemon) runBatches(ctx context.Context) {
 	defer d.wg.Done()
 	for {
 		if d.pipe.WaitForSpace(ctx) != nil {
 			return
 		}
-		ev, ok := d.next()
+		dl, ok := d.next()
 		if !ok {
 			return
 		}
 		if d.pipe.DiskState().Full {
-			d.requeue(ev, false) // it filled while this runner waited for work
+			d.requeue(dl, false) // it filled while this runner waited for work
 			continue
 		}
-		if d.bucket != nil && !d.isAPIPath(ev.Path) {
-			err := d.bucket.run(ctx, ev)
-			switch {
-			case errors.Is(err, pipeline.ErrDiskFull) && ctx.Err() == nil:
-				d.requeue(ev, true)
+		ev := dl.ev
+		st, err := dl.src.Start(ctx, ev, d.pipe)
+		if err == nil && st != nil {
+			var b *ledger.Batch
+			b, err = d.pipe.Run(st.Ctx, st.Job)
+			err = st.Finish(err)
+			if errors.Is(err, pipeline.ErrDiskFull) && ctx.Err() == nil {
+				d.requeue(dl, true)
 				continue
-			case err == nil:
-			case errors.Is(err, pipeline.ErrShutdown) || ctx.Err() != nil:
-				d.log.Info("batch paused for shutdown; it resumes on restart or on another daemon", "name", ev.Name)
-			default:
-				d.log.Error("batch run failed; it is retried on the next listing", "name", ev.Name, "error", err)
 			}
-			d.finished(ev)
-			continue
-		}
-		fs := folder.New(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Done)
-		var st pipeline.Store = fs
-		if d.isAPIPath(ev.Path) {
-			st = &apiStore{Store: fs, id: ev.Name, final: d.apiFinalPath(ev.Name)}
-		}
-		job := pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}
-		retryMark := filepath.Join(filepath.Dir(ev.Path), ev.Name+watcher.SuffixRetry)
-		if _, err := os.Stat(retryMark); err == nil {
-			job.RetryFailed = true
-		}
-		b, err := d.pipe.Run(ctx, job)
-		if errors.Is(err, pipeline.ErrDiskFull) && ctx.Err() == nil {
-			d.requeue(ev, true)
-			continue
-		}
-		if err == nil && job.RetryFailed {
-			os.Remove(retryMark)
-		}
-		if err == nil {
-			d.notifyEnd(b)
+			if err == nil {
+				d.notifyEnd(b)
+			}
 		}
 		switch {
 		case err == nil:
@@ -515,9 +470,9 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		case errors.Is(err, os.ErrNotExist):
 			d.log.Info("input vanished before it ran", "name", ev.Name)
 		default:
-			d.log.Error("batch run failed; it is retried on the next rescan", "name", ev.Name, "error", err)
+			d.log.Error("batch run failed; it is retried on "+dl.src.retryWhen(), "name", ev.Name, "error", err)
 		}
-		d.finished(ev)
+		d.finished(dl)
 	}
 }
 
@@ -541,31 +496,7 @@ func (d *Daemon) expireLoop(ctx context.Context) {
 // records of them, and returns how many (the retention loop calls it).
 func (d *Daemon) Expire(cutoff time.Time) int {
 	names, err := d.pipe.Expire(cutoff)
-	for _, name := range names {
-		if validID(name, "batch_") {
-			d.forgetAPI(name)
-		}
-	}
-	// API batches that reused a record another name ran last.
-	ents, _ := os.ReadDir(d.apiDir())
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), ".final.json")
-		if !ok || !validID(id, "batch_") {
-			continue
-		}
-		b, ferr := d.apiFinal(id)
-		if ferr != nil || !pipeline.Terminal(b.Status) {
-			continue
-		}
-		if end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt); end == 0 || end >= cutoff.Unix() {
-			continue
-		}
-		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); serr == nil {
-			continue // retried: it runs again
-		}
-		d.forgetAPI(id)
-		names = append(names, id)
-	}
+	names = d.expireAPI(cutoff, names)
 	if len(names) > 0 {
 		d.log.Info("forgot finished batches past retention", "batches", len(names), "retention", d.cfg.Retention)
 	}
@@ -573,13 +504,6 @@ func (d *Daemon) Expire(cutoff time.Time) int {
 		d.log.Warn("expire batches", "error", err)
 	}
 	return len(names)
-}
-
-// forgetAPI removes API batch id's records.
-func (d *Daemon) forgetAPI(id string) {
-	for _, ext := range []string{".api.json", ".final.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
-		os.Remove(filepath.Join(d.apiDir(), id+ext))
-	}
 }
 
 // notifyEnd sends the batch-end webhook of b (API batches by their API id).
@@ -596,18 +520,15 @@ func (d *Daemon) notifyEnd(b *ledger.Batch) {
 	}
 }
 
-func (d *Daemon) finished(ev watcher.Event) {
+func (d *Daemon) finished(dl delivery) {
 	d.mu.Lock()
-	delete(d.active, ev.Name)
-	again, ok := d.again[ev.Name]
-	delete(d.again, ev.Name)
+	delete(d.active, dl.ev.Name)
+	again, ok := d.again[dl.ev.Name]
+	delete(d.again, dl.ev.Name)
 	d.mu.Unlock()
-	d.watch.Forget(ev.Path)
-	switch {
-	case ok && again.Kind == watcher.Refused:
+	dl.src.Forget(dl.ev)
+	if ok {
 		d.refuse(again)
-	case ok:
-		d.enqueue(again)
 	}
 }
 
@@ -700,8 +621,8 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.closing = true
 	d.cond.Broadcast()
 	d.mu.Unlock()
-	if d.watch != nil {
-		errs = append(errs, d.watch.Close(ctx))
+	for _, src := range d.sources {
+		errs = append(errs, src.Close(ctx))
 	}
 	d.wg.Wait()
 	if d.sampler != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
 )
 
 // env is a data directory and a stand-in server for daemons of one test.
@@ -952,4 +953,32 @@ func demoModel(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return model
+}
+
+// A damaged ledger is refused before the engine loads its models (a native
+// model load is slow): here the model does not exist, and the error is the
+// ledger's.
+func TestDamagedLedgerIsRefusedBeforeTheEngineLoads(t *testing.T) {
+	e := newEnv(t, openaitest.Options{})
+	if err := os.MkdirAll(e.dirs.State, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.dirs.State, "ledger.db"), bytes.Repeat([]byte{0xAB}, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	cfg.Engine = "native"
+	cfg.Native.Models = []native.ModelConfig{{Path: filepath.Join(t.TempDir(), "missing.gguf")}}
+	d := daemon.New(cfg, slog.New(slog.NewTextHandler(e.logs, nil)))
+	err := d.Open(context.Background())
+	if err == nil {
+		closeDaemon(t, d)
+		t.Fatal("Open succeeded on a damaged ledger")
+	}
+	if !errors.Is(err, ledger.ErrDamaged) {
+		t.Fatalf("Open: %v; want the ledger's damage reported before the engine's missing model", err)
+	}
+	if err := d.Close(context.Background()); err != nil {
+		t.Errorf("Close after a failed Open: %v", err)
+	}
 }

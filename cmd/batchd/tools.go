@@ -16,18 +16,19 @@ import (
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/validate"
+	"github.com/batchd/batchd/watcher"
 )
 
 // inputFormat tells a batch input's format and name from its file name.
 func inputFormat(path string) (name, format string, err error) {
 	base := filepath.Base(path)
 	switch {
-	case strings.HasSuffix(base, ".options.json"):
+	case strings.HasSuffix(base, watcher.SuffixOptions):
 		return "", "", fmt.Errorf("%s is an options file, not a batch input", base)
-	case strings.HasSuffix(base, ".jsonl"):
-		return strings.TrimSuffix(base, ".jsonl"), "jsonl", nil
-	case strings.HasSuffix(base, ".json"):
-		return strings.TrimSuffix(base, ".json"), "json", nil
+	case strings.HasSuffix(base, watcher.SuffixJSONL):
+		return strings.TrimSuffix(base, watcher.SuffixJSONL), watcher.FormatJSONL, nil
+	case strings.HasSuffix(base, watcher.SuffixJSON):
+		return strings.TrimSuffix(base, watcher.SuffixJSON), watcher.FormatJSON, nil
 	}
 	return "", "", fmt.Errorf("%s: a batch input must end in .jsonl (OpenAI batch lines) or .json (a requests document)", base)
 }
@@ -48,7 +49,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return errorf(stderr, exitUsage, "%v", err)
 	}
 	if *optsPath == "" {
-		*optsPath = filepath.Join(filepath.Dir(path), name+".options.json")
+		*optsPath = filepath.Join(filepath.Dir(path), name+watcher.SuffixOptions)
 	} else if _, err := os.Stat(*optsPath); err != nil {
 		return errorf(stderr, exitUsage, "options: %v", err)
 	}
@@ -69,7 +70,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	defer f.Close()
 	var src validate.Source = validate.NewLineReader(f, *maxLine)
-	if format == "json" {
+	if format == watcher.FormatJSON {
 		src = validate.NewDocReader(f, *maxLine)
 	}
 	chk := validate.NewChecker(cfg)
@@ -136,7 +137,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	// The options file goes first, so the batch never starts without it.
 	if *optsPath != "" {
-		if err := placeAtomically(*optsPath, filepath.Join(dirs.Inbox, name+".options.json")); err != nil {
+		if err := placeAtomically(*optsPath, filepath.Join(dirs.Inbox, name+watcher.SuffixOptions)); err != nil {
 			return errorf(stderr, exitUsage, "%v", err)
 		}
 	}
@@ -204,7 +205,7 @@ func placeAtomically(src, dst string) error {
 
 // waitBatch follows NAME.batch.json until the batch ends.
 func waitBatch(ctx context.Context, dirs daemon.Dirs, name string, since time.Time, stdout, stderr io.Writer) int {
-	objPath := filepath.Join(dirs.Outbox, name+".batch.json")
+	objPath := filepath.Join(dirs.Outbox, name+watcher.SuffixBatch)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	waitingSaid := false
@@ -292,9 +293,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var rows []row
 	seen := map[string]bool{}
-	objs, _ := filepath.Glob(filepath.Join(dirs.Outbox, "*.batch.json"))
+	objs, _ := filepath.Glob(filepath.Join(dirs.Outbox, "*"+watcher.SuffixBatch))
 	for _, p := range objs {
-		name := strings.TrimSuffix(filepath.Base(p), ".batch.json")
+		name := strings.TrimSuffix(filepath.Base(p), watcher.SuffixBatch)
 		if fs.NArg() == 1 && name != fs.Arg(0) {
 			continue
 		}
@@ -405,12 +406,12 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		dirs := daemon.DataDirs(*data)
 		in = pipeline.CheckInput{
-			Output: filepath.Join(dirs.Outbox, name+".output.jsonl"),
-			Errors: filepath.Join(dirs.Outbox, name+".errors.jsonl"),
-			Object: filepath.Join(dirs.Outbox, name+".batch.json"),
+			Output: filepath.Join(dirs.Outbox, name+watcher.SuffixOutput),
+			Errors: filepath.Join(dirs.Outbox, name+watcher.SuffixErrors),
+			Object: filepath.Join(dirs.Outbox, name+watcher.SuffixBatch),
 		}
 		for _, dir := range []string{dirs.Done, dirs.Inbox} {
-			for _, format := range []string{"jsonl", "json"} {
+			for _, format := range []string{watcher.FormatJSONL, watcher.FormatJSON} {
 				p := filepath.Join(dir, name+"."+format)
 				if _, err := os.Stat(p); err == nil && in.Input == "" {
 					in.Input, in.Format = p, format

@@ -9,7 +9,9 @@
 package ledger
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +23,13 @@ import (
 
 	"github.com/batchd/batchd/internal/fsx"
 )
+
+// NewNonce returns a new record's Nonce: 12 random hex digits.
+func NewNonce() string {
+	var b [6]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
 
 // ErrNotFound is returned for a batch the ledger does not know.
 var ErrNotFound = errors.New("batch not found")
@@ -51,6 +60,12 @@ type Batch struct {
 
 	// Gen numbers the result files in use; a reopen writes a new generation.
 	Gen int `json:"gen"`
+	// Nonce, random and set when the record is created, tells this record
+	// from an earlier one of the same content that was forgotten (by
+	// retention, or because its results were changed): result file ids
+	// carry it, so an id never names a later record's results. Records
+	// from before batchd kept one have none.
+	Nonce string `json:"nonce,omitempty"`
 	// OutLen and ErrLen are the committed lengths of the result files.
 	OutLen int64 `json:"out_len"`
 	ErrLen int64 `json:"err_len"`

@@ -24,6 +24,7 @@ import (
 	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/store"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/s3"
 )
@@ -256,12 +257,7 @@ func (s *Store) stopSaver() {
 
 // Files implements pipeline.Store.
 func (s *Store) Files() pipeline.Files {
-	return pipeline.Files{
-		Input:   path.Base(s.key),
-		Options: s.name + watcher.SuffixOptions,
-		Output:  s.name + watcher.SuffixOutput,
-		Errors:  s.name + watcher.SuffixErrors,
-	}
+	return store.Files(s.name, path.Base(s.key))
 }
 
 // OpenInput implements pipeline.Store: the local copy of the input at the

@@ -22,6 +22,7 @@ import (
 	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/store"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -95,12 +96,7 @@ func (s *Store) outPath(suffix string) string { return filepath.Join(s.outbox, s
 
 // Files implements pipeline.Store.
 func (s *Store) Files() pipeline.Files {
-	return pipeline.Files{
-		Input:   filepath.Base(s.input),
-		Options: s.name + watcher.SuffixOptions,
-		Output:  s.name + watcher.SuffixOutput,
-		Errors:  s.name + watcher.SuffixErrors,
-	}
+	return store.Files(s.name, filepath.Base(s.input))
 }
 
 // OpenInput implements pipeline.Store: a regular file only (no link is
