@@ -330,8 +330,9 @@ func CleanOutbox(dir string) error {
 }
 
 // publish places a copy of src at dst atomically: copied under a temporary
-// name beside dst, fsynced, then renamed over dst. The caller fsyncs dst's
-// directory. A copy, never a hard link: the pipeline reuses its own file for
+// name beside dst (whatever was there removed first), fsynced, then renamed
+// over dst (replacing dst itself, even a link, never writing through it).
+// The caller fsyncs dst's directory. A copy, never a hard link: the pipeline reuses its own file for
 // every later name that runs the same content, and a link would let a
 // consumer's edit of one published file (an append, a truncate) change every
 // other name's results and the ledger's record of them. On a filesystem
@@ -339,6 +340,12 @@ func CleanOutbox(dir string) error {
 func publish(src, dst string) error {
 	dir, base := filepath.Split(dst)
 	tmp := filepath.Join(dir, "."+base+".tmp")
+	// Whatever is at tmp goes first: a leftover, or a link someone planted
+	// in the outbox, which the copy would otherwise write through (to a
+	// file outside DATA) and the rename would then publish as dst.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("publish %s: remove stale %s: %w", base, tmp, err)
+	}
 	if err := fsx.CopyFile(src, tmp); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("publish %s: %w", base, err)
