@@ -28,6 +28,7 @@ import (
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/store/folder"
 )
 
 // env is a data directory and a stand-in server for daemons of one test.
@@ -72,7 +73,9 @@ func (e *env) config() daemon.Config {
 }
 
 // open opens a daemon on cfg; it is closed when the test ends unless the
-// test closes it first.
+// test closes it first. Once it is closed (and every daemon opened after it,
+// whose cleanups run first), the ledger of its state directory is checked
+// as `batchd ledger check` checks it.
 func (e *env) open(cfg daemon.Config) *daemon.Daemon {
 	e.t.Helper()
 	d := daemon.New(cfg, slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -80,8 +83,30 @@ func (e *env) open(cfg daemon.Config) *daemon.Daemon {
 		e.t.Fatalf("open daemon: %v", err)
 	}
 	var once sync.Once
-	e.t.Cleanup(func() { once.Do(func() { closeDaemon(e.t, d) }) })
+	e.t.Cleanup(func() {
+		once.Do(func() { closeDaemon(e.t, d) })
+		checkLedger(e.t, daemon.DataDirs(cfg.Data).State, cfg.Source == "" || cfg.Source == "dir")
+	})
 	return d
+}
+
+// checkLedger fails t for every broken invariant of the ledger in stateDir
+// (pipeline.CheckLedger, as `batchd ledger check` runs it). folder says
+// whether retiring records are the folder store's, which it then checks too.
+func checkLedger(t *testing.T, stateDir string, folderStore bool) {
+	t.Helper()
+	var retiring func(string, []byte) error
+	if folderStore {
+		retiring = folder.CheckRetiring
+	}
+	rep, err := pipeline.CheckLedger(stateDir, 5*time.Second, retiring)
+	if err != nil {
+		t.Errorf("ledger check after the daemon closed: %v", err)
+		return
+	}
+	for _, p := range rep.Problems {
+		t.Errorf("ledger check after the daemon closed: %s", p)
+	}
 }
 
 func closeDaemon(t *testing.T, d *daemon.Daemon) {
