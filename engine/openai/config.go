@@ -27,15 +27,17 @@ type Config struct {
 	// always does; a 5xx, transport error, timeout or 2xx whose body is not
 	// JSON does only when the replica that failed it answered another
 	// request since this one's previous attempt (or this is the only
-	// request left and one already counted, or this is the only request
-	// left, the server answered it with a 5xx or a 2xx that is not JSON,
-	// and a health check showed the replica up: the body of an earlier
-	// request of the same endpoint that succeeded, at most 64 KiB, sent
-	// again with the header X-Batchd-Health-Check and its answer
-	// discarded). Failures while nothing else is answered are an outage:
-	// they are retried, without limit, until the engine is back. A request
-	// failing alone before anything succeeded on its endpoint has no body
-	// to check with and waits as in an outage (logged once at WARN).
+	// request left and one already counted, or the server answered it with
+	// a 5xx or a 2xx that is not JSON and a health check showed the
+	// replica up meanwhile: the body of an earlier request of the same
+	// endpoint that succeeded, at most 64 KiB, sent again with the header
+	// X-Batchd-Health-Check and its answer discarded; one check at a time
+	// per replica, its result shared by every request failing there).
+	// Failures while nothing else is answered, checks included, are an
+	// outage: they are retried, without limit, until the engine is back.
+	// Before anything succeeded on its endpoint there is no body to check
+	// with: such requests wait as in an outage (the only request left
+	// says so once at WARN).
 	MaxRetries int
 	// RetryWaitMin and RetryWaitMax bound the backoff between attempts; a
 	// server's Retry-After is honoured up to RetryWaitMax.

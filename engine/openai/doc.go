@@ -10,9 +10,9 @@
 // holds its callers and probes GET {base}/models until a replica answers,
 // instead of failing every request of every batch. Failures end a request
 // only when they are its own (see Config.MaxRetries): shown by other
-// requests the replica served meanwhile, or, for the only request left, by
-// a health check that re-sends an earlier request that succeeded
-// (healthcheck.go). A watchdog reports the engine hung while requests get
+// requests the replica served meanwhile, or, when it serves none (the last
+// requests of a batch all failing), by a health check shared by those
+// requests that re-sends an earlier request that succeeded (healthcheck.go). A watchdog reports the engine hung while requests get
 // no response byte (see Config.HangAfter).
 //
 // It implements engine.Engine and engine.StatsReporter. It must import only

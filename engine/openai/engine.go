@@ -46,7 +46,7 @@ var (
 // and resumes them when a probe or a request gets an answer, so an outage
 // pauses batches instead of failing their requests. A request fails with
 // engine.ErrUnavailable only when its retries run out while other requests,
-// or a health check, show the remote engine is up (see Config.MaxRetries).
+// or health checks, show the remote engine is up (see Config.MaxRetries).
 type Engine struct {
 	cfg       Config
 	logger    *slog.Logger
@@ -61,6 +61,7 @@ type Engine struct {
 	retries   atomic.Int64 // attempts that repeated an earlier one (Stats)
 	hung      atomic.Bool  // set and cleared by watch (Stats)
 	samples   samples      // known-good bodies for health checks
+	checks    *checks      // health checks in flight and their results
 	jitter    func(n int64) int64
 
 	ctx    context.Context // private: cancelled by Close
@@ -113,6 +114,7 @@ func New(cfg Config) (*Engine, error) {
 			base: transport, pool: p, timeout: cfg.AttemptTimeout, maxBody: maxResponseBytes,
 		}},
 		urlStub: stub,
+		checks:  newChecks(len(bases)),
 		sem:     make(chan struct{}, cfg.MaxInFlight),
 		jitter:  rand.Int64N,
 		ctx:     ctx,
@@ -299,7 +301,8 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	defer cancel()
 	defer context.AfterFunc(e.ctx, cancel)()
 
-	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint, seen: e.pool.served(nil)}
+	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint}
+	c.remember()
 	callCtx = context.WithValue(callCtx, ctxKey{}, c)
 	client := &retryablehttp.Client{
 		HTTPClient:   e.client,
@@ -347,6 +350,7 @@ type call struct {
 	checked  int      // strikes shown by a health check
 	warned   bool     // that no health check could be sent
 	seen     []uint64 // pool.served when the previous attempt ended
+	checks   []uint64 // checks.ended when the previous attempt ended
 	last     string   // the latest attempt's status or error
 	reason   string   // why the call gave up
 }
@@ -373,17 +377,19 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 // (strikes); the call gives up once it has more than Config.MaxRetries:
 //   - A 408 or 429 is always a strike: the server is up and said no.
 //   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
-//     whose body is not JSON) is a strike only when the replica that failed
-//     it answered another request since this one's previous attempt, or
-//     when this is the only request left and it already has a strike, or
-//     when this is the only request left, the server answered it (a 5xx or
-//     a 2xx that is not JSON) and a health check (see healthCheck) shows
-//     the replica serving a known-good request; and never when the
-//     connection could not be made (refused, unreachable): a request the
-//     server fails while serving others is the request's fault, and does
-//     not count against the engine's health. Otherwise it is an outage
-//     (pool.failed counts it towards DownAfter), and while the engine is
-//     down the call waits for it to come back before trying again.
+//     whose body is not JSON) is a strike when the replica that failed it
+//     answered another request since this one's previous attempt; or when
+//     this is the only request left and it already has a strike; or when
+//     the server answered it (a 5xx or a 2xx that is not JSON) and a
+//     health check (see serverUp) shows the replica serving a known-good
+//     request meanwhile, so several requests failing at the end of a
+//     batch are told apart from an outage as one alone is. It is never a
+//     strike when the connection could not be made (refused,
+//     unreachable). A request the server fails while serving others is
+//     the request's fault, and does not count against the engine's
+//     health. Otherwise it is an outage (pool.failed counts it towards
+//     DownAfter), and while the engine is down the call waits for it to
+//     come back before trying again.
 func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
@@ -404,7 +410,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 			return false, nil
 		}
 		pool.answered(c.replica, false)
-		c.seen = pool.served(c.seen)
+		c.remember()
 		c.strikes++
 		if c.strikes > c.e.cfg.MaxRetries {
 			c.reason = fmt.Sprintf("throttled %d times", c.strikes)
@@ -418,7 +424,8 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 			keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "body", snippet(c.respBody))
 	}
 	others := pool.servedSince(c.replica, c.seen)
-	c.seen = pool.served(c.seen)
+	checkedSince := c.checks[c.replica.idx]
+	c.remember()
 	alone := c.e.active.Load() == 1
 	switch {
 	case unreached(err):
@@ -430,7 +437,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		// The request's fault, not the engine's: it does not count
 		// towards taking the engine down.
 		c.strikes++
-	case err == nil && alone && c.serverUp(ctx):
+	case err == nil && c.serverUp(ctx, checkedSince, alone):
 		c.strikes++
 		c.checked++
 	case ctx.Err() != nil: // cancelled during the health check
@@ -451,28 +458,44 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 	}
 	if waited {
 		c.streak = 0
-		c.seen = pool.served(c.seen)
+		c.remember()
 	}
 	return true, nil
 }
 
-// serverUp sends a health check to the replica that just failed this call,
-// the only request left, and reports whether it served it. Without a
-// known-good body for the endpoint (nothing has succeeded on it yet) it
-// warns, once per call, that the call waits as in an outage.
-func (c *call) serverUp(ctx context.Context) bool {
-	body := c.e.samples.get(c.endpoint)
-	if body == nil {
-		if !c.warned {
-			c.warned = true
-			c.e.logger.Warn("request fails with nothing else running and no earlier request succeeded to check the server with; waiting as in an outage until it succeeds or its batch is cancelled",
-				keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "last", c.last)
+// remember records what the replicas have served, and the health checks
+// ended, when an attempt ends: the evidence for its next one starts there.
+func (c *call) remember() {
+	c.seen = c.e.pool.served(c.seen)
+	c.checks = c.e.checks.ended(c.checks)
+}
+
+// serverUp reports whether the replica that just failed this call, while
+// serving no other request, served a health check that ended since the
+// call's previous attempt (since checks had ended then): one in flight, or
+// one sent now (see checks.result). Without a known-good body for the
+// endpoint (nothing has succeeded on it yet) no check is sent; a call that
+// is the only request left then warns, once, that it waits as in an outage.
+func (c *call) serverUp(ctx context.Context, since uint64, alone bool) bool {
+	e, r := c.e, c.replica
+	var send func() bool
+	if body := e.samples.get(c.endpoint); body != nil {
+		customID, attempt, logURL, endpoint := c.customID, c.attempts, c.url, c.endpoint
+		send = func() bool {
+			// Under the engine's context, not the call's: others may
+			// wait for this check after this call gives up.
+			up, got := e.healthCheck(e.ctx, r, endpoint, body)
+			e.logger.Debug("health check with an earlier request that succeeded",
+				keyCustomID, customID, keyAttempt, attempt, keyURL, logURL, "up", up, "health_check", got)
+			return up
 		}
-		return false
 	}
-	up, got := c.e.healthCheck(ctx, c.replica, c.endpoint, body)
-	c.e.logger.Debug("health check with an earlier request that succeeded",
-		keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "up", up, "health_check", got)
+	up, ok := e.checks.result(ctx, r.idx, since, send, &e.calls)
+	if !ok && send == nil && alone && !c.warned {
+		c.warned = true
+		e.logger.Warn("request fails with nothing else running and no earlier request succeeded to check the server with; waiting as in an outage until it succeeds or its batch is cancelled",
+			keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "last", c.last)
+	}
 	return up
 }
 

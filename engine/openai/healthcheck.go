@@ -11,11 +11,17 @@ import (
 	"time"
 )
 
-// A request the server fails with nothing else running gives no evidence
-// from other requests (see call.checkRetry), so on its own it cannot be told
-// from an outage. The engine then re-sends a known-good request: the body of
-// a recent request of the same endpoint that the server answered with a 2xx.
+// A request the server fails while it serves no other request (the last of
+// a batch, or every request still in flight failing) gives no evidence from
+// other requests (see call.checkRetry), so on its own it cannot be told from
+// an outage. The engine then re-sends a known-good request: the body of a
+// recent request of the same endpoint that the server answered with a 2xx.
 // If the server answers that, the failure is the request's own.
+//
+// Checks are shared (see checks): at most one is in flight per replica, and
+// its result serves every request that failed on that replica before it
+// ended, so N requests failing together cost one check per round of
+// attempts, not N.
 //
 // The known-good body is one this daemon already sent, and the answer to the
 // health check is read and discarded: no caller ever sees it.
@@ -110,4 +116,74 @@ func (e *Engine) healthCheck(ctx context.Context, r *replica, endpoint string, b
 	}
 	e.pool.answered(r, false) // it is up, but this serves no other request
 	return true, got
+}
+
+// checks shares health checks among the requests failing on each replica.
+type checks struct {
+	mu    sync.Mutex
+	state []checkState // by replica.idx; never resized
+}
+
+type checkState struct {
+	ended   uint64        // checks ended on the replica, ever
+	up      bool          // whether the latest ended check was served
+	running chan struct{} // closed when the check in flight ends; nil if none
+}
+
+func newChecks(replicas int) *checks {
+	return &checks{state: make([]checkState, replicas)}
+}
+
+// ended returns, in dst, how many checks have ended on each replica so far.
+func (cs *checks) ended(dst []uint64) []uint64 {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	dst = dst[:0]
+	for _, st := range cs.state {
+		dst = append(dst, st.ended)
+	}
+	return dst
+}
+
+// result returns whether replica idx served a health check that ended
+// after since (the count ended then, from ended): the latest one if one
+// has ended since, else the one in flight, else one started now that runs
+// send in its own goroutine (tracked by wg), so a caller that gives up does
+// not cut it short for the others. ok is false when ctx ended first, or
+// when no check ended since, none is in flight and send is nil (there is
+// nothing to check with).
+func (cs *checks) result(ctx context.Context, idx int, since uint64, send func() bool, wg *sync.WaitGroup) (up, ok bool) {
+	cs.mu.Lock()
+	st := &cs.state[idx]
+	if st.ended > since {
+		defer cs.mu.Unlock()
+		return st.up, true
+	}
+	done := st.running
+	if done == nil {
+		if send == nil {
+			cs.mu.Unlock()
+			return false, false
+		}
+		done = make(chan struct{})
+		st.running = done
+		wg.Go(func() {
+			up := send()
+			cs.mu.Lock()
+			st.ended++
+			st.up = up
+			st.running = nil
+			cs.mu.Unlock()
+			close(done)
+		})
+	}
+	cs.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return false, false
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return st.up, true
 }
