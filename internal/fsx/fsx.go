@@ -60,18 +60,21 @@ func WriteFile(path string, data []byte, durable bool) error {
 	return nil
 }
 
-// CopyFile copies src to dst (created or truncated) and fsyncs dst.
+// CopyFile copies src to dst (created or truncated; a link there is an
+// error) and fsyncs dst.
 func CopyFile(src, dst string) error { return CopyPrefix(src, dst, -1) }
 
 // CopyPrefix copies the first n bytes of src (all of it when n < 0) to dst
-// (created or truncated) and fsyncs dst.
+// (created or truncated; a link there is an error) and fsyncs dst.
 func CopyPrefix(src, dst string, n int64) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", src, err)
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	// O_NOFOLLOW: a link someone planted at dst is an error, never a way
+	// to write outside the data directory.
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", dst, err)
 	}

@@ -70,3 +70,24 @@ func TestCopyPrefix(t *testing.T) {
 		t.Fatal("copying more than the file holds succeeded")
 	}
 }
+
+// A link at the destination is an error: CopyFile never writes through it.
+func TestCopyFileRefusesALinkAtTheDestination(t *testing.T) {
+	dir := t.TempDir()
+	src, target, dst := filepath.Join(dir, "src"), filepath.Join(dir, "outside"), filepath.Join(dir, "dst")
+	if err := os.WriteFile(src, []byte("results\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := CopyFile(src, dst); err == nil {
+		t.Fatal("CopyFile wrote through a link at its destination")
+	}
+	if got, _ := os.ReadFile(target); string(got) != "keep me\n" {
+		t.Fatalf("the link's target changed: %q", got)
+	}
+}
