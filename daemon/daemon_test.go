@@ -511,7 +511,10 @@ func TestHealthAndReadiness(t *testing.T) {
 		code, _ := get("/readyz")
 		return code == http.StatusOK
 	})
-	e.waitEnded("down", "jsonl")
+	// An outage is a pause: every request completes, none is an error line.
+	if o := e.waitEnded("down", "jsonl"); o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 30 || o.RequestCounts.Failed != 0 {
+		t.Fatalf("after the outage: %s %+v\n%s", o.Status, o.RequestCounts, strings.Join(e.lines("down.errors.jsonl"), "\n"))
+	}
 	e.check("down", "jsonl")
 
 	// Without listen, there is no HTTP.
