@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/minio/minio-go/v7"
 
@@ -26,11 +27,14 @@ import (
 //     listing of inbox/, at Open and every ListInterval, so a lost
 //     notification delays an input by at most one interval.
 //   - An input whose name batchd cannot use (watcher.CheckName: too long,
-//     control characters, invalid UTF-8, or a key in a nested prefix such
-//     as inbox/a/b.jsonl, inbox//b.jsonl or inbox/../b.jsonl) is delivered
-//     as a Refused event named watcher.SafeName of it, once per ETag as
-//     an input is. Other keys in nested prefixes (options, cancels,
-//     dot-names) are ignored.
+//     control characters, or a key in a nested prefix such as
+//     inbox/a/b.jsonl or inbox//b.jsonl) is delivered as a Refused event
+//     named watcher.SafeName of it, once per ETag as an input is. Other
+//     keys in nested prefixes (options, cancels, dot-names) are ignored.
+//   - A key no request can name as itself (a . or .. element, as in
+//     inbox/../outbox/x.jsonl, over 1024 bytes, or not UTF-8) is ignored
+//     with a warning: a notification naming one is forged or broken, and
+//     reading or moving it would address another key or fail forever.
 //   - What a key's listing no longer shows is forgotten.
 type Watcher struct {
 	b      *Bucket
@@ -156,6 +160,12 @@ func (w *Watcher) classify(key string) (ev watcher.Event, ok bool) {
 	if !ok {
 		return ev, false
 	}
+	if !addressable(key) {
+		// Not even refused: moving it to rejected/ would address
+		// another key, or fail at every try.
+		w.b.log.Warn("inbox key ignored: no request can name it (a . or .. element, over 1024 bytes, or not UTF-8)", "key", key)
+		return ev, false
+	}
 	dir, base := "", rest
 	if i := strings.LastIndex(rest, "/"); i >= 0 {
 		dir, base = rest[:i+1], rest[i+1:]
@@ -225,4 +235,25 @@ func sortByTime(objs []minio.ObjectInfo) {
 		}
 		return strings.Compare(a.Key, b.Key)
 	})
+}
+
+// maxKeyLen is the longest object key S3 and MinIO accept, in bytes.
+const maxKeyLen = 1024
+
+// addressable reports whether a request can name key as itself: HTTP
+// clients and servers resolve "." and ".." elements of a path, so a
+// request for jobs/inbox/../outbox/x.jsonl reaches jobs/outbox/x.jsonl;
+// a key over S3's 1024 bytes, or not UTF-8, is answered 400, which the
+// bucket's retries take for an outage. MinIO stores no such key; a
+// notification naming one is forged or broken.
+func addressable(key string) bool {
+	if len(key) > maxKeyLen || !utf8.ValidString(key) {
+		return false
+	}
+	for _, el := range strings.Split(key, "/") {
+		if el == "." || el == ".." {
+			return false
+		}
+	}
+	return true
 }
