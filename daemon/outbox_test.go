@@ -248,6 +248,12 @@ func TestLinksInOutboxAndDoneAreReplacedNotWrittenThrough(t *testing.T) {
 
 	e.drop(name+".jsonl", chatBatch(30, name)+"{not json\n")
 	o := e.waitEnded(name, "jsonl")
+	// waitEnded's Stat of done/NAME.jsonl follows the planted link: wait
+	// for the input itself to have replaced it.
+	waitFor(t, 60*time.Second, "the input to replace the link in done/", func() bool {
+		st, err := os.Lstat(filepath.Join(e.dirs.Done, name+".jsonl"))
+		return err == nil && st.Mode().IsRegular()
+	})
 	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 30 || o.RequestCounts.Failed != 1 {
 		t.Fatalf("%s %+v, want completed with 30 completed and 1 failed", o.Status, o.RequestCounts)
 	}
