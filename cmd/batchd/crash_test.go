@@ -426,6 +426,24 @@ log:
   level: info
 `
 
+// crashFixture starts the stand-in engine with fault (nil: none) and
+// writes crashConfig into a new temporary root; it returns the server, the
+// root and the config's path.
+func crashFixture(t *testing.T, fault func(n int64, r *http.Request, body []byte) openaitest.Fault) (*openaitest.Server, string, string) {
+	t.Helper()
+	srv := openaitest.NewServer(openaitest.Options{Fault: fault})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	root := t.TempDir()
+	cfgPath := filepath.Join(root, "batchd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(crashConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return srv, root, cfgPath
+}
+
 // TestCrashKillRestartIsExactlyOnce runs a 2,000-request batch to the end
 // once without interruption, then again on a fresh data directory while
 // SIGKILLing and restarting the daemon twenty times at random moments, and
@@ -449,22 +467,10 @@ func TestCrashKillRestartIsExactlyOnce(t *testing.T) {
 	t.Logf("crash test seed %d (rerun with -crash.seed=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0x6261746368640a))
 
-	srv := openaitest.NewServer(openaitest.Options{
-		Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
-			time.Sleep(latency) // simulated model latency, not synchronisation
-			return openaitest.Fault{}
-		},
+	srv, root, cfgPath := crashFixture(t, func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		time.Sleep(latency) // simulated model latency, not synchronisation
+		return openaitest.Fault{}
 	})
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-
-	root := t.TempDir()
-	cfgPath := filepath.Join(root, "batchd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(crashConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	content, invalid := crashInput(requests)
 	src := filepath.Join(root, name+".jsonl")
 	if err := os.WriteFile(src, content, 0o644); err != nil {

@@ -32,34 +32,23 @@ func TestCrashingTwiceOnOneRequestFailsItNotTheBatch(t *testing.T) {
 		poisons [4]atomic.Int32
 		seen    = make(chan int32, 4)
 	)
-	srv := openaitest.NewServer(openaitest.Options{
-		Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
-			if !bytes.Contains(body, []byte("POISON")) {
-				if alone.Load() {
-					beside.Add(1)
-				}
-				return openaitest.Fault{}
+	srv, root, cfgPath := crashFixture(t, func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		if !bytes.Contains(body, []byte("POISON")) {
+			if alone.Load() {
+				beside.Add(1)
 			}
-			ph := phase.Load()
-			poisons[ph].Add(1)
-			if ph == 2 {
-				alone.Store(true)
-				defer alone.Store(false)
-			}
-			seen <- ph
-			<-r.Context().Done() // hangs until batchd is gone
 			return openaitest.Fault{}
-		},
+		}
+		ph := phase.Load()
+		poisons[ph].Add(1)
+		if ph == 2 {
+			alone.Store(true)
+			defer alone.Store(false)
+		}
+		seen <- ph
+		<-r.Context().Done() // hangs until batchd is gone
+		return openaitest.Fault{}
 	})
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	root := t.TempDir()
-	cfgPath := filepath.Join(root, "batchd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(crashConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	var in strings.Builder
 	for i := range 21 {
 		content := fmt.Sprintf("hello %d", i)

@@ -175,17 +175,9 @@ type failpointFixture struct {
 
 func newFailpointFixture(t *testing.T, bin string) *failpointFixture {
 	t.Helper()
-	srv := openaitest.NewServer(openaitest.Options{})
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	f := &failpointFixture{root: t.TempDir(), name: "fp", srv: srv, options: []byte(`{"metadata":{"suite":"failpoint"}}`)}
+	srv, root, cfgPath := crashFixture(t, nil)
+	f := &failpointFixture{root: root, cfg: cfgPath, name: "fp", srv: srv, options: []byte(`{"metadata":{"suite":"failpoint"}}`)}
 	f.content, f.invalid = crashInput(failpointRequests)
-	f.cfg = filepath.Join(f.root, "batchd.yaml")
-	if err := os.WriteFile(f.cfg, []byte(crashConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ref, refLog := f.placeIn(t, filepath.Join(f.root, "ref"))
 	stopWhenFinished(t, startBatchd(t, bin, ref, f.cfg, srv.URL(), refLog), ref, f.name)
 	f.refOutbox = filepath.Join(ref, "outbox")
