@@ -121,3 +121,23 @@ type StatsReporter interface {
 type ModelLister interface {
 	Models() []string
 }
+
+// Queue is implemented by engines that take requests without a goroutine
+// each: the pipeline hands such an engine as many requests as it asks for
+// (Window), and the engine's own scheduler chooses what runs, so it can group
+// shared prefixes across everything it holds.
+//
+// Contract, beside Engine's:
+//   - Submit never blocks for long (at most for the work of accepting the
+//     request: parsing, tokenizing). It calls done exactly once, from any
+//     goroutine, with what Do would have returned for the same request;
+//     done must not block.
+//   - When ctx is done before the request is answered, done gets ctx.Err()
+//     promptly and the request's resources are released.
+//   - Window is how many requests (running and waiting) the engine wants to
+//     hold at once now; it may change as the engine learns its memory. A
+//     caller keeps at most Window() submitted requests outstanding.
+type Queue interface {
+	Submit(ctx context.Context, req *Request, done func(*Response, error))
+	Window() int
+}
