@@ -50,7 +50,7 @@ func Bench(path string, o BenchOptions) (*BenchResult, error) {
 	}
 	res := &BenchResult{Model: path, Kernels: cpu.Name(), DecodeTPS: map[int]float64{}}
 	for _, x := range w.Matrices {
-		if x != m.embd || m.out == m.embd {
+		if x != w.Matrices["token_embd.weight"] || m.cfg.TiedEmbeddings {
 			res.WeightBytes += int64(len(x.Data))
 		}
 	}

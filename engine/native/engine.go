@@ -51,6 +51,9 @@ type Config struct {
 	// Kernels names the CPU code path: auto (or ""), the fastest this CPU
 	// runs, or avx512, avx2, generic to force one (see kernels.NewCPUBackend).
 	Kernels string
+	// Device is where the models run: cpu (or ""), the CPU kernels, or
+	// reference, the plain-Go reference device (slow; for tests).
+	Device string
 	// MaxBatchTokens is the token budget of one forward pass.
 	MaxBatchTokens int
 	// MaxSeqs bounds the sequences running at once.
@@ -99,6 +102,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("native.kernels: must be auto, avx512, avx2 or generic, got %q", c.Kernels)
 	}
+	switch c.Device {
+	case "", DeviceCPU, DeviceReference:
+	default:
+		return fmt.Errorf("native.device: must be %s or %s, got %q", DeviceCPU, DeviceReference, c.Device)
+	}
 	if c.MaxBatchTokens < 1 {
 		return fmt.Errorf("native.max_batch_tokens: must be at least 1, got %d", c.MaxBatchTokens)
 	}
@@ -123,8 +131,9 @@ func (m ModelConfig) modelName() string {
 type Engine struct {
 	cfg     Config
 	log     *slog.Logger
-	cpu     *kernels.CPU
-	backend string // cpu's code path; kept after Close for Kernels
+	cpu     *kernels.CPU   // the kernels: the CPU device's, and the sampler's
+	dev     kernels.Device // where the models run
+	backend string         // cpu's code path; kept after Close for Kernels
 	runners map[string]*runner
 	order   []string
 	compute sync.Mutex // one forward pass at a time across models
@@ -153,6 +162,10 @@ func (e *Engine) Open(ctx context.Context) error {
 		return fmt.Errorf("native.kernels: %w", err)
 	}
 	e.cpu, e.backend = cpu, cpu.Backend()
+	if _, err := e.device(); err != nil {
+		e.Close(ctx)
+		return err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	for _, mc := range e.cfg.Models {
@@ -170,7 +183,7 @@ func (e *Engine) Open(ctx context.Context) error {
 			r.loop(runCtx)
 		}()
 	}
-	e.log.Info("native engine ready", "models", e.order, "kernels", e.cpu.Backend(), "threads", e.cpu.Threads(),
+	e.log.Info("native engine ready", "models", e.order, "device", e.dev.Name(), "kernels", e.cpu.Backend(), "threads", e.cpu.Threads(),
 		"requested", kernelsName(e.cfg.Kernels), "arch", runtime.GOARCH, "cpu_features", strings.Join(kernels.Features(), " "))
 	return nil
 }
@@ -186,12 +199,33 @@ func kernelsName(s string) string {
 	return s
 }
 
+// device returns the device the models run on, opening it over e.cpu the
+// first time.
+func (e *Engine) device() (kernels.Device, error) {
+	if e.dev == nil {
+		name := e.cfg.Device
+		if name == "" {
+			name = defaultDevice
+		}
+		dev, err := openDevice(name, e.cpu)
+		if err != nil {
+			return nil, err
+		}
+		e.dev = dev
+	}
+	return e.dev, nil
+}
+
 func (e *Engine) load(mc ModelConfig) (*runner, error) {
+	dev, err := e.device()
+	if err != nil {
+		return nil, err
+	}
 	w, err := weights.Load(mc.Path)
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)
 	}
-	m, err := NewModel(w, e.cpu)
+	m, err := NewModelOn(w, dev)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)
@@ -252,6 +286,10 @@ func (e *Engine) Close(ctx context.Context) error {
 		errs = append(errs, r.model.src.Close())
 	}
 	e.runners = map[string]*runner{}
+	if e.dev != nil {
+		e.dev.Close()
+		e.dev = nil
+	}
 	if e.cpu != nil {
 		e.cpu.Close()
 		e.cpu = nil

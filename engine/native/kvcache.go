@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/batchd/batchd/kernels"
 )
 
 // The paged KV cache.
@@ -41,24 +43,35 @@ import (
 // 32-token granularity loses little on real system prompts.
 const kvBlockSize = 32
 
-// kvStore holds one model's K/V blocks.
+// kvStore holds one model's K/V blocks: a pool per layer on the model's
+// device.
 type kvStore struct {
+	dev                kernels.Device
 	bs, kvDim, nBlocks int
-	k, v               [][]float32 // [layer][block*bs*kvDim + row*kvDim + ...]
+	layers             []kernels.KVPool
 }
 
-func newKVStore(layers, kvDim, bs, nBlocks int) *kvStore {
-	s := &kvStore{bs: bs, kvDim: kvDim, nBlocks: nBlocks, k: make([][]float32, layers), v: make([][]float32, layers)}
+func newKVStore(dev kernels.Device, layers, kvDim, bs, nBlocks int) (*kvStore, error) {
+	s := &kvStore{dev: dev, bs: bs, kvDim: kvDim, nBlocks: nBlocks, layers: make([]kernels.KVPool, layers)}
 	for l := range layers {
-		s.k[l] = make([]float32, nBlocks*bs*kvDim)
-		s.v[l] = make([]float32, nBlocks*bs*kvDim)
+		p, err := dev.AllocKV(nBlocks, bs, kvDim)
+		if err != nil {
+			s.free()
+			return nil, err
+		}
+		s.layers[l] = p
 	}
-	return s
+	return s, nil
 }
 
-// row returns the offset of position p's row in a layer's pool.
-func (s *kvStore) row(table []int32, p int) int {
-	return (int(table[p/s.bs])*s.bs + p%s.bs) * s.kvDim
+// free releases the pools; the store must not be used after.
+func (s *kvStore) free() {
+	for _, p := range s.layers {
+		if p.Blocks > 0 {
+			s.dev.FreeKV(p)
+		}
+	}
+	s.layers = nil
 }
 
 // blockBytes is the memory one block takes across all layers (K and V).

@@ -9,29 +9,41 @@ import (
 	"github.com/batchd/batchd/kernels"
 )
 
-// layer holds one decoder block's weights.
+// layer holds one decoder block's weights, on the model's device.
 type layer struct {
-	attnNorm, ffnNorm []float32
-	wq, wk, wv, wo    *kernels.Matrix
-	bq, bk, bv        []float32 // qwen2 biases (nil otherwise)
-	qNorm, kNorm      []float32 // qwen3 per-head norms (nil otherwise)
-	wGate, wUp, wDown *kernels.Matrix
+	attnNorm, ffnNorm kernels.Buf
+	wq, wk, wv, wo    kernels.Weight
+	bq, bk, bv        kernels.Buf // qwen2 biases (empty otherwise)
+	qNorm, kNorm      kernels.Buf // qwen3 per-head norms (empty otherwise)
+	wGate, wUp, wDown kernels.Weight
 }
 
-// Model is a Llama-family decoder (llama, qwen2, qwen3) ready to run.
+// Model is a Llama-family decoder (llama, qwen2, qwen3) ready to run. Its
+// weights, its KV stores and its scratch activations live on its device;
+// the host sees only the logits (forward) and embeddings (embed).
 type Model struct {
 	cfg     weights.Config
-	cpu     *kernels.CPU
-	embd    *kernels.Matrix
-	out     *kernels.Matrix // output projection (token_embd when tied)
-	norm    []float32
+	dev     kernels.Device
+	embd    kernels.Weight
+	out     kernels.Weight // output projection (token_embd when tied)
+	norm    kernels.Buf
 	layers  []layer
 	invFreq []float32
 	src     *weights.Model
 }
 
-// NewModel binds loaded weights to a device, checking every shape.
+// NewModel binds loaded weights to the default device over cpu (the CPU
+// itself; tests may choose another, see defaultDevice).
 func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
+	dev, err := openDevice(defaultDevice, cpu)
+	if err != nil {
+		return nil, err
+	}
+	return NewModelOn(w, dev)
+}
+
+// NewModelOn uploads loaded weights to dev, checking every shape.
+func NewModelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
 	c := w.Config
 	if c.Dim <= 0 || c.Layers <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.VocabSize <= 0 {
 		return nil, fmt.Errorf("model config: non-positive dimension in %+v", c)
@@ -39,9 +51,9 @@ func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("model config: %d heads is not a multiple of %d kv heads", c.Heads, c.KVHeads)
 	}
-	m := &Model{cfg: c, cpu: cpu, src: w}
+	m := &Model{cfg: c, dev: dev, src: w}
 	var err error
-	mat := func(name string, rows, cols int) *kernels.Matrix {
+	mat := func(name string, rows, cols int) kernels.Weight {
 		if err != nil {
 			return nil
 		}
@@ -54,24 +66,34 @@ func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
 			err = fmt.Errorf("model: tensor %s is %dx%d, want %dx%d", name, x.Rows, x.Cols, rows, cols)
 			return nil
 		}
-		return x
+		dw, uerr := dev.UploadMatrix(x)
+		if uerr != nil {
+			err = fmt.Errorf("model: upload %s to %s: %w", name, dev.Name(), uerr)
+		}
+		return dw
 	}
-	vec := func(name string, n int, optional bool) []float32 {
+	vec := func(name string, n int, optional bool) kernels.Buf {
 		if err != nil {
-			return nil
+			return kernels.Buf{}
 		}
 		x, ok := w.Vectors[name]
 		if !ok {
 			if !optional {
 				err = fmt.Errorf("model: missing tensor %s", name)
 			}
-			return nil
+			return kernels.Buf{}
 		}
 		if len(x) != n {
 			err = fmt.Errorf("model: tensor %s has %d values, want %d", name, len(x), n)
-			return nil
+			return kernels.Buf{}
 		}
-		return x
+		b, aerr := dev.Alloc(n)
+		if aerr != nil {
+			err = fmt.Errorf("model: upload %s to %s: %w", name, dev.Name(), aerr)
+			return kernels.Buf{}
+		}
+		dev.Upload(b, x)
+		return b
 	}
 	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	m.embd = mat("token_embd.weight", c.VocabSize, c.Dim)
@@ -117,10 +139,15 @@ func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
 // Config returns the model's configuration.
 func (m *Model) Config() weights.Config { return m.cfg }
 
-// newKVStore returns K/V storage for this model: nBlocks blocks of bs
-// positions.
+// newKVStore returns K/V storage for this model on its device: nBlocks
+// blocks of bs positions. A device without room panics (the caller sized
+// the cache from the memory it was given).
 func (m *Model) newKVStore(bs, nBlocks int) *kvStore {
-	return newKVStore(len(m.layers), m.cfg.KVHeads*m.cfg.HeadDim, bs, nBlocks)
+	kv, err := newKVStore(m.dev, len(m.layers), m.cfg.KVHeads*m.cfg.HeadDim, bs, nBlocks)
+	if err != nil {
+		panic(fmt.Sprintf("native: KV cache of %d blocks on %s: %v", nBlocks, m.dev.Name(), err))
+	}
+	return kv
 }
 
 // scratchKV returns storage and a block table for one sequence of up to n
@@ -153,10 +180,13 @@ type batch struct {
 	logitRows []int
 }
 
-// scratch holds a forward pass's buffers, reused across steps.
+// scratch holds a forward pass's buffers, reused across steps: device
+// allocations, grown on demand (views of them are what the pass uses), and
+// the host side of the logits.
 type scratch struct {
-	x, h, q, k, v, att, o, gate, up, down []float32
-	last                                  []float32
+	x, h, q, k, v, att, o, gate, up, down kernels.Buf
+	last, logitsDev                       kernels.Buf
+	rows                                  []int32 // b.logitRows
 	logits                                []float32
 }
 
@@ -167,101 +197,121 @@ func grow(b []float32, n int) []float32 {
 	return b[:n]
 }
 
+// buf returns the first n floats of *b, reallocating it on the model's
+// device when it is shorter.
+func (m *Model) buf(b *kernels.Buf, n int) kernels.Buf {
+	if b.Len() < n {
+		m.dev.Free(*b)
+		nb, err := m.dev.Alloc(n)
+		if err != nil {
+			panic(fmt.Sprintf("native: scratch of %d floats on %s: %v", n, m.dev.Name(), err))
+		}
+		*b = nb
+	}
+	return b.Slice(0, n)
+}
+
+// hostView is implemented by devices whose buffers are host memory
+// (kernels.CPUDevice): forward then hands out the logits without a copy.
+type hostView interface {
+	Host(kernels.Buf) []float32
+}
+
 // forward runs one batch and returns the logits of b.logitRows, row-major
-// [len(logitRows)][vocab]. The returned slice is reused by the next call.
+// [len(logitRows)][vocab], in host memory: the only rows downloaded. The
+// returned slice is reused by the next call.
 func (m *Model) forward(b *batch, s *scratch) []float32 {
-	m.hidden(b, s)
+	x := m.hidden(b, s)
 	c := m.cfg
 	dim := c.Dim
 	// Logits only for the rows that need them.
 	n := len(b.logitRows)
-	s.last = grow(s.last, n*dim)
-	for i, r := range b.logitRows {
-		copy(s.last[i*dim:(i+1)*dim], s.x[r*dim:(r+1)*dim])
+	s.rows = s.rows[:0]
+	for _, r := range b.logitRows {
+		s.rows = append(s.rows, int32(r))
 	}
-	m.cpu.RMSNorm(s.last, s.last, m.norm, dim, c.RMSEps)
+	last := m.buf(&s.last, n*dim)
+	m.dev.CopyRows(last, x, dim, s.rows)
+	m.dev.RMSNorm(last, last, m.norm, n, dim, c.RMSEps)
+	logits := m.buf(&s.logitsDev, n*c.VocabSize)
+	m.dev.MatMul(logits, last, n, m.out)
+	if h, ok := m.dev.(hostView); ok {
+		return h.Host(logits)
+	}
 	s.logits = grow(s.logits, n*c.VocabSize)
-	m.cpu.MatMul(s.logits, s.last, n, m.out)
+	m.dev.Download(s.logits, logits)
 	return s.logits
 }
 
-// hidden runs the decoder blocks over a batch, leaving the last block's
-// output (before the final norm) in s.x, [tokens][dim].
-func (m *Model) hidden(b *batch, s *scratch) {
+// hidden runs the decoder blocks over a batch and returns the last block's
+// output (before the final norm), [tokens][dim], a view of s.x.
+func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 	c := m.cfg
 	T := len(b.tokens)
 	dim, qDim, kvDim := c.Dim, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	s.x = grow(s.x, T*dim)
-	s.h = grow(s.h, T*dim)
-	s.q = grow(s.q, T*qDim)
-	s.k = grow(s.k, T*kvDim)
-	s.v = grow(s.v, T*kvDim)
-	s.att = grow(s.att, T*qDim)
-	s.o = grow(s.o, T*dim)
-	s.gate = grow(s.gate, T*c.FFNDim)
-	s.up = grow(s.up, T*c.FFNDim)
-	s.down = grow(s.down, T*dim)
-	for t, tok := range b.tokens {
-		m.embd.Row(int(tok), s.x[t*dim:(t+1)*dim])
-	}
+	x := m.buf(&s.x, T*dim)
+	h := m.buf(&s.h, T*dim)
+	q := m.buf(&s.q, T*qDim)
+	k := m.buf(&s.k, T*kvDim)
+	v := m.buf(&s.v, T*kvDim)
+	att := m.buf(&s.att, T*qDim)
+	o := m.buf(&s.o, T*dim)
+	gate := m.buf(&s.gate, T*c.FFNDim)
+	up := m.buf(&s.up, T*c.FFNDim)
+	down := m.buf(&s.down, T*dim)
+	dev := m.dev
+	dev.Embed(x, m.embd, b.tokens)
 	kv := b.kv
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
-	cpu := m.cpu
 	for li := range m.layers {
 		L := &m.layers[li]
-		cpu.RMSNorm(s.h, s.x, L.attnNorm, dim, c.RMSEps)
-		cpu.MatMul(s.q, s.h, T, L.wq)
-		cpu.MatMul(s.k, s.h, T, L.wk)
-		cpu.MatMul(s.v, s.h, T, L.wv)
-		if L.bq != nil {
-			m.addBias(s.q, L.bq)
-			m.addBias(s.k, L.bk)
-			m.addBias(s.v, L.bv)
+		dev.RMSNorm(h, x, L.attnNorm, T, dim, c.RMSEps)
+		dev.MatMul(q, h, T, L.wq)
+		dev.MatMul(k, h, T, L.wk)
+		dev.MatMul(v, h, T, L.wv)
+		if L.bq.Len() > 0 {
+			dev.AddBias(q, L.bq, T, qDim)
+			dev.AddBias(k, L.bk, T, kvDim)
+			dev.AddBias(v, L.bv, T, kvDim)
 		}
-		if L.qNorm != nil {
-			cpu.RMSNorm(s.q, s.q, L.qNorm, c.HeadDim, c.RMSEps)
-			cpu.RMSNorm(s.k, s.k, L.kNorm, c.HeadDim, c.RMSEps)
+		if L.qNorm.Len() > 0 {
+			dev.RMSNorm(q, q, L.qNorm, T*c.Heads, c.HeadDim, c.RMSEps)
+			dev.RMSNorm(k, k, L.kNorm, T*c.KVHeads, c.HeadDim, c.RMSEps)
 		}
-		cpu.RoPE(s.q, T, c.Heads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
-		cpu.RoPE(s.k, T, c.KVHeads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
-		kp, vp := kv.k[li], kv.v[li]
+		dev.RoPE(q, T, c.Heads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
+		dev.RoPE(k, T, c.KVHeads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
+		pool := kv.layers[li]
 		for _, sg := range b.segs {
-			for i := range sg.n {
-				off, t := kv.row(sg.blocks, sg.start+i), sg.first+i
-				copy(kp[off:off+kvDim], s.k[t*kvDim:(t+1)*kvDim])
-				copy(vp[off:off+kvDim], s.v[t*kvDim:(t+1)*kvDim])
-			}
-			cpu.PagedAttention(s.att[sg.first*qDim:(sg.first+sg.n)*qDim], s.q[sg.first*qDim:(sg.first+sg.n)*qDim],
-				kp, vp, sg.blocks, kv.bs, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
+			dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
+			dev.PagedAttention(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
+				pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
 		}
-		cpu.MatMul(s.o, s.att, T, L.wo)
-		m.cpu.Add(s.x, s.o)
-		cpu.RMSNorm(s.h, s.x, L.ffnNorm, dim, c.RMSEps)
-		cpu.MatMul(s.gate, s.h, T, L.wGate)
-		cpu.MatMul(s.up, s.h, T, L.wUp)
-		cpu.SiLUMul(s.gate, s.up)
-		cpu.MatMul(s.down, s.gate, T, L.wDown)
-		m.cpu.Add(s.x, s.down)
+		dev.MatMul(o, att, T, L.wo)
+		dev.Add(x, o)
+		dev.RMSNorm(h, x, L.ffnNorm, T, dim, c.RMSEps)
+		dev.MatMul(gate, h, T, L.wGate)
+		dev.MatMul(up, h, T, L.wUp)
+		dev.SiLUMul(gate, up)
+		dev.MatMul(down, gate, T, L.wDown)
+		dev.Add(x, down)
 	}
+	return x
 }
 
 // embed returns the final-normed hidden states of one sequence's tokens,
 // [len(tokens)][dim], computed in one pass with a throwaway cache.
 func (m *Model) embed(tokens []int32, s *scratch) []float32 {
 	kv, table := m.scratchKV(len(tokens))
+	defer kv.free()
 	b := batch{kv: kv, tokens: tokens, segs: []segment{{blocks: table, n: len(tokens)}}}
 	for i := range tokens {
 		b.pos = append(b.pos, int32(i))
 	}
-	m.hidden(&b, s)
-	out := make([]float32, len(tokens)*m.cfg.Dim)
-	m.cpu.RMSNorm(out, s.x[:len(out)], m.norm, m.cfg.Dim, m.cfg.RMSEps)
+	x := m.hidden(&b, s)
+	n := len(tokens) * m.cfg.Dim
+	h := m.buf(&s.h, n)
+	m.dev.RMSNorm(h, x, m.norm, len(tokens), m.cfg.Dim, m.cfg.RMSEps)
+	out := make([]float32, n)
+	m.dev.Download(out, h)
 	return out
-}
-
-func (m *Model) addBias(x, bias []float32) {
-	n := len(bias)
-	for i := 0; i+n <= len(x); i += n {
-		m.cpu.Add(x[i:i+n], bias)
-	}
 }

@@ -44,7 +44,7 @@ type runner struct {
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
 	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean}
-	r.samp.cpu = m.cpu
+	r.samp.cpu = e.cpu
 	r.initKV()
 	return r
 }
