@@ -17,10 +17,13 @@ build:
 run: build
 	DATA=$(DATA) bash scripts/run.sh
 
-# Every test, with the race detector.
+# Every test, with the race detector; then the native engine's tests again
+# on the plain-Go reference device (kernels/refdev), which proves the model
+# runs through the kernels.Device interface alone.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	BATCHD_DEVICE=reference $(GO) test -count=1 -timeout 20m ./engine/native/...
 
 test-short:
 	$(GO) test -short -count=1 ./...

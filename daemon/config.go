@@ -140,6 +140,10 @@ type NativeConfig struct {
 	// Kernels is the CPU code path: auto (the fastest this CPU runs), or
 	// avx512, avx2, generic to force one; BATCHD_KERNELS overrides it.
 	Kernels string `yaml:"kernels"`
+	// Device is where the models run: cpu (the kernels above) or
+	// reference (the slow plain-Go reference device, for checking);
+	// BATCHD_DEVICE overrides it.
+	Device string `yaml:"device"`
 	// KVCacheBytes is each model's paged KV cache (0: 25% of memory, at
 	// most 4 GiB); DisablePrefixCache turns off reuse of cached prompt blocks.
 	KVCacheBytes       int64 `yaml:"kv_cache_bytes"`
@@ -321,6 +325,7 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	str("BATCHD_LISTEN", &cfg.Listen)
 	str("BATCHD_ENGINE", &cfg.Engine)
 	str("BATCHD_KERNELS", &cfg.Native.Kernels)
+	str("BATCHD_DEVICE", &cfg.Native.Device)
 	if v := getenv("BATCHD_MODEL"); v != "" {
 		cfg.Native.Models = []native.ModelConfig{{Path: v}}
 	}

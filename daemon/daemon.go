@@ -121,6 +121,7 @@ func (c Config) nativeConfig() native.Config {
 	nc.Models = c.Native.Models
 	nc.Threads = c.Native.Threads
 	nc.Kernels = c.Native.Kernels
+	nc.Device = c.Native.Device
 	if c.Native.MaxBatchTokens > 0 {
 		nc.MaxBatchTokens = c.Native.MaxBatchTokens
 	}

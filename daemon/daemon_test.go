@@ -756,6 +756,9 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"native.kernels", func(c *daemon.Config) {
 			c.Engine, c.Native.Models, c.Native.Kernels = "native", []native.ModelConfig{{Path: "m.gguf"}}, "sse9"
 		}},
+		{"native.device", func(c *daemon.Config) {
+			c.Engine, c.Native.Models, c.Native.Device = "native", []native.ModelConfig{{Path: "m.gguf"}}, "gpu"
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.field, func(t *testing.T) {
