@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/batchd/batchd/kernels"
 )
 
 // BATCHD_DEVICE, when set, runs every model of this package's tests on
@@ -49,5 +51,25 @@ func TestEngineRunsOnConfiguredDevice(t *testing.T) {
 		if want := map[string]string{DeviceCPU: "cpu ", DeviceReference: "reference"}[dev]; !strings.HasPrefix(got, want) {
 			t.Errorf("device %s: the model runs on %q", dev, got)
 		}
+	}
+}
+
+// A steady-state forward pass allocates nothing on the host: scratch and
+// KV are device buffers grown once, views are values, and the CPU device
+// hands out its logits without a copy.
+func TestForwardDoesNotAllocate(t *testing.T) {
+	if defaultDevice != DeviceCPU {
+		t.Skipf("allocation-free steady state is the CPU device's promise; running on %s", defaultDevice)
+	}
+	cpu := kernels.NewCPU(2)
+	t.Cleanup(cpu.Close)
+	m := loadOn(t, demoPath(t), cpu)
+	kv, table := m.scratchKV(64)
+	var s scratch
+	b := batch{kv: kv, tokens: []int32{5, 9, 11, 3}, pos: []int32{0, 1, 2, 3},
+		segs: []segment{{blocks: table, n: 2}, {blocks: table, first: 2, n: 2, start: 2}}, logitRows: []int{1, 3}}
+	m.forward(&b, &s)
+	if n := testing.AllocsPerRun(5, func() { m.forward(&b, &s) }); n != 0 {
+		t.Errorf("forward allocates %v times per call", n)
 	}
 }
