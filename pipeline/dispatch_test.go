@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/batchd/batchd/engine"
 )
@@ -26,13 +27,46 @@ func (e *recordingEngine) Do(ctx context.Context, req *engine.Request) (*engine.
 	return &engine.Response{StatusCode: 200, Body: []byte(`{}`)}, nil
 }
 
+// collectN collects n answers from qs, as the batches' writers do, and
+// returns them by custom id. It fails t when they do not come within a
+// minute.
+func collectN(t *testing.T, d *dispatcher, n int, qs ...*queue) map[string][]outcome {
+	t.Helper()
+	got := map[string][]outcome{}
+	deadline := time.After(time.Minute)
+	var buf []outcome
+	for seen := 0; seen < n; {
+		took := false
+		for _, q := range qs {
+			select {
+			case <-q.ready:
+				took = true
+				buf = d.collect(q, buf)
+				for _, o := range buf {
+					got[o.cid] = append(got[o.cid], o)
+				}
+				seen += len(buf)
+			default:
+			}
+		}
+		if took {
+			continue
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%d of %d answers after a minute", seen, n)
+		case <-time.After(time.Millisecond): // a poll; nothing is asserted about time
+		}
+	}
+	return got
+}
+
 // With one worker and two batches waiting, requests alternate between the
 // batches: neither starves the other, whichever queued first.
 func TestDispatcherSharesFairly(t *testing.T) {
 	eng := &recordingEngine{}
 	d := newDispatcher(eng, slog.Default(), nil, 1, 64)
 	a, b := d.addQueue(), d.addQueue()
-	var wg sync.WaitGroup
 	ctx := context.Background()
 	// Fill both queues before any worker runs, a's first.
 	for _, q := range []struct {
@@ -40,14 +74,13 @@ func TestDispatcherSharesFairly(t *testing.T) {
 		name string
 	}{{a, "a"}, {b, "b"}} {
 		for range 10 {
-			wg.Add(1)
-			if err := d.submit(ctx, q.q, task{ctx: ctx, req: &engine.Request{CustomID: q.name}, done: func(*engine.Response, error) { wg.Done() }}); err != nil {
+			if err := d.submit(ctx, q.q, task{ctx: ctx, req: &engine.Request{CustomID: q.name}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	d.start()
-	wg.Wait()
+	collectN(t, d, 20, a, b)
 	d.stop()
 	if len(eng.order) != 20 {
 		t.Fatalf("%d requests ran, want 20", len(eng.order))
@@ -64,7 +97,7 @@ func TestDispatcherBackpressure(t *testing.T) {
 	d := newDispatcher(&recordingEngine{}, slog.Default(), nil, 1, 2)
 	q := d.addQueue()
 	ctx, cancel := context.WithCancel(context.Background())
-	noop := task{ctx: ctx, req: &engine.Request{}, done: func(*engine.Response, error) {}}
+	noop := task{ctx: ctx, req: &engine.Request{}}
 	for range 2 {
 		if err := d.submit(ctx, q, noop); err != nil {
 			t.Fatal(err)
@@ -96,31 +129,26 @@ func TestDispatcherSurvivesAPanickingEngine(t *testing.T) {
 	d.start()
 	defer d.stop()
 	ctx := context.Background()
-	got := map[string]*engine.Response{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for _, id := range []string{"a", "boom", "b"} {
-		wg.Add(1)
-		err := d.submit(ctx, q, task{ctx: ctx, req: &engine.Request{CustomID: id}, done: func(resp *engine.Response, err error) {
-			defer wg.Done()
-			if err != nil {
-				t.Errorf("%s: %v", id, err)
-			}
-			mu.Lock()
-			got[id] = resp
-			mu.Unlock()
-		}})
-		if err != nil {
+		if err := d.submit(ctx, q, task{ctx: ctx, req: &engine.Request{CustomID: id}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wg.Wait()
-	if r := got["boom"]; r == nil || r.StatusCode != 500 || !bytes.Contains(r.Body, []byte(`"code":"engine_error"`)) || !bytes.Contains(r.Body, []byte("index out of range")) {
-		t.Fatalf("panicking request answered %+v, want a 500 engine_error naming the panic", r)
+	got := collectN(t, d, 3, q)
+	checkPanicAnswered(t, got, "boom", "a", "b")
+}
+
+// checkPanicAnswered fails t unless request boom was answered once with a
+// 500 engine_error naming the panic, and each of ok once with a 200.
+func checkPanicAnswered(t *testing.T, got map[string][]outcome, boom string, ok ...string) {
+	t.Helper()
+	if os := got[boom]; len(os) != 1 || os[0].err != nil || os[0].resp.StatusCode != 500 ||
+		!bytes.Contains(os[0].resp.Body, []byte(`"code":"engine_error"`)) || !bytes.Contains(os[0].resp.Body, []byte("index out of range")) {
+		t.Fatalf("panicking request answered %+v, want one 500 engine_error naming the panic", os)
 	}
-	for _, id := range []string{"a", "b"} {
-		if r := got[id]; r == nil || r.StatusCode != 200 {
-			t.Fatalf("request %s answered %+v, want 200", id, r)
+	for _, id := range ok {
+		if os := got[id]; len(os) != 1 || os[0].err != nil || os[0].resp.StatusCode != 200 {
+			t.Fatalf("request %s answered %+v, want one 200", id, os)
 		}
 	}
 }
