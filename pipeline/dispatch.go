@@ -24,12 +24,16 @@ type task struct {
 }
 
 // outcome is the engine's answer to one task, waiting for its batch's
-// writer to collect it.
+// writer to collect it: as the engine gave it, or (when the queue has a
+// convert func) as the result line to write.
 type outcome struct {
 	line int
 	cid  string
 	resp *engine.Response
 	err  error
+	// res is the line to write when write is set (convert fills them).
+	res   result
+	write bool
 }
 
 // maxAnswered bounds the answers one batch may leave uncollected before the
@@ -46,6 +50,10 @@ type queue struct {
 	items    []task    // waiting (d.mu)
 	answered []outcome // answered, not collected (d.mu)
 	ready    chan struct{}
+	// convert, when set, turns an answer into its result line on the
+	// answering goroutine (a worker, or the engine's through done), so
+	// that the encoding runs in parallel rather than in the writer.
+	convert func(*outcome)
 }
 
 // dispatcher hands tasks to the engine, taking from the batches' queues in
@@ -101,8 +109,8 @@ func (d *dispatcher) stop() {
 	d.wg.Wait()
 }
 
-func (d *dispatcher) addQueue() *queue {
-	q := &queue{slots: make(chan struct{}, d.perJob), ready: make(chan struct{}, 1)}
+func (d *dispatcher) addQueue(convert func(*outcome)) *queue {
+	q := &queue{slots: make(chan struct{}, d.perJob), ready: make(chan struct{}, 1), convert: convert}
 	d.mu.Lock()
 	d.queues = append(d.queues, q)
 	d.mu.Unlock()
@@ -170,23 +178,33 @@ func (d *dispatcher) waiting() int {
 // answer hands t's outcome to its batch's writer; with handed, t was
 // handed to the engine and is no longer outstanding. It never blocks.
 func (d *dispatcher) answer(q *queue, t task, handed bool, resp *engine.Response, err error) {
+	o := makeOutcome(q, t, resp, err)
 	d.mu.Lock()
-	d.answerLocked(q, t, handed, resp, err)
+	d.answerLocked(q, o, handed)
 	d.mu.Unlock()
 	notify(q)
 }
 
-// answerLocked is answer with d.mu held; call notify(q) once it is released.
-func (d *dispatcher) answerLocked(q *queue, t task, handed bool, resp *engine.Response, err error) {
+// makeOutcome is the outcome of t, converted when q converts.
+func makeOutcome(q *queue, t task, resp *engine.Response, err error) outcome {
 	if resp == nil && err == nil {
 		// An engine bug: the writer would have nothing to write.
 		resp = engine.Recovered("the engine answered with neither a response nor an error")
 	}
+	o := outcome{line: t.line, cid: t.req.CustomID, resp: resp, err: err}
+	if q.convert != nil {
+		q.convert(&o)
+	}
+	return o
+}
+
+// answerLocked is answer with d.mu held; call notify(q) once it is released.
+func (d *dispatcher) answerLocked(q *queue, o outcome, handed bool) {
 	if handed {
 		d.outstanding--
 		d.cond.Broadcast() // room in the window; a suspect may be waiting for none
 	}
-	q.answered = append(q.answered, outcome{line: t.line, cid: t.req.CustomID, resp: resp, err: err})
+	q.answered = append(q.answered, o)
 }
 
 // notify tells q's writer that answers wait.

@@ -66,7 +66,7 @@ func collectN(t *testing.T, d *dispatcher, n int, qs ...*queue) map[string][]out
 func TestDispatcherSharesFairly(t *testing.T) {
 	eng := &recordingEngine{}
 	d := newDispatcher(eng, slog.Default(), nil, 1, 64)
-	a, b := d.addQueue(), d.addQueue()
+	a, b := d.addQueue(nil), d.addQueue(nil)
 	ctx := context.Background()
 	// Fill both queues before any worker runs, a's first.
 	for _, q := range []struct {
@@ -95,7 +95,7 @@ func TestDispatcherSharesFairly(t *testing.T) {
 // A full queue blocks submit (backpressure) until the context ends.
 func TestDispatcherBackpressure(t *testing.T) {
 	d := newDispatcher(&recordingEngine{}, slog.Default(), nil, 1, 2)
-	q := d.addQueue()
+	q := d.addQueue(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	noop := task{ctx: ctx, req: &engine.Request{}}
 	for range 2 {
@@ -125,7 +125,7 @@ func (e *panickyEngine) Do(ctx context.Context, req *engine.Request) (*engine.Re
 // the worker goes on with the next one: no request takes the daemon down.
 func TestDispatcherSurvivesAPanickingEngine(t *testing.T) {
 	d := newDispatcher(&panickyEngine{}, slog.New(slog.NewTextHandler(t.Output(), nil)), nil, 1, 4)
-	q := d.addQueue()
+	q := d.addQueue(nil)
 	d.start()
 	defer d.stop()
 	ctx := context.Background()

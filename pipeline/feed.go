@@ -111,12 +111,13 @@ func (d *dispatcher) hand(eng engine.Queue, q *queue, t task, slot int) {
 			d.log.Error("the engine answered a request twice; the second answer is dropped", keyCustomID, t.req.CustomID)
 			return
 		}
+		o := makeOutcome(q, t, resp, err)
 		d.mu.Lock()
 		d.feed.freed = append(d.feed.freed, slot)
 		if t.alone {
 			d.feed.aloneOut = false
 		}
-		d.answerLocked(q, t, true, resp, err)
+		d.answerLocked(q, o, true)
 		d.mu.Unlock()
 		notify(q)
 	}

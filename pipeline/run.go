@@ -646,7 +646,10 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *m
 
 	r.started.Store(time.Now().UnixNano())
 	r.ran.Store(0) // seeded lines are not this run's work
-	r.q = p.disp.addQueue()
+	r.q = p.disp.addQueue(func(o *outcome) {
+		o.res, o.write = r.answerResult(*o)
+		o.resp = nil // the line holds what is kept of it
+	})
 	defer p.disp.removeQueue(r.q) // after the wait below: every answer is collected
 	writerErr := make(chan error, 1)
 	go func() { writerErr <- r.write() }()
@@ -877,9 +880,10 @@ func crashedResult(batchID string, line int, cid string, stops int) result {
 	return result{line: line, kind: toErrors, data: encodeLine(l)}
 }
 
-// answerResult is engineResult for an outcome. A panic while reading the
-// engine's answer (a response the engine built wrong) fails that request
-// alone with a 500, as a panic in the engine does.
+// answerResult is engineResult for an outcome, run by whoever took the
+// engine's answer (a worker, or the engine's goroutine in done). A panic
+// while reading the answer (a response the engine built wrong) fails that
+// request alone with a 500, as a panic in the engine does.
 func (r *run) answerResult(o outcome) (res result, ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -983,8 +987,8 @@ func (r *run) write() error {
 		case <-r.q.ready:
 			answers = r.p.disp.collect(r.q, answers)
 			for i, o := range answers {
-				if res, ok := r.answerResult(o); ok {
-					add(res)
+				if o.write {
+					add(o.res)
 				}
 				answers[i] = outcome{}
 				r.tasks.Done()
