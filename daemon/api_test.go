@@ -494,13 +494,15 @@ func TestAPIStreamsNativeTokens(t *testing.T) {
 // The operator's view: Prometheus metrics and the status page's data come
 // from the same ledger and engine as the API.
 func TestMetricsAndStatusPage(t *testing.T) {
-	e := newAPIEnv(t, openaitest.Options{}, nil)
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) { c.Pipeline.Workers = 3 })
 	e.drop("m.jsonl", chatBatch(4, "m")+"bad line\n")
 	e.waitEnded("m", "jsonl")
 	get := func(path string) (int, string, string) { return e.get(path, true) }
 	st, _, metrics := get("/metrics")
 	for _, want := range []string{`batchd_batches{status="completed"} 1`, `batchd_requests_total{result="completed"} 4`,
-		`batchd_requests_total{result="failed"} 1`, `batchd_engine_in_flight 0`, "go_goroutines"} {
+		`batchd_requests_total{result="failed"} 1`, `batchd_engine_in_flight 0`, "go_goroutines",
+		// A remote engine's window is the workers of the pool.
+		"batchd_dispatch_in_flight 0", "batchd_dispatch_waiting 0", "batchd_dispatch_window 3"} {
 		if st != 200 || !strings.Contains(metrics, want) {
 			t.Fatalf("metrics (%d) lack %q:\n%s", st, want, metrics)
 		}

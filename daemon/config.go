@@ -159,9 +159,15 @@ type PipelineConfig struct {
 	MaxLineBytes         int           `yaml:"max_line_bytes"`
 	CommitInterval       time.Duration `yaml:"commit_interval"`
 	CommitEvery          int           `yaml:"commit_every"`
-	Workers              int           `yaml:"workers"`
-	QueuePerBatch        int           `yaml:"queue_per_batch"`
-	ProgressInterval     time.Duration `yaml:"progress_interval"`
+	// Workers is how many requests the remote engine (engine: openai)
+	// runs at once across all batches, one goroutine each. The native
+	// engine takes requests without a goroutine each, as many as its own
+	// window asks for (its capacity and memory), and ignores it.
+	Workers int `yaml:"workers"`
+	// QueuePerBatch is how many validated requests of one batch wait in
+	// the pipeline for room at the engine.
+	QueuePerBatch    int           `yaml:"queue_per_batch"`
+	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// A write that fails with ENOSPC pauses intake; it resumes once the
 	// state dir and the outbox have disk_resume_free_bytes or
 	// disk_resume_free_percent of their file system free, checked every

@@ -35,7 +35,9 @@ func (s opsSource) Batches() ([]ops.BatchView, error) {
 }
 
 func (s opsSource) Engine() ops.EngineView {
-	v := ops.EngineView{Name: s.d.cfg.Engine, PrefixCacheHitRate: -1, Queued: s.d.queued()}
+	ds := s.d.pipe.Dispatch()
+	v := ops.EngineView{Name: s.d.cfg.Engine, PrefixCacheHitRate: -1, Queued: s.d.queued(),
+		Dispatch: ops.DispatchView{InFlight: ds.InFlight, Waiting: ds.Waiting, Window: ds.Window}}
 	if sr, ok := s.d.eng.(engine.StatsReporter); ok {
 		st := sr.Stats()
 		v.InFlight, v.Paused, v.Hung, v.Retries = st.InFlight, st.Paused, st.Hung, st.Retries

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/batchd/batchd/engine"
 )
@@ -26,35 +27,74 @@ func (e *recordingEngine) Do(ctx context.Context, req *engine.Request) (*engine.
 	return &engine.Response{StatusCode: 200, Body: []byte(`{}`)}, nil
 }
 
+// collectN collects n answers from qs, as the batches' writers do, and
+// returns them by custom id. It fails t when they do not come within a
+// minute.
+func collectN(t *testing.T, d *dispatcher, n int, qs ...*queue) map[string][]outcome {
+	t.Helper()
+	got := map[string][]outcome{}
+	deadline := time.After(time.Minute)
+	var buf []outcome
+	for seen := 0; seen < n; {
+		took := false
+		for _, q := range qs {
+			select {
+			case <-q.ready:
+				took = true
+				buf = d.collect(q, buf)
+				for _, o := range buf {
+					got[o.cid] = append(got[o.cid], o)
+				}
+				seen += len(buf)
+			default:
+			}
+		}
+		if took {
+			continue
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%d of %d answers after a minute", seen, n)
+		case <-time.After(time.Millisecond): // a poll; nothing is asserted about time
+		}
+	}
+	return got
+}
+
 // With one worker and two batches waiting, requests alternate between the
 // batches: neither starves the other, whichever queued first.
 func TestDispatcherSharesFairly(t *testing.T) {
 	eng := &recordingEngine{}
+	checkFair(t, eng, &eng.order)
+}
+
+// checkFair fills two queues (a's first) before the dispatcher on eng
+// starts, and fails t unless the requests that reach eng, recorded in
+// order, alternate between them.
+func checkFair(t *testing.T, eng engine.Engine, order *[]string) {
+	t.Helper()
 	d := newDispatcher(eng, slog.Default(), nil, 1, 64)
-	a, b := d.addQueue(), d.addQueue()
-	var wg sync.WaitGroup
+	a, b := d.addQueue(nil), d.addQueue(nil)
 	ctx := context.Background()
-	// Fill both queues before any worker runs, a's first.
 	for _, q := range []struct {
 		q    *queue
 		name string
 	}{{a, "a"}, {b, "b"}} {
 		for range 10 {
-			wg.Add(1)
-			if err := d.submit(ctx, q.q, task{ctx: ctx, req: &engine.Request{CustomID: q.name}, done: func(*engine.Response, error) { wg.Done() }}); err != nil {
+			if err := d.submit(ctx, q.q, task{ctx: ctx, req: &engine.Request{CustomID: q.name}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	d.start()
-	wg.Wait()
+	collectN(t, d, 20, a, b)
 	d.stop()
-	if len(eng.order) != 20 {
-		t.Fatalf("%d requests ran, want 20", len(eng.order))
+	if len(*order) != 20 {
+		t.Fatalf("%d requests ran, want 20", len(*order))
 	}
-	for i := 1; i < len(eng.order); i++ {
-		if eng.order[i] == eng.order[i-1] {
-			t.Fatalf("batch %s ran twice in a row at %d while the other waited: %v", eng.order[i], i, eng.order)
+	for i := 1; i < len(*order); i++ {
+		if (*order)[i] == (*order)[i-1] {
+			t.Fatalf("batch %s went twice in a row at %d while the other waited: %v", (*order)[i], i, *order)
 		}
 	}
 }
@@ -62,9 +102,9 @@ func TestDispatcherSharesFairly(t *testing.T) {
 // A full queue blocks submit (backpressure) until the context ends.
 func TestDispatcherBackpressure(t *testing.T) {
 	d := newDispatcher(&recordingEngine{}, slog.Default(), nil, 1, 2)
-	q := d.addQueue()
+	q := d.addQueue(nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	noop := task{ctx: ctx, req: &engine.Request{}, done: func(*engine.Response, error) {}}
+	noop := task{ctx: ctx, req: &engine.Request{}}
 	for range 2 {
 		if err := d.submit(ctx, q, noop); err != nil {
 			t.Fatal(err)
@@ -92,35 +132,46 @@ func (e *panickyEngine) Do(ctx context.Context, req *engine.Request) (*engine.Re
 // the worker goes on with the next one: no request takes the daemon down.
 func TestDispatcherSurvivesAPanickingEngine(t *testing.T) {
 	d := newDispatcher(&panickyEngine{}, slog.New(slog.NewTextHandler(t.Output(), nil)), nil, 1, 4)
-	q := d.addQueue()
+	q := d.addQueue(nil)
 	d.start()
 	defer d.stop()
 	ctx := context.Background()
-	got := map[string]*engine.Response{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	for _, id := range []string{"a", "boom", "b"} {
-		wg.Add(1)
-		err := d.submit(ctx, q, task{ctx: ctx, req: &engine.Request{CustomID: id}, done: func(resp *engine.Response, err error) {
-			defer wg.Done()
-			if err != nil {
-				t.Errorf("%s: %v", id, err)
-			}
-			mu.Lock()
-			got[id] = resp
-			mu.Unlock()
-		}})
-		if err != nil {
+		if err := d.submit(ctx, q, task{ctx: ctx, req: &engine.Request{CustomID: id}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wg.Wait()
-	if r := got["boom"]; r == nil || r.StatusCode != 500 || !bytes.Contains(r.Body, []byte(`"code":"engine_error"`)) || !bytes.Contains(r.Body, []byte("index out of range")) {
-		t.Fatalf("panicking request answered %+v, want a 500 engine_error naming the panic", r)
+	got := collectN(t, d, 3, q)
+	checkPanicAnswered(t, got, "boom", "a", "b")
+}
+
+// checkPanicAnswered fails t unless request boom was answered once with a
+// 500 engine_error naming the panic, and each of ok once with a 200.
+func checkPanicAnswered(t *testing.T, got map[string][]outcome, boom string, ok ...string) {
+	t.Helper()
+	if os := got[boom]; len(os) != 1 || os[0].err != nil || os[0].resp.StatusCode != 500 ||
+		!bytes.Contains(os[0].resp.Body, []byte(`"code":"engine_error"`)) || !bytes.Contains(os[0].resp.Body, []byte("index out of range")) {
+		t.Fatalf("panicking request answered %+v, want one 500 engine_error naming the panic", os)
 	}
-	for _, id := range []string{"a", "b"} {
-		if r := got[id]; r == nil || r.StatusCode != 200 {
-			t.Fatalf("request %s answered %+v, want 200", id, r)
+	for _, id := range ok {
+		if os := got[id]; len(os) != 1 || os[0].err != nil || os[0].resp.StatusCode != 200 {
+			t.Fatalf("request %s answered %+v, want one 200", id, os)
 		}
 	}
+}
+
+// syncQueue is a test double at the engine boundary: an engine.Queue with a
+// window of one that answers inside Submit, recording the order.
+type syncQueue struct{ recordingEngine }
+
+func (e *syncQueue) Window() int { return 1 }
+func (e *syncQueue) Submit(ctx context.Context, req *engine.Request, done func(*engine.Response, error)) {
+	done(e.Do(ctx, req))
+}
+
+// The feeder of an engine.Queue takes the batches in turn, as the workers
+// do.
+func TestFeederSharesFairly(t *testing.T) {
+	eng := &syncQueue{}
+	checkFair(t, eng, &eng.order)
 }

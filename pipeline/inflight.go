@@ -9,7 +9,8 @@ import (
 	"github.com/batchd/batchd/pipeline/ledger"
 )
 
-// The in-flight table: which request each dispatch worker is running, kept
+// The in-flight table: which requests the engine holds (each dispatch
+// worker's, or each one handed to an engine.Queue and not answered), kept
 // in a small file of fixed slots in the state directory so that the next
 // start can tell what was running when the daemon stopped without closing
 // (a crash the engine could not recover from, an OOM kill, kill -9). Those
@@ -19,7 +20,8 @@ import (
 // empty.
 //
 // A slot is written with one pwrite before the request goes to the engine
-// and cleared after it returns: the page cache keeps what a killed process
+// and cleared after it returns (the table grows to the deepest window
+// used): the page cache keeps what a killed process
 // wrote, so no fsync is needed (a power cut may lose the table; then the
 // lines simply run again, as before). A slot is
 //
@@ -30,11 +32,10 @@ const inflightSlot = 128
 const inflightFile = "inflight"
 
 type inflight struct {
-	f     *os.File
-	slots int
+	f *os.File
 }
 
-// openInflight opens the table at path with room for slots workers and
+// openInflight opens the table at path with room for slots requests and
 // returns what a previous run left in it; the table starts empty.
 func openInflight(path string, slots int) (*inflight, []ledger.LineRef, error) {
 	left, err := readInflight(path)
@@ -49,7 +50,7 @@ func openInflight(path string, slots int) (*inflight, []ledger.LineRef, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("size in-flight table %s: %w", path, err)
 	}
-	return &inflight{f: f, slots: slots}, left, nil
+	return &inflight{f: f}, left, nil
 }
 
 // readInflight lists the requests in the table's slots (none when the file
@@ -74,9 +75,10 @@ func readInflight(path string) ([]ledger.LineRef, error) {
 	return out, nil
 }
 
-// set records that worker slot runs line of batch id.
+// set records that slot holds line of batch id; a slot past the end of the
+// table grows it.
 func (t *inflight) set(slot int, id string, line int) error {
-	if t == nil || slot >= t.slots {
+	if t == nil {
 		return nil
 	}
 	if 6+len(id) > inflightSlot {
@@ -91,9 +93,9 @@ func (t *inflight) set(slot int, id string, line int) error {
 	return err
 }
 
-// clear records that worker slot runs nothing.
+// clear records that slot holds nothing.
 func (t *inflight) clear(slot int) error {
-	if t == nil || slot >= t.slots {
+	if t == nil {
 		return nil
 	}
 	_, err := t.f.WriteAt([]byte{0}, int64(slot*inflightSlot))

@@ -9,8 +9,9 @@ import (
 	"github.com/batchd/batchd/pipeline/ledger"
 )
 
-// What workers leave in the table survives a process that never closed it,
-// is read back by the next open, and a clean close leaves nothing.
+// What the dispatcher leaves in the table survives a process that never
+// closed it, is read back by the next open, and a clean close leaves
+// nothing. A slot past the table's size grows it (a deeper window).
 func TestInflightTable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), inflightFile)
 	tab, left, err := openInflight(path, 4)
@@ -23,7 +24,7 @@ func TestInflightTable(t *testing.T) {
 		func() error { return tab.set(2, "batch_b", 1<<20) },
 		func() error { return tab.set(3, "batch_c", 5) },
 		func() error { return tab.clear(3) },
-		func() error { return tab.set(9, "batch_d", 1) }, // no such worker: ignored
+		func() error { return tab.set(9, "batch_d", 1) }, // past the end: grows the table
 	} {
 		if err := step(); err != nil {
 			t.Fatal(err)
@@ -34,7 +35,7 @@ func TestInflightTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ledger.LineRef{{Batch: id, Line: 12}, {Batch: "batch_b", Line: 1 << 20}}
+	want := []ledger.LineRef{{Batch: id, Line: 12}, {Batch: "batch_b", Line: 1 << 20}, {Batch: "batch_d", Line: 1}}
 	if !slices.Equal(left, want) {
 		t.Fatalf("left in flight: %v, want %v", left, want)
 	}

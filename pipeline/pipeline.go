@@ -50,10 +50,13 @@ type Config struct {
 	// for a group commit.
 	CommitInterval time.Duration
 	CommitEvery    int
-	// Workers is how many requests run at once across all batches.
+	// Workers is how many requests run at once across all batches on an
+	// engine that runs each request on a caller's goroutine (Engine.Do: the
+	// remote engine). An engine.Queue (the native engine) ignores it: it
+	// gets as many requests as its Window asks for, from one goroutine.
 	Workers int
-	// QueuePerBatch is how many validated requests of one batch may wait for
-	// a worker.
+	// QueuePerBatch is how many validated requests of one batch may wait in
+	// the pipeline for room at the engine.
 	QueuePerBatch int
 	// ProgressInterval is how often a running batch's NAME.batch.json is rewritten.
 	ProgressInterval time.Duration
@@ -292,6 +295,15 @@ func (p *Pipeline) Close(ctx context.Context) error {
 		return p.ledger.Close()
 	}
 	return nil
+}
+
+// Dispatch reports the requests between the pipeline and the engine now
+// (zero before Open).
+func (p *Pipeline) Dispatch() DispatchStats {
+	if p.disp == nil {
+		return DispatchStats{}
+	}
+	return p.disp.stats()
 }
 
 // Ledger gives read access to the ledger (status, HTTP API).

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/pipeline"
@@ -33,26 +34,16 @@ type env struct {
 	srv    *openaitest.Server
 	pipe   *pipeline.Pipeline
 	eng    *openai.Engine
-	cfg    pipeline.Config
+	// other, when set, is the engine the pipeline runs on instead of eng.
+	other engine.Engine
+	cfg   pipeline.Config
 }
 
 type envOpt func(*pipeline.Config, *openaitest.Options)
 
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	dir := t.TempDir()
-	e := &env{t: t, dir: dir, inbox: filepath.Join(dir, "inbox"), outbox: filepath.Join(dir, "outbox"), done: filepath.Join(dir, "done")}
-	for _, d := range []string{e.inbox, e.outbox, e.done} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.cfg = pipeline.DefaultConfig(filepath.Join(dir, "state"))
-	e.cfg.CommitInterval = 20 * time.Millisecond
-	e.cfg.CommitEvery = 7
-	e.cfg.Workers = 8
-	e.cfg.ProgressInterval = 10 * time.Millisecond
-	e.cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	e := newDataDir(t)
 	var so openaitest.Options
 	for _, o := range opts {
 		o(&e.cfg, &so)
@@ -83,6 +74,39 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	return e
 }
 
+// newEnvOn is newEnv on eng, a test double at the engine boundary, with
+// no stand-in server.
+func newEnvOn(t *testing.T, eng engine.Engine, opt func(*pipeline.Config)) *env {
+	t.Helper()
+	e := newDataDir(t)
+	e.other = eng
+	if opt != nil {
+		opt(&e.cfg)
+	}
+	t.Cleanup(func() { checkLedger(t, e.cfg.StateDir) })
+	e.open()
+	return e
+}
+
+// newDataDir makes a data directory and the test config of a pipeline on it.
+func newDataDir(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{t: t, dir: dir, inbox: filepath.Join(dir, "inbox"), outbox: filepath.Join(dir, "outbox"), done: filepath.Join(dir, "done")}
+	for _, d := range []string{e.inbox, e.outbox, e.done} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.cfg = pipeline.DefaultConfig(filepath.Join(dir, "state"))
+	e.cfg.CommitInterval = 20 * time.Millisecond
+	e.cfg.CommitEvery = 7
+	e.cfg.Workers = 8
+	e.cfg.ProgressInterval = 10 * time.Millisecond
+	e.cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	return e
+}
+
 // checkLedger fails t for every broken invariant of the ledger in stateDir
 // (pipeline.CheckLedger, as `batchd ledger check` runs it). Every test that
 // uses newEnv runs it when it ends.
@@ -100,7 +124,11 @@ func checkLedger(t *testing.T, stateDir string) {
 
 func (e *env) open() {
 	e.t.Helper()
-	e.pipe = pipeline.New(e.cfg, e.eng)
+	var eng engine.Engine = e.eng
+	if e.other != nil {
+		eng = e.other
+	}
+	e.pipe = pipeline.New(e.cfg, eng)
 	if err := e.pipe.Open(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}

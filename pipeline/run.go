@@ -14,6 +14,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,11 @@ type run struct {
 	cancelReq context.CancelCauseFunc
 
 	results chan result
-	tasks   sync.WaitGroup
+	// q carries the batch's requests to the engine and its answers back
+	// to the writer; tasks counts the requests whose answers are not yet
+	// written.
+	q     *queue
+	tasks sync.WaitGroup
 	// endpoint is the url of the first valid line the reader saw: the batch's
 	// endpoint in its object.
 	endpoint atomic.Pointer[string]
@@ -641,6 +646,11 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *m
 
 	r.started.Store(time.Now().UnixNano())
 	r.ran.Store(0) // seeded lines are not this run's work
+	r.q = p.disp.addQueue(func(o *outcome) {
+		o.res, o.write = r.answerResult(*o)
+		o.resp = nil // the line holds what is kept of it
+	})
+	defer p.disp.removeQueue(r.q) // after the wait below: every answer is collected
 	writerErr := make(chan error, 1)
 	go func() { writerErr <- r.write() }()
 
@@ -778,12 +788,9 @@ func (r *run) read() (err error) {
 	if err != nil {
 		return err
 	}
-	q := r.p.disp.addQueue()
-	defer r.p.disp.removeQueue(q)
-	defer r.tasks.Wait() // the queue must be empty before it is removed
 	defer func() {
 		if errors.Is(err, ErrInputChanged) {
-			r.cancelReq(err) // before the wait: what is in flight is dropped
+			r.cancelReq(err) // before execute waits: what is in flight is dropped
 		}
 	}()
 	for {
@@ -831,15 +838,9 @@ func (r *run) read() (err error) {
 			batch: r.b.ID, line: line, alone: stops > 0,
 			ctx: r.reqCtx,
 			req: &engine.Request{CustomID: cid, Endpoint: req.URL, Body: req.Body},
-			done: func(resp *engine.Response, err error) {
-				defer r.tasks.Done()
-				if res, ok := r.engineResult(line, cid, resp, err); ok {
-					r.results <- res
-				}
-			},
 		}
 		r.tasks.Add(1)
-		if err := r.p.disp.submit(r.runCtx, q, t); err != nil {
+		if err := r.p.disp.submit(r.runCtx, r.q, t); err != nil {
 			r.tasks.Done()
 			return nil
 		}
@@ -877,6 +878,21 @@ func crashedResult(batchID string, line int, cid string, stops int) result {
 	l := &OutputLine{ID: requestID(batchID, line), CustomID: strPtr(cid), Line: line, Error: &LineError{Code: CodeEngineCrashed,
 		Message: fmt.Sprintf("batchd stopped without closing %d times while this request ran, the last time with nothing else running (a crash, an OOM kill or kill -9): it is not run again. Retry the batch to run it once more.", stops)}}
 	return result{line: line, kind: toErrors, data: encodeLine(l)}
+}
+
+// answerResult is engineResult for an outcome, run by whoever took the
+// engine's answer (a worker, or the engine's goroutine in done). A panic
+// while reading the answer (a response the engine built wrong) fails that
+// request alone with a 500, as a panic in the engine does.
+func (r *run) answerResult(o outcome) (res result, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("the engine's answer to a request could not be read; failing that request", keyLine, o.line, keyCustomID, o.cid,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res, ok = r.engineResult(o.line, o.cid, engine.Recovered(v), nil)
+		}
+	}()
+	return r.engineResult(o.line, o.cid, o.resp, o.err)
 }
 
 // engineResult turns the engine's answer into a result line. It reports
@@ -943,6 +959,21 @@ func (r *run) write() error {
 		}
 		pending = 0
 	}
+	add := func(res result) {
+		if werr != nil {
+			return
+		}
+		if err := r.append(res); err != nil {
+			werr = err
+			r.stopRun(err)
+			return
+		}
+		pending++
+		if pending >= cfg.CommitEvery {
+			commit()
+		}
+	}
+	var answers []outcome
 	for {
 		select {
 		case res, ok := <-r.results:
@@ -952,17 +983,15 @@ func (r *run) write() error {
 				}
 				return werr
 			}
-			if werr != nil {
-				continue
-			}
-			if err := r.append(res); err != nil {
-				werr = err
-				r.stopRun(err)
-				continue
-			}
-			pending++
-			if pending >= cfg.CommitEvery {
-				commit()
+			add(res)
+		case <-r.q.ready:
+			answers = r.p.disp.collect(r.q, answers)
+			for i, o := range answers {
+				if o.write {
+					add(o.res)
+				}
+				answers[i] = outcome{}
+				r.tasks.Done()
 			}
 		case <-tick.C:
 			if pending > 0 || r.statusChange() {

@@ -65,6 +65,7 @@ type collector struct {
 	batches, requests, tokens, tokensPerSecond             *prometheus.Desc
 	inFlight, queueDepth, paused, hung, prefixHit, kvBytes *prometheus.Desc
 	retries, kernelsInfo                                   *prometheus.Desc
+	dispatchInFlight, dispatchWaiting, dispatchWindow      *prometheus.Desc
 	diskFull, diskFullPauses                               *prometheus.Desc
 }
 
@@ -94,6 +95,12 @@ func newCollector(src Source) *collector {
 		kvBytes: d("batchd_kv_cache_bytes",
 			"KV cache memory, used and total; absent when the engine does not know.", []string{"state"}, nil),
 		retries: d("batchd_engine_retries_total", "Requests to a remote engine retried so far.", nil, nil),
+		dispatchInFlight: d("batchd_dispatch_in_flight",
+			"Requests the pipeline has handed to the engine and not had answered yet (running, or waiting inside the engine).", nil, nil),
+		dispatchWaiting: d("batchd_dispatch_waiting",
+			"Validated requests waiting in the pipeline for room in the engine's window.", nil, nil),
+		dispatchWindow: d("batchd_dispatch_window",
+			"How many requests the engine takes at once: the native engine's own window, or pipeline.workers for a remote engine.", nil, nil),
 		kernelsInfo: d("batchd_kernels_info",
 			"1, labelled with the CPU kernels the native engine runs, the architecture and the CPU features found (comma-separated); absent for other engines.",
 			[]string{"backend", "arch", "features"}, nil),
@@ -107,6 +114,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.batches, c.requests, c.tokens, c.tokensPerSecond,
 		c.inFlight, c.queueDepth, c.paused, c.hung, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
+		c.dispatchInFlight, c.dispatchWaiting, c.dispatchWindow,
 		c.diskFull, c.diskFullPauses,
 	} {
 		ch <- d
@@ -160,6 +168,9 @@ func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.inFlight, float64(e.InFlight))
 	gauge(c.queueDepth, float64(e.Queued))
+	gauge(c.dispatchInFlight, float64(e.Dispatch.InFlight))
+	gauge(c.dispatchWaiting, float64(e.Dispatch.Waiting))
+	gauge(c.dispatchWindow, float64(e.Dispatch.Window))
 	paused := 0.0
 	if e.Paused {
 		paused = 1

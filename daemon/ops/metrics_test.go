@@ -76,7 +76,8 @@ func TestMetrics(t *testing.T) {
 		batches: testBatches(),
 		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true, Hung: true,
 			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3,
-			Kernels: KernelsView{Backend: "avx2", Arch: "amd64", Features: []string{"avx", "avx2", "fma", "f16c"}}},
+			Kernels:  KernelsView{Backend: "avx2", Arch: "amd64", Features: []string{"avx", "avx2", "fma", "f16c"}},
+			Dispatch: DispatchView{InFlight: 500, Waiting: 256, Window: 512}},
 		intake: IntakeView{DiskFull: true, DiskFullSince: 2000, DiskFullPauses: 2},
 	}
 	fams := scrape(t, NewMetrics(src).Handler())
@@ -102,6 +103,9 @@ func TestMetrics(t *testing.T) {
 		{"batchd_kv_cache_bytes", []string{"state", "used"}, 1 << 20, dto.MetricType_GAUGE},
 		{"batchd_kv_cache_bytes", []string{"state", "total"}, 4 << 20, dto.MetricType_GAUGE},
 		{"batchd_engine_retries_total", nil, 3, dto.MetricType_COUNTER},
+		{"batchd_dispatch_in_flight", nil, 500, dto.MetricType_GAUGE},
+		{"batchd_dispatch_waiting", nil, 256, dto.MetricType_GAUGE},
+		{"batchd_dispatch_window", nil, 512, dto.MetricType_GAUGE},
 		{"batchd_kernels_info", []string{"backend", "avx2", "arch", "amd64", "features", "avx,avx2,fma,f16c"}, 1, dto.MetricType_GAUGE},
 		{"batchd_disk_full", nil, 1, dto.MetricType_GAUGE},
 		{"batchd_disk_full_pauses_total", nil, 2, dto.MetricType_COUNTER},

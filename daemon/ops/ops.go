@@ -32,6 +32,15 @@ type EngineView struct {
 	KVBytesUsed, KVBytesTotal int64   // 0 when unknown
 	Retries                   int64   // remote-engine retries so far
 	Kernels                   KernelsView
+	// Dispatch is what the pipeline holds for the engine.
+	Dispatch DispatchView
+}
+
+// DispatchView is the requests between the pipeline and the engine now.
+type DispatchView struct {
+	InFlight int // handed to the engine, not answered (running or waiting inside it)
+	Waiting  int // validated, waiting in the pipeline for room in the engine's window
+	Window   int // how many the engine takes at once
 }
 
 // KernelsView is the CPU code path an in-process engine runs; the zero value

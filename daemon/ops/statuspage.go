@@ -110,6 +110,12 @@ type EngineStatus struct {
 	KVBytesUsed        *int64   `json:"kv_bytes_used"`
 	KVBytesTotal       *int64   `json:"kv_bytes_total"`
 	Retries            int64    `json:"retries"`
+	// Handed, Waiting and Window are the pipeline's side: requests handed
+	// to the engine and not answered, requests waiting for room, and how
+	// many the engine takes at once.
+	Handed  int `json:"handed"`
+	Waiting int `json:"waiting"`
+	Window  int `json:"window"`
 }
 
 func (p *StatusPage) serveStatus(w http.ResponseWriter, r *http.Request) {
@@ -186,6 +192,7 @@ func engineStatus(e EngineView) EngineStatus {
 	s := EngineStatus{
 		Name: e.Name, InFlight: e.InFlight, Queued: e.Queued,
 		Paused: e.Paused, Hung: e.Hung, Retries: e.Retries,
+		Handed: e.Dispatch.InFlight, Waiting: e.Dispatch.Waiting, Window: e.Dispatch.Window,
 	}
 	if e.PrefixCacheHitRate >= 0 {
 		hit := e.PrefixCacheHitRate

@@ -21,8 +21,9 @@ func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 func TestStatusJSON(t *testing.T) {
 	src := &fakeSource{
 		batches: testBatches(),
-		engine:  EngineView{Name: "native", InFlight: 3, Queued: 9, PrefixCacheHitRate: -1, Hung: true},
-		intake:  IntakeView{DiskFull: true, DiskFullSince: 4990, DiskFullPauses: 1},
+		engine: EngineView{Name: "native", InFlight: 3, Queued: 9, PrefixCacheHitRate: -1, Hung: true,
+			Dispatch: DispatchView{InFlight: 300, Waiting: 40, Window: 512}},
+		intake: IntakeView{DiskFull: true, DiskFullSince: 4990, DiskFullPauses: 1},
 	}
 	s := NewSampler(src, 10*time.Second, time.Hour)
 	t0 := time.Unix(5000, 0)
@@ -76,7 +77,8 @@ func TestStatusJSON(t *testing.T) {
 	}
 
 	e := st.Engine
-	if e.Name != "native" || e.InFlight != 3 || e.Queued != 9 || e.PrefixCacheHitRate != nil || e.KVBytesTotal != nil || !e.Hung {
+	if e.Name != "native" || e.InFlight != 3 || e.Queued != 9 || e.PrefixCacheHitRate != nil || e.KVBytesTotal != nil || !e.Hung ||
+		e.Handed != 300 || e.Waiting != 40 || e.Window != 512 {
 		t.Errorf("engine = %+v", e)
 	}
 	if st.TokensPerSecond != 12 {

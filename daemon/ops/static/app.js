@@ -40,6 +40,8 @@ function renderEngine(e, tps, diskFull) {
     ["state", diskFull ? "disk full: intake paused" : e.hung ? "not answering" : e.paused ? "paused" : "running"],
     ["in flight", num(e.in_flight)],
     ["queued", num(e.queued)],
+    ["handed / window", num(e.handed) + " / " + num(e.window)],
+    ["waiting", num(e.waiting)],
     ["tokens/s", rate(tps)],
     ["prefix cache hits", e.prefix_cache_hit_rate == null ? "—" : (e.prefix_cache_hit_rate * 100).toFixed(1) + "%"],
     ["KV cache", e.kv_bytes_total == null ? "—" : bytes(e.kv_bytes_used) + " / " + bytes(e.kv_bytes_total)],
