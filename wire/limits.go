@@ -168,3 +168,24 @@ func QuoteShort(s string) string {
 	}
 	return strconv.Quote(s)
 }
+
+// TypeName names the JSON type of a raw value (no leading space) for a
+// message: "a string", "an object", "null", ...
+func TypeName(v []byte) string {
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
