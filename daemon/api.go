@@ -15,22 +15,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // The OpenAI-compatible API (Files, Batches, online endpoints) lives in
 // api_*.go; this file has what they share: auth, errors, lists.
-
-// apiError is OpenAI's error body.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
 
 // writeAPIError answers with OpenAI's error shape.
 func writeAPIError(w http.ResponseWriter, status int, code, param, format string, args ...any) {
@@ -38,25 +28,14 @@ func writeAPIError(w http.ResponseWriter, status int, code, param, format string
 	if len(args) > 0 {
 		msg = fmt.Sprintf(format, args...)
 	}
-	typ := "invalid_request_error"
+	typ := wire.TypeInvalidRequest
 	switch {
-	case status == http.StatusUnauthorized:
-		typ = "invalid_request_error"
-	case status == http.StatusNotFound:
-		typ = "invalid_request_error"
 	case status == http.StatusTooManyRequests:
 		typ = "rate_limit_exceeded"
 	case status >= 500:
-		typ = "server_error"
+		typ = wire.TypeServerError
 	}
-	e := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
-	if param != "" {
-		e.Error.Param = &param
-	}
-	if code != "" {
-		e.Error.Code = &code
-	}
-	writeJSON(w, status, e)
+	writeJSON(w, status, wire.NewError(typ, msg, param, code))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 )
 
 // The online endpoints run one request on the same engine as the batches,
@@ -309,32 +310,22 @@ func (s *streamer) finish(body []byte) error {
 
 // fail ends a stream that already started with an error event.
 func (s *streamer) fail(err error) {
-	data, _ := json.Marshal(apiError{Error: apiErrorBody{Message: err.Error(), Type: "server_error"}})
-	fmt.Fprintf(s.w, "data: %s\n\n", data)
+	fmt.Fprintf(s.w, "data: %s\n\n", wire.NewError(wire.TypeServerError, err.Error(), "", "").JSON())
 }
 
 // handleModels is GET /v1/models: the models the engine serves.
 func (d *Daemon) handleModels(w http.ResponseWriter, r *http.Request) {
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	var names []string
 	if ml, ok := d.eng.(engine.ModelLister); ok {
 		names = ml.Models()
 	} else if d.cfg.OpenAI.Model != "" {
 		names = []string{d.cfg.OpenAI.Model}
 	}
-	out := listPage[model]{Object: "list", Data: []model{}}
+	out := wire.ModelList{Object: wire.ObjectList, Data: []wire.Model{}}
 	for _, n := range names {
-		out.Data = append(out.Data, model{ID: n, Object: "model", Created: d.started.Unix(), OwnedBy: "batchd"})
+		out.Data = append(out.Data, wire.Model{ID: n, Object: wire.ObjectModel, Created: d.started.Unix(), OwnedBy: "batchd"})
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{"list", out.Data})
+	writeJSON(w, http.StatusOK, out)
 }
 
 func isLoopback(addr string) bool {

@@ -40,11 +40,11 @@ type Dirs struct{ Root, Inbox, Outbox, Done, Rejected, State string }
 func DataDirs(root string) Dirs {
 	return Dirs{
 		Root:     root,
-		Inbox:    filepath.Join(root, "inbox"),
-		Outbox:   filepath.Join(root, "outbox"),
-		Done:     filepath.Join(root, "done"),
-		Rejected: filepath.Join(root, "rejected"),
-		State:    filepath.Join(root, "state"),
+		Inbox:    filepath.Join(root, watcher.DirInbox),
+		Outbox:   filepath.Join(root, watcher.DirOutbox),
+		Done:     filepath.Join(root, watcher.DirDone),
+		Rejected: filepath.Join(root, watcher.DirRejected),
+		State:    filepath.Join(root, watcher.DirState),
 	}
 }
 
@@ -152,7 +152,7 @@ func (c Config) openaiConfig() openai.Config {
 }
 
 func (c Config) pipelineConfig() pipeline.Config {
-	pc := pipeline.DefaultConfig(filepath.Join(c.Data, "state"))
+	pc := pipeline.DefaultConfig(filepath.Join(c.Data, watcher.DirState))
 	pc.MaxLineBytes = c.Pipeline.MaxLineBytes
 	pc.CommitInterval = c.Pipeline.CommitInterval
 	pc.CommitEvery = c.Pipeline.CommitEvery
@@ -163,7 +163,7 @@ func (c Config) pipelineConfig() pipeline.Config {
 	pc.DiskResumeFreePercent = c.Pipeline.DiskResumeFreePercent
 	pc.DiskCheckInterval = c.Pipeline.DiskCheckInterval
 	if !c.IsBucket() {
-		pc.DiskDirs = []string{filepath.Join(c.Data, "outbox")}
+		pc.DiskDirs = []string{filepath.Join(c.Data, watcher.DirOutbox)}
 	}
 	pc.Defaults = pipeline.Options{OnInvalid: pipeline.OnInvalidContinue}.Merge(c.Batch)
 	return pc

@@ -4,7 +4,7 @@
 //
 // The pipeline never knows which implementation it talks to. Implementations
 // live in their own packages and assert `var _ engine.Engine = (*T)(nil)`.
-// This package must not import any other batchd package.
+// This package imports no other batchd package but wire.
 package engine
 
 import (
@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // Endpoints an engine may be asked to serve.
@@ -60,18 +62,8 @@ const CodeEngineError = "engine_error"
 // not retried: a bug that fails it once fails it again, and retrying it
 // after every restart is how one request would stop all the others.
 func Recovered(v any) *Response {
-	var e struct {
-		Error struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    string  `json:"code"`
-		} `json:"error"`
-	}
-	e.Error.Message = fmt.Sprintf("The engine failed on this request (%v); it was not retried. This is a bug in batchd: please report it with the request.", v)
-	e.Error.Type, e.Error.Code = "server_error", CodeEngineError
-	body, _ := json.Marshal(e)
-	return &Response{StatusCode: 500, Body: body}
+	msg := fmt.Sprintf("The engine failed on this request (%v); it was not retried. This is a bug in batchd: please report it with the request.", v)
+	return &Response{StatusCode: 500, Body: wire.NewError(wire.TypeServerError, msg, "", CodeEngineError).JSON()}
 }
 
 // ErrUnavailable is wrapped by the error Do returns when a request could not

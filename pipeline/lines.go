@@ -67,30 +67,6 @@ func requestID(batchID string, line int) string {
 	return "batch_req_" + hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
-// apiError is the body of an HTTP-like 400 line.
-type apiError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
-func badRequestBody(message, param, code string) json.RawMessage {
-	var e apiError
-	e.Error.Message = message
-	e.Error.Type = "invalid_request_error"
-	if param != "" {
-		e.Error.Param = &param
-	}
-	if code != "" {
-		e.Error.Code = &code
-	}
-	b, _ := json.Marshal(e)
-	return b
-}
-
 // lineKind tells whether a result line goes to the output or the errors file.
 type lineKind uint8
 

@@ -25,6 +25,7 @@ import (
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/pipeline/validate"
+	"github.com/batchd/batchd/wire"
 )
 
 // samplingNotice is logged once per batch run whose options set sampling defaults.
@@ -858,7 +859,7 @@ func problemResult(batchID string, res validate.Result) result {
 		if p.Param != "" {
 			msg = p.Param + ": " + msg
 		}
-		l.Response = &LineResponse{StatusCode: 400, RequestID: l.ID, Body: badRequestBody(msg, p.Param, p.Code)}
+		l.Response = &LineResponse{StatusCode: 400, RequestID: l.ID, Body: wire.BadRequest(msg, p.Param, p.Code)}
 	} else {
 		l.Error = &LineError{Code: p.Code, Message: p.Message}
 	}
@@ -930,15 +931,12 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 
 func usageOf(body []byte) (in, out int64) {
 	var u struct {
-		Usage struct {
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-		} `json:"usage"`
+		Usage wire.Usage `json:"usage"`
 	}
 	if json.Unmarshal(body, &u) != nil {
 		return 0, 0
 	}
-	return u.Usage.PromptTokens, u.Usage.CompletionTokens
+	return int64(u.Usage.PromptTokens), int64(u.Usage.CompletionTokens)
 }
 
 // write is the batch's single writer: it appends result lines and

@@ -27,8 +27,10 @@ const (
 	SuffixBatch   = ".batch.json"
 	SuffixResults = ".results.json"
 
-	suffixTmp  = ".tmp"
-	suffixPart = ".part"
+	// Temporaries: a source ignores *.tmp and *.part (and dot-names), so
+	// producers and batchd itself write under them and rename into place.
+	SuffixTmp  = ".tmp"
+	SuffixPart = ".part"
 )
 
 // Folders (bucket prefixes) of the file contract.
@@ -36,6 +38,11 @@ const (
 	DirInbox  = "inbox"
 	DirOutbox = "outbox"
 	DirDone   = "done"
+	// DirRejected holds inputs refused without being read.
+	DirRejected = "rejected"
+	// DirState holds the ledger (a data directory's only; a bucket keeps
+	// its state under .batchd/).
+	DirState = "state"
 )
 
 // Formats of input files, as in Event.Format.
@@ -51,7 +58,7 @@ const (
 // unknown suffixes.
 func Classify(base string) (kind Kind, name, format string, ok bool) {
 	if base == "" || strings.HasPrefix(base, ".") || strings.Contains(base, "/") ||
-		strings.HasSuffix(base, suffixTmp) || strings.HasSuffix(base, suffixPart) ||
+		strings.HasSuffix(base, SuffixTmp) || strings.HasSuffix(base, SuffixPart) ||
 		strings.HasSuffix(base, SuffixOptions) {
 		return 0, "", "", false
 	}
@@ -96,7 +103,7 @@ var derivedSuffixes = []string{
 // tempOverhead is what a temporary name adds around NAME+suffix: the
 // longest is fsx.WriteFile's ".NAME.SUFFIX-<up to 10 digits>.tmp"; the
 // pipeline's ".NAME.SUFFIX.tmp" and the CLI's ".NAME.SUFFIX.part" are shorter.
-const tempOverhead = len(".") + len("-4294967295") + len(suffixTmp)
+const tempOverhead = len(".") + len("-4294967295") + len(SuffixTmp)
 
 // MaxNameBytes is the longest batch name (in bytes) whose every derived file
 // name, temporaries included, fits the file-name limit.

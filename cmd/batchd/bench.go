@@ -24,6 +24,7 @@ import (
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/store/folder"
+	"github.com/batchd/batchd/watcher"
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -70,13 +71,13 @@ type benchResult struct {
 }
 
 func benchPipeline(ctx context.Context, work string, lines int, engName string, workers int) (*benchResult, error) {
-	inbox, outbox, done := filepath.Join(work, "inbox"), filepath.Join(work, "outbox"), filepath.Join(work, "done")
+	inbox, outbox, done := filepath.Join(work, watcher.DirInbox), filepath.Join(work, watcher.DirOutbox), filepath.Join(work, watcher.DirDone)
 	for _, d := range []string{inbox, outbox, done} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	input := filepath.Join(inbox, "bench.jsonl")
+	input := filepath.Join(inbox, "bench"+watcher.SuffixJSONL)
 	size, err := writeBenchInput(input, lines)
 	if err != nil {
 		return nil, err
@@ -112,7 +113,7 @@ func benchPipeline(ctx context.Context, work string, lines int, engName string, 
 		return nil, err
 	}
 	defer eng.Close(ctx)
-	cfg := pipeline.DefaultConfig(filepath.Join(work, "state"))
+	cfg := pipeline.DefaultConfig(filepath.Join(work, watcher.DirState))
 	cfg.Workers = workers
 	cfg.QueuePerBatch = 4 * workers
 	p := pipeline.New(cfg, eng)

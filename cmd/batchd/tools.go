@@ -182,7 +182,7 @@ func placeAtomically(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".part")
+	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+watcher.SuffixPart)
 	out, err := os.Create(tmp)
 	if err != nil {
 		return err

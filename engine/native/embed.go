@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 )
 
 // Pooling methods for embeddings.
@@ -46,12 +47,7 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 	default:
 		return badRequest(`encoding_format must be "float" or "base64"`, "encoding_format", "invalid_value"), nil
 	}
-	type item struct {
-		Object    string `json:"object"`
-		Index     int    `json:"index"`
-		Embedding any    `json:"embedding"`
-	}
-	var out []item
+	var out []wire.Embedding
 	total := 0
 	var s scratch
 	for i, p := range prompts {
@@ -90,18 +86,10 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 			}
 			emb = base64.StdEncoding.EncodeToString(raw)
 		}
-		out = append(out, item{Object: "embedding", Index: i, Embedding: emb})
+		out = append(out, wire.Embedding{Object: wire.ObjectEmbedding, Index: i, Embedding: emb})
 	}
-	body := struct {
-		Object string `json:"object"`
-		Data   []item `json:"data"`
-		Model  string `json:"model"`
-		Usage  struct {
-			PromptTokens int `json:"prompt_tokens"`
-			TotalTokens  int `json:"total_tokens"`
-		} `json:"usage"`
-	}{Object: "list", Data: out, Model: r.name}
-	body.Usage.PromptTokens, body.Usage.TotalTokens = total, total
+	body := wire.EmbeddingList{Object: wire.ObjectList, Data: out, Model: r.name,
+		Usage: wire.EmbeddingUsage{PromptTokens: total, TotalTokens: total}}
 	raw, _ := json.Marshal(body)
 	return &engine.Response{StatusCode: 200, RequestID: requestID(req), Body: raw}, nil
 }

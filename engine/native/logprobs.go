@@ -1,13 +1,12 @@
 package native
 
 import (
-	"encoding/json"
 	"math"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/wire"
 )
 
 // Logprobs are the model's raw distribution: log_softmax of the logits as
@@ -94,86 +93,26 @@ func tokenBytes(b []byte) []int {
 	return out
 }
 
-// chatTopLogprob is one entry of OpenAI's top_logprobs.
-type chatTopLogprob struct {
-	Token   string  `json:"token"`
-	Logprob float64 `json:"logprob"`
-	Bytes   []int   `json:"bytes"`
-}
-
-// chatTokenLogprob is one entry of OpenAI's logprobs.content.
-type chatTokenLogprob struct {
-	Token       string           `json:"token"`
-	Logprob     float64          `json:"logprob"`
-	Bytes       []int            `json:"bytes"`
-	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
-}
-
-// chatLogprobs is a chat choice's logprobs object.
-type chatLogprobs struct {
-	Content []chatTokenLogprob `json:"content"`
-	Refusal *string            `json:"refusal"`
-}
-
 // chatLogprobs builds s's choices[i].logprobs; nil (JSON null) when the
 // request did not ask.
 func (r *runner) chatLogprobs(p *params, s *seq) any {
 	if !p.logprobs {
 		return nil
 	}
-	out := chatLogprobs{Content: []chatTokenLogprob{}}
+	out := wire.ChatLogprobs{Content: []wire.ChatTokenLogprob{}}
 	if s.samp == nil {
 		return out
 	}
 	for _, e := range s.samp.lp {
 		b := r.tok.TokenBytes(e.id)
-		c := chatTokenLogprob{Token: string(b), Logprob: finite(e.logprob), Bytes: tokenBytes(b), TopLogprobs: []chatTopLogprob{}}
+		c := wire.ChatTokenLogprob{Token: string(b), Logprob: finite(e.logprob), Bytes: tokenBytes(b), TopLogprobs: []wire.ChatTopLogprob{}}
 		for _, t := range e.top {
 			tb := r.tok.TokenBytes(t.id)
-			c.TopLogprobs = append(c.TopLogprobs, chatTopLogprob{Token: string(tb), Logprob: finite(t.logprob), Bytes: tokenBytes(tb)})
+			c.TopLogprobs = append(c.TopLogprobs, wire.ChatTopLogprob{Token: string(tb), Logprob: finite(t.logprob), Bytes: tokenBytes(tb)})
 		}
 		out.Content = append(out.Content, c)
 	}
 	return out
-}
-
-// legacyLogprobs is a completions choice's logprobs object.
-type legacyLogprobs struct {
-	Tokens        []string    `json:"tokens"`
-	TokenLogprobs []float64   `json:"token_logprobs"`
-	TopLogprobs   []topByText `json:"top_logprobs"`
-	TextOffset    []int       `json:"text_offset"`
-}
-
-// topByText is a legacy top_logprobs entry, {token text: logprob}, written
-// best first; of tokens with the same text the best one counts.
-type topByText []idText
-
-type idText struct {
-	text    string
-	logprob float64
-}
-
-func (t topByText) MarshalJSON() ([]byte, error) {
-	b := []byte{'{'}
-	seen := make(map[string]bool, len(t))
-	for _, e := range t {
-		if seen[e.text] {
-			continue
-		}
-		seen[e.text] = true
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		k, err := json.Marshal(e.text)
-		if err != nil {
-			return nil, err
-		}
-		b = append(b, k...)
-		b = append(b, ':')
-		b = strconv.AppendFloat(b, e.logprob, 'g', -1, 64)
-	}
-	return append(b, '}'), nil
 }
 
 // legacyLogprobs builds s's choices[i].logprobs for /v1/completions: text
@@ -185,7 +124,7 @@ func (r *runner) legacyLogprobs(p *params, s *seq, text, prompt string) any {
 		return nil
 	}
 	prefixRunes, prefixBytes := utf8.RuneCountInString(prompt), len(prompt)
-	out := legacyLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []topByText{}, TextOffset: []int{}}
+	out := wire.TextLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []wire.TopByText{}, TextOffset: []int{}}
 	if s.samp == nil {
 		return out
 	}
@@ -199,15 +138,15 @@ func (r *runner) legacyLogprobs(p *params, s *seq, text, prompt string) any {
 			runes += utf8.RuneCountInString(text[at:off])
 			at = off
 		}
-		top := make(topByText, 0, len(e.top)+1)
+		top := make(wire.TopByText, 0, len(e.top)+1)
 		chosenIn := false
 		for _, t := range e.top {
-			top = append(top, idText{text: string(r.tok.TokenBytes(t.id)), logprob: finite(t.logprob)})
+			top = append(top, wire.TextLogprob{Text: string(r.tok.TokenBytes(t.id)), Logprob: finite(t.logprob)})
 			chosenIn = chosenIn || t.id == e.id
 		}
 		if !chosenIn {
 			// The sampled token is always reported, as OpenAI and vLLM do.
-			top = insertByLogprob(top, idText{text: tok, logprob: lp})
+			top = insertByLogprob(top, wire.TextLogprob{Text: tok, Logprob: lp})
 		}
 		out.Tokens = append(out.Tokens, tok)
 		out.TokenLogprobs = append(out.TokenLogprobs, lp)
@@ -219,12 +158,12 @@ func (r *runner) legacyLogprobs(p *params, s *seq, text, prompt string) any {
 }
 
 // insertByLogprob inserts e keeping t sorted best first.
-func insertByLogprob(t topByText, e idText) topByText {
+func insertByLogprob(t wire.TopByText, e wire.TextLogprob) wire.TopByText {
 	i := len(t)
-	for i > 0 && t[i-1].logprob < e.logprob {
+	for i > 0 && t[i-1].Logprob < e.Logprob {
 		i--
 	}
-	t = append(t, idText{})
+	t = append(t, wire.TextLogprob{})
 	copy(t[i+1:], t[i:])
 	t[i] = e
 	return t

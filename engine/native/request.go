@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 )
 
 // params is what the engine needs from a request body.
@@ -76,11 +76,15 @@ type rawBody struct {
 
 // parseRequest reads the fields the engine uses. Bodies arrive validated by
 // the pipeline, but the engine checks what it relies on again, since the
-// HTTP API may call it directly.
+// HTTP API may call it directly: with wire's rules, the validator's own, so
+// the two cannot disagree on a limit.
 func parseRequest(req *engine.Request) (*params, *engine.Response) {
 	var b rawBody
 	if err := json.Unmarshal(req.Body, &b); err != nil {
 		return nil, badRequest("body is not a valid request: "+err.Error(), "", "invalid_json")
+	}
+	if e := checkRanges(&b); e != nil {
+		return nil, refuse(e)
 	}
 	p := &params{model: b.Model, n: 1, ignoreEOS: b.IgnoreEOS, echo: b.Echo}
 	switch {
@@ -88,14 +92,10 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 		p.maxTokens = int(*b.MaxCompletionTokens)
 	case b.MaxTokens != nil:
 		p.maxTokens = int(*b.MaxTokens)
-	}
-	if p.maxTokens <= 0 {
-		return nil, badRequest("max_tokens is required and must be positive", "max_tokens", "missing_max_tokens")
+	default:
+		return nil, badRequest("max_tokens is required and must be positive", "max_tokens", wire.CodeMissingMaxTokens)
 	}
 	if b.N != nil {
-		if int(*b.N) < 1 || int(*b.N) > 128 {
-			return nil, badRequest("n must be between 1 and 128", "n", "invalid_value")
-		}
 		p.n = int(*b.N)
 	}
 	if b.Temperature != nil {
@@ -123,7 +123,9 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 		if json.Unmarshal(b.Stop, &one) == nil {
 			p.stop = []string{one}
 		} else if err := json.Unmarshal(b.Stop, &p.stop); err != nil {
-			return nil, badRequest("stop must be a string or an array of strings", "stop", "invalid_type")
+			return nil, refuse(&wire.Invalid{Code: wire.CodeInvalidType, Param: "stop", Message: wire.StopMessage})
+		} else if e := wire.CheckStopCount(len(p.stop)); e != nil {
+			return nil, refuse(e)
 		}
 	}
 	p.thinking = b.ChatTemplateKwargs.EnableThinking
@@ -146,72 +148,91 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 	return p, nil
 }
 
-// Limits the engine checks again (the pipeline's validator has the same).
-const (
-	maxLogitBias         = 1024
-	maxTopLogprobs       = 20
-	maxCompletionLogprob = 5
-)
+// checkRanges checks the number fields of b against wire's rules.
+func checkRanges(b *rawBody) *wire.Invalid {
+	for _, c := range []struct {
+		v *float64
+		r wire.Range
+	}{
+		{b.Temperature, wire.Temperature}, {b.TopP, wire.TopP}, {b.MinP, wire.MinP},
+		{b.PresencePenalty, wire.PresencePenalty}, {b.FrequencyPenalty, wire.FrequencyPenalty},
+		{b.RepetitionPenalty, wire.RepetitionPenalty},
+	} {
+		if c.v != nil {
+			if e := c.r.Check(*c.v); e != nil {
+				return e
+			}
+		}
+	}
+	for _, c := range []struct {
+		v *jsonInt
+		r wire.IntRange
+	}{
+		{b.TopK, wire.TopK}, {b.MaxTokens, wire.MaxTokens}, {b.MaxCompletionTokens, wire.MaxCompletionTokens},
+		{b.N, wire.N}, {b.MinTokens, wire.MinTokens}, {b.TopLogprobs, wire.TopLogprobs},
+	} {
+		if c.v != nil {
+			if e := c.r.Check(int64(*c.v)); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// refuse is the 400 for a value wire's rules refuse.
+func refuse(e *wire.Invalid) *engine.Response {
+	return &engine.Response{StatusCode: 400, Body: e.Body()}
+}
 
 // parseSampling reads the sampling, stopping and logprobs fields that go
 // beyond temperature, top_p and top_k.
 func parseSampling(b *rawBody, p *params, endpoint string) *engine.Response {
 	s := &p.sampling
 	if b.MinP != nil {
-		if *b.MinP < 0 || *b.MinP > 1 {
-			return badRequest("min_p must be between 0 and 1", "min_p", "invalid_value")
-		}
 		s.minP = *b.MinP
 	}
 	if b.PresencePenalty != nil {
-		if *b.PresencePenalty < -2 || *b.PresencePenalty > 2 {
-			return badRequest("presence_penalty must be between -2 and 2", "presence_penalty", "invalid_value")
-		}
 		s.presence = *b.PresencePenalty
 	}
 	if b.FrequencyPenalty != nil {
-		if *b.FrequencyPenalty < -2 || *b.FrequencyPenalty > 2 {
-			return badRequest("frequency_penalty must be between -2 and 2", "frequency_penalty", "invalid_value")
-		}
 		s.frequency = *b.FrequencyPenalty
 	}
 	s.repetition = 1
 	if b.RepetitionPenalty != nil {
-		if !(*b.RepetitionPenalty > 0) || math.IsInf(*b.RepetitionPenalty, 0) {
-			return badRequest("repetition_penalty must be greater than 0", "repetition_penalty", "invalid_value")
-		}
 		s.repetition = *b.RepetitionPenalty
 	}
 	if given(b.LogitBias) {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(b.LogitBias, &m); err != nil {
-			return badRequest("logit_bias must be an object mapping token ids to biases", "logit_bias", "invalid_type")
+			return badRequest("logit_bias: must be an object mapping token ids to biases", "logit_bias", wire.CodeInvalidType)
 		}
-		if len(m) > maxLogitBias {
-			return badRequest("logit_bias must have at most 1024 entries", "logit_bias", "invalid_value")
+		if e := wire.CheckLogitBiasCount(len(m)); e != nil {
+			return refuse(e)
 		}
 		for k, raw := range m {
-			id, err := strconv.ParseUint(k, 10, 31)
-			if err != nil {
-				return badRequest(fmt.Sprintf("logit_bias key %q is not a token id: keys must be non-negative integers written as strings", k), "logit_bias", "invalid_value")
+			id, e := wire.LogitBiasKey(k)
+			if e != nil {
+				return refuse(e)
 			}
 			var v float64
 			if err := json.Unmarshal(raw, &v); err != nil {
-				return badRequest(fmt.Sprintf("logit_bias for token %q must be a number", k), "logit_bias", "invalid_type")
+				if len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+					v = math.NaN() // out of float64's range: out of the bias range
+				} else {
+					return refuse(wire.LogitBiasNotNumber(k, wire.TypeName(raw)))
+				}
 			}
-			if v < -100 || v > 100 {
-				return badRequest(fmt.Sprintf("logit_bias for token %q must be between -100 and 100", k), "logit_bias", "invalid_value")
+			if e := wire.CheckLogitBias(k, v); e != nil {
+				return refuse(e)
 			}
-			s.bias = append(s.bias, logitBias{id: int32(id), v: float32(v)})
+			s.bias = append(s.bias, logitBias{id: id, v: float32(v)})
 		}
 		slices.SortFunc(s.bias, func(a, b logitBias) int { return int(a.id) - int(b.id) })
 	}
 	if b.MinTokens != nil {
-		if int(*b.MinTokens) < 0 {
-			return badRequest("min_tokens must be a non-negative integer", "min_tokens", "invalid_value")
-		}
-		if int(*b.MinTokens) > p.maxTokens {
-			return badRequest(fmt.Sprintf("min_tokens must not exceed the output length (%d tokens)", p.maxTokens), "min_tokens", "invalid_value")
+		if e := wire.CheckMinTokens(int64(*b.MinTokens), int64(p.maxTokens)); e != nil {
+			return refuse(e)
 		}
 		p.minTokens = int(*b.MinTokens)
 	}
@@ -235,13 +256,8 @@ func parseSampling(b *rawBody, p *params, endpoint string) *engine.Response {
 				return badRequest("logprobs must be a boolean", "logprobs", "invalid_type")
 			}
 		}
-		if b.TopLogprobs != nil {
-			if !on {
-				return badRequest("top_logprobs requires logprobs to be true", "top_logprobs", "invalid_value")
-			}
-			if int(*b.TopLogprobs) < 0 || int(*b.TopLogprobs) > maxTopLogprobs {
-				return badRequest("top_logprobs must be an integer between 0 and 20", "top_logprobs", "invalid_value")
-			}
+		if b.TopLogprobs != nil && !on {
+			return refuse(wire.TopLogprobsWithoutLogprobs())
 		}
 		if on {
 			p.logprobs = true
@@ -251,14 +267,14 @@ func parseSampling(b *rawBody, p *params, endpoint string) *engine.Response {
 		}
 	case engine.EndpointCompletions:
 		if given(b.Logprobs) {
-			var k int
+			var k jsonInt
 			if err := json.Unmarshal(b.Logprobs, &k); err != nil {
-				return badRequest("logprobs must be an integer between 0 and 5", "logprobs", "invalid_type")
+				return refuse(&wire.Invalid{Code: wire.CodeInvalidType, Param: "logprobs", Message: wire.CompletionsLogprobs.Message})
 			}
-			if k < 0 || k > maxCompletionLogprob {
-				return badRequest("logprobs must be an integer between 0 and 5", "logprobs", "invalid_value")
+			if e := wire.CompletionsLogprobs.Check(int64(k)); e != nil {
+				return refuse(e)
 			}
-			p.logprobs, p.topLogprobs = true, k
+			p.logprobs, p.topLogprobs = true, int(k)
 		}
 	}
 	return nil
@@ -315,31 +331,12 @@ func parsePrompts(raw json.RawMessage) ([]promptInput, error) {
 	return nil, fmt.Errorf("prompt must be a string, an array of strings or token ids")
 }
 
-// apiError is OpenAI's error object.
-type apiError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	} `json:"error"`
-}
-
 func errorBody(msg, typ, param, code string) json.RawMessage {
-	var e apiError
-	e.Error.Message, e.Error.Type = msg, typ
-	if param != "" {
-		e.Error.Param = &param
-	}
-	if code != "" {
-		e.Error.Code = &code
-	}
-	b, _ := json.Marshal(e)
-	return b
+	return wire.NewError(typ, msg, param, code).JSON()
 }
 
 func badRequest(msg, param, code string) *engine.Response {
-	return &engine.Response{StatusCode: 400, Body: errorBody(msg, "invalid_request_error", param, code)}
+	return &engine.Response{StatusCode: 400, Body: wire.BadRequest(msg, param, code)}
 }
 
 // findStop returns where the earliest stop string starts in text, or -1.

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // replaceModel returns a copy of body, a JSON object, whose top-level
@@ -77,18 +79,6 @@ func replaceModel(body []byte, model string) ([]byte, error) {
 	return append(out, body[prev:]...), nil
 }
 
-// openAIError is the error object OpenAI-compatible servers answer with.
-type openAIError struct {
-	Error openAIErrorDetail `json:"error"`
-}
-
-type openAIErrorDetail struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 // errorBody returns body when it is an OpenAI error object {"error":{...}},
 // and otherwise an OpenAI error object whose message is the server's text
 // (or, for a JSON object with a string "message", as older vLLM sends, that
@@ -105,7 +95,7 @@ func errorBody(status int, body []byte) []byte {
 	if isJSON && json.Unmarshal(trimmed, &probe) == nil && bytes.HasPrefix(bytes.TrimSpace(probe.Error), []byte("{")) {
 		return body
 	}
-	detail := openAIErrorDetail{Type: "invalid_request_error"}
+	detail := wire.Error{Type: wire.TypeInvalidRequest}
 	var text string
 	switch {
 	case isJSON && json.Unmarshal(probe.Error, &text) == nil && text != "":
@@ -120,11 +110,7 @@ func errorBody(status int, body []byte) []byte {
 	default:
 		detail.Message = fmt.Sprintf("%d %s", status, http.StatusText(status))
 	}
-	out, err := json.Marshal(openAIError{Error: detail})
-	if err != nil { // cannot happen: only strings and nils
-		return []byte(`{"error":{"message":"unreadable error from server","type":"invalid_request_error","param":null,"code":null}}`)
-	}
-	return out
+	return wire.ErrorBody{Error: detail}.JSON()
 }
 
 // requestID returns the id for a response without an x-request-id: "req_"

@@ -16,5 +16,5 @@
 // no response byte (see Config.HangAfter).
 //
 // It implements engine.Engine and engine.StatsReporter. It must import only
-// the engine package from batchd: never pipeline, daemon or watcher.
+// engine and wire from batchd: never pipeline, daemon or watcher.
 package openai

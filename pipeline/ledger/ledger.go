@@ -5,7 +5,7 @@
 // so a crash at any moment leaves the ledger describing a durable prefix of
 // each file.
 //
-// It imports no other batchd package.
+// Of batchd it imports only internal/fsx.
 package ledger
 
 import (

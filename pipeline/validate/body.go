@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 )
 
 // endpoint is a set of endpoints, as bits.
@@ -186,15 +187,10 @@ func lookupField(key []byte) fieldID {
 	return fUnknown
 }
 
-// Limits of the rules.
+// Limits of the rules that are not the body's (those are wire's).
 const (
-	maxCustomIDBytes   = 512
-	maxN               = 128
-	maxTopLogprobs     = 20
-	maxCompletionsLogp = 5
-	maxLogitBias       = 1024
-	maxStop            = 4
-	maxTokenID         = math.MaxInt32
+	maxCustomIDBytes = wire.MaxCustomIDBytes
+	maxTokenID       = wire.MaxTokenID
 )
 
 // checkFields checks the effective body fields f of a body for endpoint ep,
@@ -224,7 +220,7 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 	}
 	// Rules between fields.
 	if ep == epChat && given(f[fTopLogprobs]) && !isTrue(f[fLogprobs]) {
-		return badRequest(CodeInvalidValue, "top_logprobs", "requires logprobs to be true")
+		return fromWire(wire.TopLogprobsWithoutLogprobs())
 	}
 	return nil
 }
@@ -246,17 +242,19 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 			return badRequest(CodeUnsupportedValue, name, "streaming is not supported in a batch: remove stream or set it to false")
 		}
 	case fTemperature:
-		return checkNumber(name, v, 0, 2, false, "must be between 0 and 2")
+		return checkNumber(v, wire.Temperature)
 	case fTopP:
-		return checkNumber(name, v, 0, 1, true, "must be greater than 0 and at most 1")
+		return checkNumber(v, wire.TopP)
 	case fTopK:
-		return checkInt(name, v, -1, math.MaxInt32, "must be an integer of at least -1 (-1 or 0 disables it)")
+		return checkInt(v, wire.TopK)
 	case fMinP:
-		return checkNumber(name, v, 0, 1, false, "must be between 0 and 1")
-	case fMaxTokens, fMaxCompletionTokens:
-		return checkInt(name, v, 1, math.MaxInt32, "must be a positive integer (at most 2147483647)")
+		return checkNumber(v, wire.MinP)
+	case fMaxTokens:
+		return checkInt(v, wire.MaxTokens)
+	case fMaxCompletionTokens:
+		return checkInt(v, wire.MaxCompletionTokens)
 	case fN:
-		return checkInt(name, v, 1, maxN, "must be an integer between 1 and 128")
+		return checkInt(v, wire.N)
 	case fLogprobs:
 		if ep == epChat {
 			if !isBool(v) {
@@ -264,23 +262,25 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 			}
 			return nil
 		}
-		return checkInt(name, v, 0, maxCompletionsLogp, "must be an integer between 0 and 5")
+		return checkInt(v, wire.CompletionsLogprobs)
 	case fTopLogprobs:
-		return checkInt(name, v, 0, maxTopLogprobs, "must be an integer between 0 and 20")
+		return checkInt(v, wire.TopLogprobs)
 	case fLogitBias:
 		return checkLogitBias(v)
 	case fStop:
 		return checkStop(v)
-	case fPresencePenalty, fFrequencyPenalty:
-		return checkNumber(name, v, -2, 2, false, "must be between -2 and 2")
+	case fPresencePenalty:
+		return checkNumber(v, wire.PresencePenalty)
+	case fFrequencyPenalty:
+		return checkNumber(v, wire.FrequencyPenalty)
 	case fRepetitionPenalty:
-		return checkNumber(name, v, 0, math.Inf(1), true, "must be greater than 0")
+		return checkNumber(v, wire.RepetitionPenalty)
 	case fSeed:
-		return checkInt(name, v, math.MinInt64, math.MaxInt64, "must fit in a signed 64-bit integer")
+		return checkInt(v, wire.Seed)
 	case fMinTokens:
-		return checkInt(name, v, 0, math.MaxInt32, "must be a non-negative integer")
+		return checkInt(v, wire.MinTokens)
 	case fDimensions:
-		return checkInt(name, v, 1, math.MaxInt32, "must be a positive integer")
+		return checkInt(v, wire.Dimensions)
 	case fEncodingFormat:
 		if !isString(v) {
 			return badRequest(CodeInvalidType, name, `must be "float" or "base64", got `+typeName(v))
@@ -292,36 +292,41 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 	return nil
 }
 
-// checkNumber checks a number in [lo, hi], or (lo, hi] when loOpen.
-func checkNumber(param string, v []byte, lo, hi float64, loOpen bool, rangeMsg string) *Problem {
+// checkNumber checks a number against its rule.
+func checkNumber(v []byte, r wire.Range) *Problem {
 	if !isNumber(v) {
-		return badRequest(CodeInvalidType, param, "must be a number, got "+typeName(v))
+		return badRequest(CodeInvalidType, r.Param, "must be a number, got "+typeName(v))
 	}
 	f, ok := parseFloat(v)
-	if !ok || f < lo || f > hi || (loOpen && f == lo) {
-		return badRequest(CodeInvalidValue, param, rangeMsg)
+	if !ok {
+		return badRequest(CodeInvalidValue, r.Param, r.Message)
 	}
-	return nil
+	return fromWire(r.Check(f))
 }
 
-// checkInt checks an integer in [lo, hi].
-func checkInt(param string, v []byte, lo, hi int64, rangeMsg string) *Problem {
+// checkInt checks an integer against its rule.
+func checkInt(v []byte, r wire.IntRange) *Problem {
 	n, st := parseInt(v)
 	switch st {
 	case intNotNumber:
-		return badRequest(CodeInvalidType, param, "must be an integer, got "+typeName(v))
+		return badRequest(CodeInvalidType, r.Param, "must be an integer, got "+typeName(v))
 	case intNotInteger:
-		return badRequest(CodeInvalidType, param, "must be an integer, got a decimal number")
+		return badRequest(CodeInvalidType, r.Param, "must be an integer, got a decimal number")
 	case intOverflow:
-		return badRequest(CodeInvalidValue, param, rangeMsg)
+		return fromWire(r.Refuse())
 	}
-	if n < lo || n > hi {
-		return badRequest(CodeInvalidValue, param, rangeMsg)
-	}
-	return nil
+	return fromWire(r.Check(n))
 }
 
-const stopMsg = "must be a string or an array of 1 to 4 strings"
+// fromWire is a body problem wire's rules found; nil for none.
+func fromWire(e *wire.Invalid) *Problem {
+	if e == nil {
+		return nil
+	}
+	return badRequest(e.Code, e.Param, e.Message)
+}
+
+const stopMsg = wire.StopMessage
 
 func checkStop(v []byte) *Problem {
 	switch {
@@ -341,10 +346,7 @@ func checkStop(v []byte) *Problem {
 		}
 		n++
 	}
-	if n < 1 || n > maxStop {
-		return badRequest(CodeInvalidValue, "stop", stopMsg+", got "+strconv.Itoa(n))
-	}
-	return nil
+	return fromWire(wire.CheckStopCount(n))
 }
 
 func checkLogitBias(v []byte) *Problem {
@@ -359,48 +361,31 @@ func checkLogitBias(v []byte) *Problem {
 			break
 		}
 		n++
-		if n > maxLogitBias {
-			return badRequest(CodeInvalidValue, param, "must have at most 1024 entries")
+		if p := fromWire(wire.CheckLogitBiasCount(n)); p != nil {
+			return p
 		}
-		key, _ := unquote(k)
-		if !isTokenID(key) {
-			return badRequest(CodeInvalidValue, param, "key "+quoteShort(key)+" is not a token id: keys must be non-negative integers written as strings")
+		k, _ = unquote(k)
+		key := string(k)
+		if _, e := wire.LogitBiasKey(key); e != nil {
+			return fromWire(e)
 		}
 		val := v[vs:ve]
 		if !isNumber(val) {
-			return badRequest(CodeInvalidType, param, "bias for token "+quoteShort(key)+" must be a number, got "+typeName(val))
+			return fromWire(wire.LogitBiasNotNumber(key, typeName(val)))
 		}
-		if f, ok := parseFloat(val); !ok || f < -100 || f > 100 {
-			return badRequest(CodeInvalidValue, param, "bias for token "+quoteShort(key)+" must be between -100 and 100")
+		f, ok := parseFloat(val)
+		if !ok {
+			f = math.NaN() // out of float64's range: refused as out of the bias range
+		}
+		if p := fromWire(wire.CheckLogitBias(key, f)); p != nil {
+			return p
 		}
 	}
 	return nil
 }
 
-// isTokenID reports whether s is a decimal non-negative integer that fits a
-// token id.
-func isTokenID(s []byte) bool {
-	if len(s) == 0 || len(s) > 10 {
-		return false
-	}
-	n := int64(0)
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n <= maxTokenID
-}
-
 // quoteShort quotes s for a message, cut to a readable length.
-func quoteShort(s []byte) string {
-	const max = 64
-	if len(s) > max {
-		return strconv.Quote(string(s[:max])) + "…"
-	}
-	return strconv.Quote(string(s))
-}
+func quoteShort(s []byte) string { return wire.QuoteShort(string(s)) }
 
 var knownRoles = [...]string{"system", "developer", "user", "assistant", "tool", "function"}
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // Checker validates the lines of one input file.
@@ -238,8 +240,7 @@ func (c *Checker) checkBody(ep endpoint, body []byte) (*Request, *Problem) {
 		maxTokens = int(n)
 		if given(f[fMinTokens]) {
 			if m, _ := parseInt(f[fMinTokens]); m > n {
-				return nil, badRequest(CodeInvalidValue, "min_tokens",
-					"must not exceed the output length ("+strconv.FormatInt(n, 10)+" tokens)")
+				return nil, fromWire(wire.CheckMinTokens(m, n))
 			}
 		}
 	}

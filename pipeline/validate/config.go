@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // Config is what a Checker needs from the batch options.
@@ -72,7 +74,9 @@ func checkDefault(key string, raw json.RawMessage) *Problem {
 		if isBool(v) {
 			return nil
 		}
-		return checkInt(key, v, 0, maxCompletionsLogp, "must be a boolean (chat) or an integer between 0 and 5 (completions)")
+		r := wire.CompletionsLogprobs
+		r.Param, r.Message = key, "must be a boolean (chat) or an integer between 0 and 5 (completions)"
+		return checkInt(v, r)
 	}
 	// Each remaining field has the same rule on every endpoint it belongs to.
 	ep := fieldEndpoints[id]

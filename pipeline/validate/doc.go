@@ -54,6 +54,9 @@
 // unescaping, unlike encoding/json's case-insensitive struct matching, so the
 // field validated is the field an engine will read.
 //
+// The body's numeric limits and their messages are wire's rules, shared with
+// the native engine; this package reads the values and applies them.
+//
 // This package imports no other batchd package except engine (for the
-// endpoint names).
+// endpoint names) and wire.
 package validate

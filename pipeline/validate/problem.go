@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // Kind tells how a Problem is reported in NAME.errors.jsonl.
@@ -42,11 +44,11 @@ const (
 // Codes of KindBadRequest problems (the 400 body's `error.code`), after
 // OpenAI's.
 const (
-	CodeMissingRequiredParameter = "missing_required_parameter"
-	CodeInvalidType              = "invalid_type"
-	CodeInvalidValue             = "invalid_value"
-	CodeUnsupportedValue         = "unsupported_value"
-	CodeMissingMaxTokens         = "missing_max_tokens"
+	CodeMissingRequiredParameter = wire.CodeMissingRequiredParameter
+	CodeInvalidType              = wire.CodeInvalidType
+	CodeInvalidValue             = wire.CodeInvalidValue
+	CodeUnsupportedValue         = wire.CodeUnsupportedValue
+	CodeMissingMaxTokens         = wire.CodeMissingMaxTokens
 )
 
 // Problem is why a line is invalid.

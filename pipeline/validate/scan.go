@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // This file walks JSON that json.Valid has already accepted, slicing raw
@@ -181,24 +183,7 @@ func unquote(s []byte) ([]byte, bool) {
 }
 
 // typeName names the JSON type of a raw value for messages.
-func typeName(v []byte) string {
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
+func typeName(v []byte) string { return wire.TypeName(v) }
 
 func isNull(v []byte) bool   { return len(v) == 4 && v[0] == 'n' }
 func isString(v []byte) bool { return len(v) > 0 && v[0] == '"' }

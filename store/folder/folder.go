@@ -320,7 +320,7 @@ func CleanOutbox(dir string) error {
 	}
 	for _, e := range ents {
 		n := e.Name()
-		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".tmp") {
+		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, watcher.SuffixTmp) {
 			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove leftover %s: %w", n, err)
 			}
@@ -339,7 +339,7 @@ func CleanOutbox(dir string) error {
 // that clones (XFS, Btrfs) the copy shares blocks and costs no space.
 func publish(src, dst string) error {
 	dir, base := filepath.Split(dst)
-	tmp := filepath.Join(dir, "."+base+".tmp")
+	tmp := filepath.Join(dir, "."+base+watcher.SuffixTmp)
 	// Whatever is at tmp goes first: a leftover, or a link someone planted
 	// in the outbox, which the copy would otherwise write through (to a
 	// file outside DATA) and the rename would then publish as dst.

@@ -13,14 +13,16 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/batchd/batchd/watcher"
 )
 
 // Key prefixes under the configured prefix.
 const (
-	dirInbox       = "inbox"
-	dirOutbox      = "outbox"
-	dirDone        = "done"
-	dirRejected    = "rejected"
+	dirInbox       = watcher.DirInbox
+	dirOutbox      = watcher.DirOutbox
+	dirDone        = watcher.DirDone
+	dirRejected    = watcher.DirRejected
 	dirLeases      = ".batchd/leases"
 	dirCheckpoints = ".batchd/checkpoints"
 )

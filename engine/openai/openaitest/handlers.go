@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // maxBody bounds a request body.
@@ -25,7 +27,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/embeddings", s.post(s.embeddings))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		writeError(w, http.StatusNotFound, wire.TypeInvalidRequest, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -37,7 +39,7 @@ func (s *Server) post(answer func(body []byte) (any, int, string)) http.HandlerF
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("read body: %v", err))
+			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, fmt.Sprintf("read body: %v", err))
 			return
 		}
 		n := s.requests.Add(1)
@@ -76,12 +78,12 @@ func (s *Server) post(answer func(body []byte) (any, int, string)) http.HandlerF
 			return
 		}
 		if !isObject(body) {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "request body is not a JSON object")
+			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, "request body is not a JSON object")
 			return
 		}
 		out, status, msg := answer(body)
 		if status != 0 {
-			writeError(w, status, "invalid_request_error", msg)
+			writeError(w, status, wire.TypeInvalidRequest, msg)
 			return
 		}
 		if f.Truncate {
@@ -112,12 +114,6 @@ type message struct {
 	Content json.RawMessage `json:"content"`
 }
 
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
 func (s *Server) chat(body []byte) (any, int, string) {
 	var req struct {
 		Model               string    `json:"model"`
@@ -145,30 +141,13 @@ func (s *Server) chat(body []byte) (any, int, string) {
 	}
 	content, finish := echo(last, limit)
 	completion := len(strings.Fields(content))
-	type choiceMessage struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
-	}
-	type choice struct {
-		Index        int           `json:"index"`
-		Message      choiceMessage `json:"message"`
-		Logprobs     *struct{}     `json:"logprobs"`
-		FinishReason string        `json:"finish_reason"`
-	}
-	return struct {
-		ID      string   `json:"id"`
-		Object  string   `json:"object"`
-		Created int64    `json:"created"`
-		Model   string   `json:"model"`
-		Choices []choice `json:"choices"`
-		Usage   usage    `json:"usage"`
-	}{
+	return wire.ChatCompletion{
 		ID:      "chatcmpl-" + hash(body),
-		Object:  "chat.completion",
+		Object:  wire.ObjectChatCompletion,
 		Created: s.created(),
 		Model:   modelName(req.Model),
-		Choices: []choice{{Message: choiceMessage{Role: "assistant", Content: content}, FinishReason: finish}},
-		Usage:   usage{prompt, completion, prompt + completion},
+		Choices: []wire.ChatChoice{{Message: wire.ChatMessage{Role: "assistant", Content: content}, FinishReason: finish}},
+		Usage:   wire.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion},
 	}, 0, ""
 }
 
@@ -185,29 +164,17 @@ func (s *Server) completions(body []byte) (any, int, string) {
 	if !ok {
 		return nil, http.StatusBadRequest, "prompt: must be a string or an array of strings"
 	}
-	type choice struct {
-		Index        int       `json:"index"`
-		Text         string    `json:"text"`
-		Logprobs     *struct{} `json:"logprobs"`
-		FinishReason string    `json:"finish_reason"`
-	}
-	var u usage
-	choices := make([]choice, len(prompts))
+	var u wire.Usage
+	choices := make([]wire.TextChoice, len(prompts))
 	for i, p := range prompts {
 		text, finish := echo(p, req.MaxTokens)
 		u.PromptTokens += len(strings.Fields(p))
 		u.CompletionTokens += len(strings.Fields(text))
-		choices[i] = choice{Index: i, Text: text, FinishReason: finish}
+		choices[i] = wire.TextChoice{Index: i, Text: text, FinishReason: finish}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	return struct {
-		ID      string   `json:"id"`
-		Object  string   `json:"object"`
-		Created int64    `json:"created"`
-		Model   string   `json:"model"`
-		Choices []choice `json:"choices"`
-		Usage   usage    `json:"usage"`
-	}{"cmpl-" + hash(body), "text_completion", s.created(), modelName(req.Model), choices, u}, 0, ""
+	return wire.TextCompletion{ID: "cmpl-" + hash(body), Object: wire.ObjectTextCompletion, Created: s.created(),
+		Model: modelName(req.Model), Choices: choices, Usage: u}, 0, ""
 }
 
 func (s *Server) embeddings(body []byte) (any, int, string) {
@@ -234,12 +201,7 @@ func (s *Server) embeddings(body []byte) (any, int, string) {
 	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {
 		return nil, http.StatusBadRequest, `encoding_format: must be "float" or "base64"`
 	}
-	type item struct {
-		Object    string `json:"object"`
-		Index     int    `json:"index"`
-		Embedding any    `json:"embedding"`
-	}
-	data := make([]item, len(inputs))
+	data := make([]wire.Embedding, len(inputs))
 	tokens := 0
 	for i, in := range inputs {
 		tokens += len(strings.Fields(in))
@@ -252,33 +214,15 @@ func (s *Server) embeddings(body []byte) (any, int, string) {
 			}
 			emb = base64.StdEncoding.EncodeToString(buf)
 		}
-		data[i] = item{Object: "embedding", Index: i, Embedding: emb}
+		data[i] = wire.Embedding{Object: wire.ObjectEmbedding, Index: i, Embedding: emb}
 	}
-	return struct {
-		Object string `json:"object"`
-		Data   []item `json:"data"`
-		Model  string `json:"model"`
-		Usage  struct {
-			PromptTokens int `json:"prompt_tokens"`
-			TotalTokens  int `json:"total_tokens"`
-		} `json:"usage"`
-	}{Object: "list", Data: data, Model: modelName(req.Model), Usage: struct {
-		PromptTokens int `json:"prompt_tokens"`
-		TotalTokens  int `json:"total_tokens"`
-	}{tokens, tokens}}, 0, ""
+	return wire.EmbeddingList{Object: wire.ObjectList, Data: data, Model: modelName(req.Model),
+		Usage: wire.EmbeddingUsage{PromptTokens: tokens, TotalTokens: tokens}}, 0, ""
 }
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{"list", []model{{DefaultModel, "model", s.created(), "batchd-stand-in"}}})
+	writeJSON(w, http.StatusOK, wire.ModelList{Object: wire.ObjectList,
+		Data: []wire.Model{{ID: DefaultModel, Object: wire.ObjectModel, Created: s.created(), OwnedBy: "batchd-stand-in"}}})
 }
 
 // Embedding returns the stand-in's embedding of input: a unit vector of dims
@@ -380,19 +324,11 @@ func errorType(status int) string {
 	case status >= 500:
 		return "server_error"
 	}
-	return "invalid_request_error"
+	return wire.TypeInvalidRequest
 }
 
 func writeError(w http.ResponseWriter, status int, typ, msg string) {
-	type detail struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    *string `json:"code"`
-	}
-	writeJSON(w, status, struct {
-		Error detail `json:"error"`
-	}{detail{Message: msg, Type: typ}})
+	writeJSON(w, status, wire.NewError(typ, msg, "", ""))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

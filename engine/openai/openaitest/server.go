@@ -7,7 +7,7 @@
 // and GET /v1/models, counts POSTs, injects faults on request, and can stop
 // and restart on the same address to simulate an outage.
 //
-// It imports nothing from batchd.
+// Of batchd it imports only wire, the shapes it answers with.
 package openaitest
 
 import (
