@@ -24,7 +24,8 @@ var rules = []struct {
 }{
 	// The contracts everything shares: they import nothing of batchd.
 	{"wire", "the OpenAI wire contract: answer shapes, the error object, body limits", nil},
-	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention", nil},
+	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention, the Device interface and the CPU device", nil},
+	{"kernels/refdev", "the reference device: the Device interface in plain Go", []string{"kernels"}},
 	{"internal/fsx", "atomic file writes and fsyncs", nil},
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},
@@ -37,7 +38,7 @@ var rules = []struct {
 	{"engine/enginetest", "the contract suite every engine passes", []string{"engine"}},
 	{"engine/openai", "the remote engine", []string{"engine", "wire"}},
 	{"engine/openai/openaitest", "a stand-in OpenAI-compatible server", []string{"wire"}},
-	{"engine/native", "the in-process engine", []string{"engine", "wire", "kernels",
+	{"engine/native", "the in-process engine", []string{"engine", "wire", "kernels", "kernels/refdev",
 		"engine/native/chat", "engine/native/gguf", "engine/native/tokenizer", "engine/native/weights"}},
 	{"engine/native/chat", "chat templates (Jinja)", nil},
 	{"engine/native/gguf", "the GGUF file format", nil},
