@@ -37,6 +37,12 @@ type Request struct {
 	// engine that cannot stream ignores it; the pieces of a choice, in
 	// order, are its final text. It must not block.
 	Stream func(choice int, delta string)
+	// Started, when set, is called by an engine.Queue once, just before
+	// the request first enters the engine's computation (its first forward
+	// pass), and never after its answer. A request that has not started
+	// cannot have crashed the engine: the pipeline's crash-loop guard
+	// counts only started requests as suspects. It must not block.
+	Started func()
 }
 
 // Response is the model side's answer to one request: a success (2xx) or a
@@ -126,6 +132,9 @@ type ModelLister interface {
 //     done must not block.
 //   - When ctx is done before the request is answered, done gets ctx.Err()
 //     promptly and the request's resources are released.
+//   - Submit calls req.Started, when set, before the request's first
+//     computation (see Request.Started); work done inside Submit itself
+//     (parsing, tokenizing) counts as started by the caller.
 //   - Window is how many requests (running and waiting) the engine wants to
 //     hold at once now; it may change as the engine learns its memory. A
 //     caller keeps at most Window() submitted requests outstanding.

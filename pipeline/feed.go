@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/batchd/batchd/engine"
@@ -103,14 +104,36 @@ func (d *dispatcher) feedOne(eng engine.Queue) bool {
 // hand records t in slot of the in-flight table and submits it. A panic
 // in Submit answers t with engine.Recovered; the engine's answer, whenever
 // it comes, is taken once.
+//
+// The table lists t while Submit runs (its own work: parsing, tokenizing)
+// and again once the engine starts computing it (Request.Started), but not
+// while it only waits in the engine's queue: a request that never ran
+// cannot have crashed the engine, and after a crash each suspect runs
+// alone, so a deep queue must not make hundreds of them.
 func (d *dispatcher) hand(eng engine.Queue, q *queue, t task, slot int) {
 	d.record(slot, t)
 	var answered atomic.Bool
+	st := &startState{}
+	req := *t.req
+	req.Started = func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.state == handWaiting {
+			d.record(slot, t)
+		}
+		if st.state != handAnswered {
+			st.state = handStarted
+		}
+	}
+	t.req = &req
 	done := func(resp *engine.Response, err error) {
 		if !answered.CompareAndSwap(false, true) {
 			d.log.Error("the engine answered a request twice; the second answer is dropped", keyCustomID, t.req.CustomID)
 			return
 		}
+		st.mu.Lock()
+		st.state = handAnswered
+		st.mu.Unlock()
 		o := makeOutcome(q, t, resp, err)
 		d.mu.Lock()
 		d.feed.freed = append(d.feed.freed, slot)
@@ -129,4 +152,27 @@ func (d *dispatcher) hand(eng engine.Queue, q *queue, t task, slot int) {
 		return true
 	})
 	eng.Submit(t.ctx, t.req, done)
+	// Submit has returned: until the engine starts it, the request only
+	// waits. The slot cannot be reused before this: freed slots are taken
+	// by this goroutine, after hand returns.
+	st.mu.Lock()
+	if st.state == handSubmitting {
+		st.state = handWaiting
+		d.record(slot, task{})
+	}
+	st.mu.Unlock()
 }
+
+// startState is where a request handed to an engine.Queue stands, for the
+// in-flight table.
+type startState struct {
+	mu    sync.Mutex
+	state int
+}
+
+const (
+	handSubmitting = iota // in Submit: listed
+	handWaiting           // queued in the engine: not listed
+	handStarted           // computing: listed
+	handAnswered          // answered: the feeder clears the slot
+)

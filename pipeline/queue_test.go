@@ -26,6 +26,11 @@ type queueEngine struct {
 	onSubmit func(req *engine.Request)
 	// answerThenPanic names a request Submit answers and then panics on.
 	answerThenPanic string
+	// startOnly, when positive, is how many requests the double starts
+	// (calls Request.Started for), the first ones submitted; the rest
+	// only wait. Zero starts every request as it is submitted.
+	startOnly int
+	startedN  int
 
 	mu       sync.Mutex
 	answerAt int
@@ -103,6 +108,10 @@ func (e *queueEngine) Submit(ctx context.Context, req *engine.Request, done func
 	}
 	e.held = append(e.held, h)
 	e.most = max(e.most, len(e.held))
+	if req.Started != nil && (e.startOnly == 0 || e.startedN < e.startOnly) {
+		e.startedN++
+		req.Started()
+	}
 	// Under the lock: a context done already runs the func at once, and
 	// it must find h held.
 	h.cancel = context.AfterFunc(ctx, func() {
@@ -306,6 +315,7 @@ func TestQueueEnginePanicInSubmit(t *testing.T) {
 func TestQueueEngineSuspectsRunAlone(t *testing.T) {
 	eng := newQueueEngine(t, 8)
 	eng.setMode(true, 0, false)
+	eng.startOnly = 3 // of the 8 it holds, 3 run; 5 only wait
 	e := newEnvOn(t, eng, func(c *pipeline.Config) { c.Workers = 2 })
 	job := e.drop("crashy", "jsonl", chatLines(20, "s"), "")
 	table := filepath.Join(e.dir, "state", "inflight")
@@ -314,24 +324,25 @@ func TestQueueEngineSuspectsRunAlone(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { _, err := e.pipe.Run(ctx, job); ran <- err }()
 	eng.waitHeld(t, 8)
-	snap, err := os.ReadFile(table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The table lists a request while Submit runs; once Submit returns,
+	// only the started ones stay.
+	var snap []byte
+	waitFor(t, "the in-flight table to list only the started requests", func() bool {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = b
+		return tableRows(b) <= 3
+	})
 	eng.mu.Lock()
 	suspects := map[string]bool{}
-	for _, h := range eng.held {
+	for _, h := range eng.held[:3] {
 		suspects[h.req.CustomID] = true
 	}
 	eng.mu.Unlock()
-	rows := 0
-	for off := 0; off+128 <= len(snap); off += 128 {
-		if snap[off] == 'R' {
-			rows++
-		}
-	}
-	if rows != 8 {
-		t.Fatalf("the in-flight table lists %d requests, want the 8 the engine holds", rows)
+	if rows := tableRows(snap); rows != 3 {
+		t.Fatalf("the in-flight table lists %d requests, want the 3 the engine started of the 8 it holds", rows)
 	}
 	cancel()
 	<-ran
@@ -365,8 +376,8 @@ func TestQueueEngineSuspectsRunAlone(t *testing.T) {
 			}
 		}
 	}
-	if ran8 != 8 {
-		t.Fatalf("%d suspects ran after the crash, want 8", ran8)
+	if ran8 != 3 {
+		t.Fatalf("%d suspects ran after the crash, want the 3 that had started", ran8)
 	}
 	e.check("crashy", "jsonl")
 }
@@ -426,4 +437,15 @@ func TestQueueEngineStreamsALargeFileBounded(t *testing.T) {
 		t.Fatalf("%d answers waited for the writer, want at most %d", most.Answered, pipeline.MaxAnswered+window)
 	}
 	e.check("big", "jsonl")
+}
+
+// tableRows counts the requests an in-flight table file lists.
+func tableRows(b []byte) int {
+	rows := 0
+	for off := 0; off+128 <= len(b); off += 128 {
+		if b[off] == 'R' {
+			rows++
+		}
+	}
+	return rows
 }
