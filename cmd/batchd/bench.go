@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/batchd/batchd/engine/native/nativebench"
 	"io"
 	"os"
 	"os/signal"
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
-	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/kernels"
@@ -269,7 +269,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		path = strings.TrimSpace(out.String())
 	}
 	if *prefixReqs > 0 {
-		res, err := native.BenchPrefix(path, native.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
+		res, err := nativebench.BenchPrefix(path, nativebench.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
 			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes})
 		if err != nil {
 			return errorf(stderr, exitFailure, "bench engine: %v", err)
@@ -277,7 +277,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, res)
 		return exitOK
 	}
-	res, err := native.Bench(path, native.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
+	res, err := nativebench.Bench(path, nativebench.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
 	if err != nil {
 		return errorf(stderr, exitFailure, "bench engine: %v", err)
 	}
