@@ -237,6 +237,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	user := fs.Int("user", 50, "--prefix-requests: per-request prompt tokens")
 	output := fs.Int("output", 64, "--prefix-requests: output tokens per request")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
+	maxSeqs := fs.Int("max-seqs", 0, "--prefix-requests: sequences running at once (0: the default, native.max_seqs)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -270,7 +271,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if *prefixReqs > 0 {
 		res, err := nativebench.BenchPrefix(path, nativebench.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
-			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes})
+			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes, MaxSeqs: *maxSeqs})
 		if err != nil {
 			return errorf(stderr, exitFailure, "bench engine: %v", err)
 		}
