@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"io"
 	"log/slog"
 	"net"
@@ -980,7 +981,7 @@ func demoModel(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := native.WriteDemoModel(f, native.DemoShapes["tiny"], kernels.F32, 7); err != nil {
+	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 7); err != nil {
 		t.Fatal(err)
 	}
 	return model

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/batchd/batchd/engine/native/nativebench"
 	"io"
 	"os"
 	"os/signal"
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
-	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/kernels"
@@ -238,6 +238,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	user := fs.Int("user", 50, "--prefix-requests: per-request prompt tokens")
 	output := fs.Int("output", 64, "--prefix-requests: output tokens per request")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
+	maxSeqs := fs.Int("max-seqs", 0, "--prefix-requests: sequences running at once (0: the default, native.max_seqs)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -270,15 +271,15 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		path = strings.TrimSpace(out.String())
 	}
 	if *prefixReqs > 0 {
-		res, err := native.BenchPrefix(path, native.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
-			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes})
+		res, err := nativebench.BenchPrefix(path, nativebench.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
+			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes, MaxSeqs: *maxSeqs})
 		if err != nil {
 			return errorf(stderr, exitFailure, "bench engine: %v", err)
 		}
 		fmt.Fprint(stdout, res)
 		return exitOK
 	}
-	res, err := native.Bench(path, native.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
+	res, err := nativebench.Bench(path, nativebench.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
 	if err != nil {
 		return errorf(stderr, exitFailure, "bench engine: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"io"
 	"os"
 	"os/signal"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/native/hub"
 )
 
@@ -21,7 +21,7 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("demo-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var shapes []string
-	for k := range native.DemoShapes {
+	for k := range demomodel.Shapes {
 		shapes = append(shapes, k)
 	}
 	sort.Strings(shapes)
@@ -34,11 +34,11 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage
 	}
-	shape, ok := native.DemoShapes[*shapeName]
+	shape, ok := demomodel.Shapes[*shapeName]
 	if !ok {
 		return errorf(stderr, exitUsage, "unknown shape %q (known: %s)", *shapeName, strings.Join(shapes, ", "))
 	}
-	dt, err := native.ParseDType(*typeName)
+	dt, err := demomodel.ParseDType(*typeName)
 	if err != nil {
 		return errorf(stderr, exitUsage, "%v", err)
 	}
@@ -59,7 +59,7 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return errorf(stderr, exitFailure, "%v", err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	err = native.WriteDemoModel(w, shape, dt, *seed)
+	err = demomodel.Write(w, shape, dt, *seed)
 	if err == nil {
 		err = w.Flush()
 	}

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,7 +104,7 @@ func TestQuantizedModelsOnEveryBackend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteDemoModel(f, DemoShapes["tiny"], dt, 7); err != nil {
+		if err := demomodel.Write(f, demomodel.Shapes["tiny"], dt, 7); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {

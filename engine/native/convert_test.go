@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"math"
 	"os"
 	"path/filepath"
@@ -148,7 +149,7 @@ func convertModel(t *testing.T, src *weights.Model, dt kernels.DType) *weights.M
 		data := make([]byte, 0, rb*m.Rows)
 		for r := range m.Rows {
 			m.Row(r, row)
-			enc, _, err := encodeDemo(row, dt)
+			enc, _, err := demomodel.Encode(row, dt)
 			if err != nil {
 				t.Fatal(err)
 			}

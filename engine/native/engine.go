@@ -27,6 +27,7 @@ import (
 
 var _ engine.Engine = (*Engine)(nil)
 var _ engine.StatsReporter = (*Engine)(nil)
+var _ engine.Queue = (*Engine)(nil)
 
 // ModelConfig names one model to serve.
 type ModelConfig struct {
@@ -56,7 +57,8 @@ type Config struct {
 	Device string
 	// MaxBatchTokens is the token budget of one forward pass.
 	MaxBatchTokens int
-	// MaxSeqs bounds the sequences running at once.
+	// MaxSeqs bounds the sequences running at once (in one step). The
+	// engine's queue (Window) holds several times as many.
 	MaxSeqs int
 	// StrictModel makes a request naming an unknown model a 400
 	// model_not_found line instead of running on the only model.
@@ -73,7 +75,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults; Models must still be set.
 func DefaultConfig() Config {
-	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 64}
+	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256}
 }
 
 // Validate names the first bad field.
@@ -309,13 +311,40 @@ func (e *Engine) Stats() engine.Stats {
 // Models lists the served model names.
 func (e *Engine) Models() []string { return append([]string(nil), e.order...) }
 
-// Do runs one request to completion.
+// Do runs one request to completion: Submit, then wait for its answer.
 func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	type result struct {
+		resp *engine.Response
+		err  error
+	}
+	ch := make(chan result, 1)
+	e.Submit(ctx, req, func(resp *engine.Response, err error) { ch <- result{resp, err} })
+	r := <-ch
+	return r.resp, r.err
+}
+
+// Window is how many requests the engine wants to hold at once: for each
+// model, several times max_seqs, bounded by its KV cache (runner.window).
+func (e *Engine) Window() int {
+	n := 0
+	for _, r := range e.runners {
+		n += r.window()
+	}
+	return max(n, 1)
+}
+
+// Submit parses and tokenizes req and queues it for its model's scheduler;
+// done gets the answer (engine.Queue). A refused request is answered
+// before Submit returns; an embeddings request runs on its model's loop
+// between steps.
+func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*engine.Response, error)) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		done(nil, err)
+		return
 	}
 	if len(e.runners) == 0 {
-		return nil, fmt.Errorf("native engine not open: %w", engine.ErrUnavailable)
+		done(nil, fmt.Errorf("native engine not open: %w", engine.ErrUnavailable))
+		return
 	}
 	switch req.Endpoint {
 	case engine.EndpointChat, engine.EndpointCompletions:
@@ -326,21 +355,38 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 		json.Unmarshal(req.Body, &b)
 		r, resp := e.pick(b.Model)
 		if resp != nil {
-			return resp, nil
+			done(resp, nil)
+			return
 		}
-		return r.embeddings(ctx, req)
+		r.post(func() {
+			resp, err := func() (resp *engine.Response, err error) {
+				defer func() {
+					if v := recover(); v != nil {
+						v, stack := panicDetails(v)
+						e.log.Error("engine failed an embeddings request", "model", r.name, "panic", fmt.Sprint(v), "stack", string(stack))
+						resp, err = engine.Recovered(v), nil
+					}
+				}()
+				return r.embeddings(ctx, req)
+			}()
+			done(resp, err)
+		})
+		return
 	default:
-		return badRequest(fmt.Sprintf("endpoint %s is not served by the native engine", req.Endpoint), "url", "unsupported_endpoint"), nil
+		done(badRequest(fmt.Sprintf("endpoint %s is not served by the native engine", req.Endpoint), "url", "unsupported_endpoint"), nil)
+		return
 	}
 	p, resp := parseRequest(req)
 	if resp != nil {
-		return resp, nil
+		done(resp, nil)
+		return
 	}
 	r, resp := e.pick(p.model)
 	if resp != nil {
-		return resp, nil
+		done(resp, nil)
+		return
 	}
-	return r.do(ctx, req, p)
+	r.run(ctx, req, p, done)
 }
 
 // pick chooses the runner for a model name.

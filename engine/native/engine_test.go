@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ var demoModel = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	return path, WriteDemoModel(f, DemoShapes["tiny"], kernels.F32, 1)
+	return path, demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1)
 })
 
 func TestMain(m *testing.M) {
@@ -224,12 +225,12 @@ func TestArchitecturesBatchedEqualsAlone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := WriteDemoModel(f, DemoShapes[shape], kernels.F32, 3); err != nil {
+			if err := demomodel.Write(f, demomodel.Shapes[shape], kernels.F32, 3); err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
 			e := openEngine(t, ModelConfig{Path: path})
-			if got := e.runners[shape].model.cfg.Arch; got != DemoShapes[shape].Arch && DemoShapes[shape].Arch != "" {
+			if got := e.runners[shape].model.cfg.Arch; got != demomodel.Shapes[shape].Arch && demomodel.Shapes[shape].Arch != "" {
 				t.Fatalf("loaded arch %q", got)
 			}
 			body := func(i int) string {
@@ -332,7 +333,7 @@ func TestEmbeddingPoolingOverride(t *testing.T) {
 // restart.
 func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
 	bodies := make([]struct{ endpoint, body string }, 64)
-	words := strings.Fields(demoCorpus)
+	words := strings.Fields(demomodel.Corpus)
 	for i := range bodies {
 		prompt := strings.Join(words[i%17:i%17+3+(i*7)%40], " ")
 		if i%2 == 0 {

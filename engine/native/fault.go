@@ -49,35 +49,23 @@ func panicDetails(v any) (any, []byte) {
 // bug in the model code.
 var faultHook atomic.Pointer[func(tokens []int32)]
 
-// forward runs the model on b under the engine's compute lock.
-func (r *runner) forward(b *batch) []float32 {
-	r.e.compute.Lock()
-	defer r.e.compute.Unlock()
-	if h := faultHook.Load(); h != nil {
-		(*h)(b.tokens)
-	}
-	return r.model.forward(b, &r.scratch)
-}
-
 // isolated is the suspect job that runs alone in this step, or nil: the
 // first suspect still running, else the first one waiting.
-func (r *runner) isolated() *job {
-	if !r.quarantine {
+func (sc *scheduler) isolated() *job {
+	if !sc.quarantine {
 		return nil
 	}
-	for _, s := range r.running {
-		if s.job.suspect && s.finish == "" {
+	for _, s := range sc.running {
+		if s.job.suspect && !s.finished() {
 			return s.job
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.waiting {
+	for _, s := range sc.waiting {
 		if s.job.suspect {
 			return s.job
 		}
 	}
-	r.quarantine = false
+	sc.quarantine = false
 	return nil
 }
 
@@ -88,11 +76,11 @@ func (r *runner) recoverStep(v any, stack []byte) {
 	step := r.inStep
 	r.inStep = nil
 	if step == nil {
-		step = slices.Clone(r.running)
+		step = slices.Clone(r.sched.running)
 	}
 	var jobs []*job
 	for _, s := range step {
-		s.sched = false
+		s.chunk = 0
 		if !slices.Contains(jobs, s.job) {
 			jobs = append(jobs, s.job)
 		}
@@ -108,38 +96,42 @@ func (r *runner) recoverStep(v any, stack []byte) {
 	for _, j := range jobs {
 		j.suspect = true
 	}
-	r.quarantine = true
+	r.sched.quarantine = true
 	// Every running sequence goes back to the queue: its KV may be half
 	// written, and the suspects must find the cache free to run alone.
-	for _, s := range slices.Clone(r.running) {
-		if s.finish == "" {
-			r.preempt(s)
+	for _, s := range slices.Clone(r.sched.running) {
+		if !s.finished() {
+			r.sched.preempt(s)
 		}
 	}
 }
 
 // failJob ends every unfinished sequence of j and answers its request with
-// a 500 (engine_error).
+// resp (a 500, engine_error).
 func (r *runner) failJob(j *job, resp *engine.Response) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range j.seqs {
-		switch {
-		case s.running:
-			r.releaseBlocks(s)
-			s.running = false
-			r.running = slices.DeleteFunc(r.running, func(x *seq) bool { return x == s })
-		case slices.Contains(r.waiting, s):
-			r.waiting = slices.DeleteFunc(r.waiting, func(x *seq) bool { return x == s })
-		default:
-			continue // finished and retired before
-		}
-		s.finish = "error"
-		r.active.Add(-1)
-	}
+	r.sched.fail(j)
 	j.failed = resp
 	if j.remaining > 0 {
 		j.remaining = 0
-		close(j.done)
+		if j.complete != nil {
+			j.complete(j)
+		}
+	}
+}
+
+// fail ends every unfinished sequence of j, running or waiting, with
+// finish reason "error".
+func (sc *scheduler) fail(j *job) {
+	for _, s := range j.seqs {
+		switch s.status {
+		case seqRunning:
+			sc.bm.deallocate(s)
+			sc.running = slices.DeleteFunc(sc.running, func(x *seq) bool { return x == s })
+		case seqWaiting, seqPreempted:
+			sc.waiting = slices.DeleteFunc(sc.waiting, func(x *seq) bool { return x == s })
+		default:
+			continue // finished and retired before
+		}
+		sc.drop(s, "error")
 	}
 }

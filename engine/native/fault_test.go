@@ -189,7 +189,7 @@ func TestHugeMaxTokensBoundedBuffer(t *testing.T) {
 	var capSeen atomic.Int64
 	r := e.runners[e.order[0]]
 	setFaultHook(t, func([]int32) {
-		for _, s := range r.running {
+		for _, s := range r.sched.running {
 			capSeen.Store(int64(cap(s.tokens)))
 		}
 	})
@@ -197,8 +197,8 @@ func TestHugeMaxTokensBoundedBuffer(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v %+v", err, resp)
 	}
-	t.Logf("cache of %d positions", r.kv.nBlocks*r.kv.bs)
-	if limit := int64(r.kv.nBlocks*r.kv.bs + 1); capSeen.Load() == 0 || capSeen.Load() > limit {
+	t.Logf("cache of %d positions", r.mr.kv.nBlocks*r.mr.kv.bs)
+	if limit := int64(r.mr.kv.nBlocks*r.mr.kv.bs + 1); capSeen.Load() == 0 || capSeen.Load() > limit {
 		t.Fatalf("token buffer capacity %d, want ≤ %d (the cache's positions)", capSeen.Load(), limit)
 	}
 }

@@ -79,7 +79,7 @@ func cachedTokens(m map[string]any) int {
 }
 
 func TestBlockManagerLRU(t *testing.T) {
-	m := newBlockManager(4, false)
+	m := newBlockManager(4, kvBlockSize, false)
 	h := func(i byte) blockHash { return blockHash{i} }
 	var got []int32
 	for range 4 {
@@ -135,7 +135,7 @@ func TestBlockManagerLRU(t *testing.T) {
 		t.Fatalf("free %d, want 1", m.numFree())
 	}
 	// With caching disabled nothing is found.
-	d := newBlockManager(2, true)
+	d := newBlockManager(2, kvBlockSize, true)
 	d.register(d.alloc(), h(1))
 	if _, ok := d.lookup(h(1)); ok {
 		t.Fatal("a disabled prefix cache found a block")
@@ -314,7 +314,7 @@ func TestPrefixComputedOnceForConcurrentRequests(t *testing.T) {
 // the front, one passed over too long goes first, the rest keep their order.
 func TestOrderWaitingGroupsByCachedPrefix(t *testing.T) {
 	r := idleRunner(t, ModelConfig{Path: demoPath(t)})
-	bs := r.kv.bs
+	bs := r.mr.kv.bs
 	mk := func(first int32) *seq {
 		s := &seq{tokens: make([]int32, 2*bs+3)}
 		for i := range s.tokens {
@@ -324,20 +324,18 @@ func TestOrderWaitingGroupsByCachedPrefix(t *testing.T) {
 	}
 	cache := func(s *seq, blocks int) {
 		for bi := range blocks {
-			b := r.bm.alloc()
-			r.bm.register(b, s.hashAt(bi, bs))
-			r.bm.release(b)
+			b := r.sched.bm.alloc()
+			r.sched.bm.register(b, s.hashAt(bi, bs))
+			r.sched.bm.release(b)
 		}
 	}
 	a, b, c, d, pre := mk(10), mk(20), mk(30), mk(40), mk(50)
 	cache(b, 1)
 	cache(d, 2)
-	pre.admitted = true // a preempted sequence
-	r.mu.Lock()
-	r.waiting = []*seq{a, b, pre, c, d}
-	r.orderWaiting()
-	got := slices.Clone(r.waiting)
-	r.mu.Unlock()
+	pre.status = seqPreempted
+	r.sched.waiting = []*seq{a, b, pre, c, d}
+	r.sched.orderWaiting()
+	got := slices.Clone(r.sched.waiting)
 	name := map[*seq]string{a: "a", b: "b", c: "c", d: "d", pre: "preempted"}
 	var order []string
 	for _, s := range got {
@@ -348,11 +346,9 @@ func TestOrderWaitingGroupsByCachedPrefix(t *testing.T) {
 	}
 	// A sequence passed over for too long goes before cached ones.
 	c.waitSteps = maxWaitSteps
-	r.mu.Lock()
-	r.waiting = []*seq{a, b, c, d}
-	r.orderWaiting()
-	first := r.waiting[0]
-	r.mu.Unlock()
+	r.sched.waiting = []*seq{a, b, c, d}
+	r.sched.orderWaiting()
+	first := r.sched.waiting[0]
 	if first != c {
 		t.Fatalf("an aged sequence is not first: %s", name[first])
 	}

@@ -4,16 +4,17 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/chat"
 	"github.com/batchd/batchd/engine/native/tokenizer"
 )
 
-// runner serves one model: it owns the model's scheduler loop.
+// runner serves one model. Its loop goroutine runs the engine's step, as
+// nano-vllm's LLMEngine does: the scheduler plans (scheduler.go), the model
+// runner computes the logits (model_runner.go), the sampler picks the
+// tokens (sampler.go), and the scheduler takes them back.
 type runner struct {
 	e     *Engine
 	name  string
@@ -23,95 +24,106 @@ type runner struct {
 	// pooling is how embeddings pool hidden states (PoolMean, PoolLast).
 	pooling string
 
-	mu      sync.Mutex
-	wake    chan struct{}
-	waiting []*seq
-	running []*seq
-	active  atomic.Int64
-	scratch scratch
-	samp    sampler
-	// The paged KV cache (see kvcache.go, sched.go); the scheduler
-	// goroutine alone uses kv and bm.
-	kv    *kvStore
-	bm    *blockManager
+	wake  chan struct{}
+	sched scheduler
+	mr    modelRunner
+	samp  sampler
 	stats cacheCounters
+	// tasks is work for the loop goroutine between steps (embeddings),
+	// under sched.mu.
+	tasks []func()
 	// inStep is the sequences of the step being run, for recovery from a
 	// panic in it (fault.go).
 	inStep []*seq
-	// quarantine is set while suspect jobs may be queued (fault.go).
-	quarantine bool
 }
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
 	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean}
-	r.samp.cpu = e.cpu
+	r.samp.cpu, r.samp.tok = e.cpu, tok
+	r.mr.model, r.mr.compute = m, &e.compute
+	r.sched.maxBatchTokens, r.sched.maxSeqs, r.sched.ctxLen = e.cfg.MaxBatchTokens, e.cfg.MaxSeqs, m.cfg.ContextLength
+	r.sched.tok, r.sched.stats, r.sched.onToken = tok, &r.stats, r.noteToken
 	r.initKV()
 	return r
 }
 
-func (r *runner) inFlight() int { return int(r.active.Load()) }
-
-// seq is one sequence being generated.
-type seq struct {
-	job       *job
-	index     int     // choice index
-	tokens    []int32 // prompt then generated tokens
-	promptLen int
-	dec       *tokenizer.Decoder
-	text      strings.Builder
-	finish    string
-	streamed  int          // bytes of text streamed (emit)
-	samp      *seqSampling // penalties and logprobs (sample.go)
-
-	// KV cache and scheduling state (sched.go).
-	blocks     []int32     // block table
-	n          int         // positions whose K/V are in blocks
-	hashes     []blockHash // chained hashes of tokens' first full blocks, computed on demand
-	registered int         // leading blocks entered in the prefix cache
-	cached     int         // prompt tokens found in the prefix cache at first admission
-	admitted   bool        // admitted at least once
-	running    bool        // in runner.running
-	sched      bool        // in the step being built
-	chunk      int         // its tokens in that step
-	waitSteps  int         // steps spent waiting since it arrived (orderWaiting)
+// initKV sizes the runner's block pool from the engine's KV budget.
+func (r *runner) initKV() {
+	c := r.model.cfg
+	kvDim := c.KVHeads * c.HeadDim
+	budget := r.e.cfg.KVCacheBytes
+	if budget <= 0 {
+		budget = defaultKVCacheBytes()
+	}
+	bb := blockBytes(len(r.model.layers), kvDim, kvBlockSize)
+	n := int(budget / bb)
+	if c.ContextLength > 0 {
+		// More than every sequence at full context cannot be used.
+		n = min(n, r.e.cfg.MaxSeqs*blocksFor(c.ContextLength, kvBlockSize))
+	}
+	n = max(n, 1)
+	r.mr.kv = r.model.newKVStore(kvBlockSize, n)
+	r.sched.bm = newBlockManager(n, kvBlockSize, r.e.cfg.DisablePrefixCache)
+	r.stats.blocksTotal.Store(int64(n))
+	r.stats.blockBytes.Store(bb)
 }
 
-// job is one request: its sequences and where its result goes.
-type job struct {
-	p         *params
-	seqs      []*seq
-	remaining int
-	done      chan struct{}
-	cancelled atomic.Bool
-	// stream, when set, gets each sequence's new text as it is decided
-	// (engine.Request.Stream).
-	stream func(choice int, delta string)
-	// suspect: the job was in a step that panicked with other jobs, so it
-	// runs alone until it ends (fault.go). Scheduler goroutine only.
-	suspect bool
-	// failed is set, before done closes, when the engine failed the job.
-	failed *engine.Response
+func (r *runner) inFlight() int { return r.sched.inFlight() }
+
+// windowPerSeq is how many requests a runner holds per sequence it may
+// run: enough waiting to keep every slot busy and to group shared prefixes
+// across many requests.
+const windowPerSeq = 8
+
+// window is how many sequences the runner wants to hold at once: running
+// and waiting. It is bounded by the KV cache: one waiting per 16 positions
+// of cache, but never fewer than max_seqs.
+func (r *runner) window() int {
+	positions := r.mr.kv.nBlocks * r.mr.kv.bs
+	return max(r.e.cfg.MaxSeqs, min(windowPerSeq*r.e.cfg.MaxSeqs, positions/16))
 }
 
-func (r *runner) submit(j *job) {
-	r.mu.Lock()
-	r.waiting = append(r.waiting, j.seqs...)
-	r.mu.Unlock()
-	r.active.Add(int64(len(j.seqs)))
+func (r *runner) wakeUp() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
-// do tokenizes the request, runs its sequences and builds the response.
-func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engine.Response, error) {
+// submit queues j's sequences for the loop.
+func (r *runner) submit(j *job) {
+	j.remaining = len(j.seqs)
+	r.sched.submit(j)
+	r.wakeUp()
+}
+
+// post runs f on the loop goroutine between steps.
+func (r *runner) post(f func()) {
+	r.sched.mu.Lock()
+	r.tasks = append(r.tasks, f)
+	r.sched.mu.Unlock()
+	r.wakeUp()
+}
+
+// runTasks runs what post queued.
+func (r *runner) runTasks() {
+	r.sched.mu.Lock()
+	tasks := r.tasks
+	r.tasks = nil
+	r.sched.mu.Unlock()
+	for _, f := range tasks {
+		f()
+	}
+}
+
+// newJob tokenizes the request and makes its sequences, or refuses it.
+func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response) {
 	ctxLen := r.model.cfg.ContextLength
 	var prompts [][]int32
 	switch req.Endpoint {
 	case engine.EndpointChat:
 		if r.tmpl == nil {
-			return badRequest(fmt.Sprintf("model %s has no chat template: use /v1/completions, or name a template in the model's config (chat_template: chatml|llama3|llama2|<template text>)", r.name), "messages", "chat_template_missing"), nil
+			return nil, badRequest(fmt.Sprintf("model %s has no chat template: use /v1/completions, or name a template in the model's config (chat_template: chatml|llama3|llama2|<template text>)", r.name), "messages", "chat_template_missing")
 		}
 		opts := chat.Options{AddGenerationPrompt: true, EnableThinking: p.thinking}
 		if id := r.tok.BOS(); id >= 0 {
@@ -122,7 +134,7 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 		}
 		text, err := r.tmpl.Render(p.messages, p.tools, opts)
 		if err != nil {
-			return badRequest("chat template: "+err.Error(), "messages", "invalid_messages"), nil
+			return nil, badRequest("chat template: "+err.Error(), "messages", "invalid_messages")
 		}
 		addBOS := !(opts.BOSToken != "" && strings.HasPrefix(text, opts.BOSToken))
 		prompts = append(prompts, r.tok.Encode(text, addBOS, true))
@@ -141,22 +153,22 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 	}
 	for _, pr := range prompts {
 		if resp := r.checkIDs(pr, param); resp != nil {
-			return resp, nil
+			return nil, resp
 		}
 	}
 	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
-		return resp, nil
+		return nil, resp
 	}
-	j := &job{p: p, done: make(chan struct{}), stream: req.Stream}
+	j := &job{p: p, stream: req.Stream}
 	for pi, pr := range prompts {
 		if len(pr) == 0 {
-			return badRequest("the prompt is empty", "prompt", "invalid_value"), nil
+			return nil, badRequest("the prompt is empty", "prompt", "invalid_value")
 		}
 		if ctxLen > 0 && len(pr) >= ctxLen {
-			return badRequest(fmt.Sprintf("This model's maximum context length is %d tokens, but the prompt has %d tokens.", ctxLen, len(pr)), "messages", "context_length_exceeded"), nil
+			return nil, badRequest(fmt.Sprintf("This model's maximum context length is %d tokens, but the prompt has %d tokens.", ctxLen, len(pr)), "messages", "context_length_exceeded")
 		}
-		if limit := r.kv.nBlocks * r.kv.bs; len(pr) > limit {
-			return badRequest(fmt.Sprintf("The KV cache holds at most %d tokens, but the prompt has %d tokens.", limit, len(pr)), "messages", "context_length_exceeded"), nil
+		if limit := r.mr.kv.nBlocks * r.mr.kv.bs; len(pr) > limit {
+			return nil, badRequest(fmt.Sprintf("The KV cache holds at most %d tokens, but the prompt has %d tokens.", limit, len(pr)), "messages", "context_length_exceeded")
 		}
 		// The requests document's save_system_prompt_kv_cache needs nothing
 		// more: the prefix cache keeps every full block of a shared prompt.
@@ -165,18 +177,49 @@ func (r *runner) do(ctx context.Context, req *engine.Request, p *params) (*engin
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
 			// Room for the whole output, but never more than the cache
 			// could hold: max_tokens may be 2^31-1.
-			s.tokens = append(make([]int32, 0, min(len(pr)+p.maxTokens, r.kv.nBlocks*r.kv.bs+1)), pr...)
+			s.tokens = append(make([]int32, 0, min(len(pr)+p.maxTokens, r.mr.kv.nBlocks*r.mr.kv.bs+1)), pr...)
 			j.seqs = append(j.seqs, s)
 		}
 	}
-	j.remaining = len(j.seqs)
-	r.submit(j)
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		j.cancelled.Store(true)
-		return nil, ctx.Err()
+	return j, nil
+}
+
+// run answers a generation request through done (engine.Queue's Submit).
+func (r *runner) run(ctx context.Context, req *engine.Request, p *params, done func(*engine.Response, error)) {
+	j, resp := r.newJob(req, p)
+	if resp != nil {
+		done(resp, nil)
+		return
 	}
+	var answered atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		j.cancelled.Store(true)
+		r.sched.noteCancel()
+		r.wakeUp()
+		if answered.CompareAndSwap(false, true) {
+			done(nil, ctx.Err())
+		}
+	})
+	j.complete = func(j *job) {
+		stop()
+		if !answered.CompareAndSwap(false, true) {
+			return
+		}
+		done(r.answer(req, j))
+	}
+	r.submit(j)
+}
+
+// answer is the response of a completed job; a panic building it fails
+// that request alone.
+func (r *runner) answer(req *engine.Request, j *job) (resp *engine.Response, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			v, stack := panicDetails(v)
+			r.e.log.Error("engine failed a request: panic building its response", "model", r.name, "panic", fmt.Sprint(v), "stack", string(stack))
+			resp, err = engine.Recovered(v), nil
+		}
+	}()
 	if j.failed != nil {
 		resp := *j.failed
 		resp.RequestID = requestID(req)
@@ -199,26 +242,11 @@ func (r *runner) checkIDs(ids []int32, param string) *engine.Response {
 	return nil
 }
 
-// loop is the model's scheduler: it drops cancelled sequences and runs
-// steps (sched.go) while there is work.
+// loop is the model's engine loop: it runs steps while there is work.
 func (r *runner) loop(ctx context.Context) {
 	for {
-		// Drop sequences whose request went away.
-		kept := r.running[:0]
-		for _, s := range r.running {
-			if s.job.cancelled.Load() {
-				r.releaseBlocks(s)
-				s.running = false
-				r.active.Add(-1)
-				continue
-			}
-			kept = append(kept, s)
-		}
-		r.running = kept
-		r.mu.Lock()
-		idle := len(r.running) == 0 && len(r.waiting) == 0
-		r.mu.Unlock()
-		if idle {
+		r.runTasks()
+		if r.sched.idle() {
 			select {
 			case <-ctx.Done():
 				return
@@ -233,85 +261,16 @@ func (r *runner) loop(ctx context.Context) {
 	}
 }
 
-// advance appends a sampled token and decides whether the sequence ends.
-func (r *runner) advance(s *seq, tok int32) {
-	defer r.emit(s)
-	p := s.job.p
-	generated := len(s.tokens) - s.promptLen
-	if (r.tok.IsEOG(tok) && !p.ignoreEOS) || p.isStopID(tok) {
-		s.finish = "stop" // the token is not part of the output
+// step is one step of the engine: schedule, compute, sample, postprocess.
+func (r *runner) step() {
+	p := r.sched.schedule()
+	if p.tokens == 0 {
+		r.sched.postprocess(p, nil)
 		return
 	}
-	s.tokens = append(s.tokens, tok)
-	generated++
-	old := s.text.Len()
-	piece := s.dec.Next(tok)
-	s.text.WriteString(piece)
-	r.noteToken(s, tok, piece)
-	// Stop strings count once min_tokens are out (vLLM's rule); only a
-	// match ending in the new text can be new.
-	if len(p.stop) > 0 && generated > p.minTokens {
-		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
-			text := s.text.String()
-			s.text.Reset()
-			s.text.WriteString(text[:i])
-			cutLogprobs(s, i)
-			s.finish = "stop"
-			return
-		}
-	}
-	if generated >= p.maxTokens {
-		s.finish = "length"
-	} else if ctx := r.model.cfg.ContextLength; ctx > 0 && len(s.tokens) >= ctx {
-		s.finish = "length"
-	}
-	if s.finish != "" {
-		s.text.WriteString(s.dec.Flush())
-	}
-}
-
-// emit streams the text of s decided since the last call: all of it once s
-// has finished, else all but what could still turn out to be the start of
-// a stop string.
-func (r *runner) emit(s *seq) {
-	if s.job.stream == nil {
-		return
-	}
-	text := s.text.String()
-	upto := len(text)
-	if s.finish == "" {
-		hold := 0
-		for _, st := range s.job.p.stop {
-			hold = max(hold, len(st)-1)
-		}
-		upto = max(s.streamed, len(text)-hold)
-		for upto > s.streamed && upto < len(text) && !utf8.RuneStart(text[upto]) {
-			upto--
-		}
-	}
-	if upto > s.streamed {
-		s.job.stream(s.index, text[s.streamed:upto])
-		s.streamed = upto
-	}
-}
-
-// retire removes finished sequences and completes their jobs.
-func (r *runner) retire() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	kept := r.running[:0]
-	for _, s := range r.running {
-		if s.finish == "" {
-			kept = append(kept, s)
-			continue
-		}
-		r.releaseBlocks(s)
-		s.running = false
-		r.active.Add(-1)
-		s.job.remaining--
-		if s.job.remaining == 0 {
-			close(s.job.done)
-		}
-	}
-	r.running = kept
+	r.inStep = p.seqs
+	logits := r.mr.run(p)
+	next := r.samp.sample(p, logits, r.model.cfg.VocabSize)
+	r.sched.postprocess(p, next)
+	r.inStep = nil
 }

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"math"
 	"slices"
 	"testing"
@@ -10,9 +11,9 @@ import (
 // multiples of quant so that ties occur.
 func randRow(n int, seed uint64, scale float64, quant float64) []float32 {
 	x := make([]float32, n)
-	rng := splitmix(seed)
+	rng := demomodel.Rand(seed)
 	for i := range x {
-		v := float64(rng.normal()) * scale
+		v := float64(rng.Normal()) * scale
 		if quant > 0 {
 			v = math.Round(v/quant) * quant
 		}

@@ -45,6 +45,8 @@ var rules = []struct {
 	{"engine/native/hub", "model downloads from the Hugging Face hub", nil},
 	{"engine/native/tokenizer", "tokenizers", nil},
 	{"engine/native/weights", "loading weights into kernels' types", []string{"engine/native/gguf", "kernels"}},
+	{"engine/native/demomodel", "random-weight demo models in GGUF, for benchmarks and tests", []string{"engine/native/chat", "engine/native/gguf", "kernels"}},
+	{"engine/native/nativebench", "the native engine's benchmarks (batchd bench engine)", []string{"engine", "engine/native", "engine/native/weights"}},
 
 	// Sources of batch files.
 	{"watcher", "the Job and Source types, the file names of the inbox/outbox contract", nil},
@@ -73,6 +75,7 @@ var rules = []struct {
 		"pipeline", "pipeline/ledger", "store/bucket", "store/folder",
 		"watcher", "watcher/dir", "watcher/s3", "internal/fsx"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
+		"engine/native/demomodel", "engine/native/nativebench",
 		"engine/openai", "engine/openai/openaitest", "kernels",
 		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher"}},
 }

@@ -1,4 +1,10 @@
-package native
+// Package demomodel writes the demo model: a small Llama-family GGUF with
+// deterministic random weights and a real byte-level BPE tokenizer, so that
+// batchd runs, and its tests run, on a machine that can download nothing.
+//
+// It imports kernels and the native engine's gguf and chat packages; never
+// the engine itself.
+package demomodel
 
 import (
 	"encoding/binary"
@@ -17,10 +23,10 @@ import (
 // The demo model is what `batchd demo-model` writes so that batchd runs out
 // of the box on a machine that can download nothing: a Llama-family
 // decoder with deterministic random weights (its text is noise) and a real
-// byte-level BPE tokenizer trained here on demoCorpus.
+// byte-level BPE tokenizer trained here on Corpus.
 
-// demoCorpus is the text the demo tokenizer's merges are learned from.
-const demoCorpus = `Once upon a time, there was a little girl named Lily. She loved to play outside in the park.
+// Corpus is the text the demo tokenizer's merges are learned from.
+const Corpus = `Once upon a time, there was a little girl named Lily. She loved to play outside in the park.
 One day, she saw a big red ball under a tree. She ran to the ball and kicked it as far as she could.
 The sun was warm and the sky was blue. Her friend Tom came to play with her, and they laughed together.
 batchd is a self-hosted batch inference daemon. Drop a file of requests in the inbox and get a file of
@@ -81,7 +87,7 @@ func pretokenize(text string) []string {
 }
 
 // demoVocab trains a byte-level BPE vocabulary with up to merges merges on
-// demoCorpus, deterministically, and adds ChatML's special tokens.
+// Corpus, deterministically, and adds ChatML's special tokens.
 func demoVocab(merges int) (tokens []string, mergeList []string, types []int32) {
 	b2r := byteToRune()
 	for b := 0; b < 256; b++ {
@@ -93,7 +99,7 @@ func demoVocab(merges int) (tokens []string, mergeList []string, types []int32) 
 	}
 	// Each distinct pre-token as a list of symbols, with its count.
 	counts := map[string]int{}
-	for _, w := range pretokenize(demoCorpus) {
+	for _, w := range pretokenize(Corpus) {
 		counts[w]++
 	}
 	type word struct {
@@ -161,8 +167,8 @@ func demoVocab(merges int) (tokens []string, mergeList []string, types []int32) 
 	return tokens, mergeList, types
 }
 
-// DemoShape is the architecture of a demo model.
-type DemoShape struct {
+// Shape is the architecture of a demo model.
+type Shape struct {
 	Name string
 	// Arch is the architecture written: qwen2 (the default: q/k/v biases,
 	// tied embeddings), qwen3 (q/k RMSNorm, tied) or llama (adjacent-pair
@@ -174,8 +180,8 @@ type DemoShape struct {
 	Vocab int
 }
 
-// DemoShapes are the shapes `batchd demo-model --shape` knows.
-var DemoShapes = map[string]DemoShape{
+// Shapes are the shapes `batchd demo-model --shape` knows.
+var Shapes = map[string]Shape{
 	// tiny: small enough to answer in milliseconds; the default.
 	"tiny": {Name: "tiny", Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048},
 	// tiny-qwen3 and tiny-llama exercise the other architectures' paths.
@@ -185,10 +191,11 @@ var DemoShapes = map[string]DemoShape{
 	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
 }
 
-// splitmix is a small deterministic generator for demo weights.
-type splitmix uint64
+// Rand is a small deterministic generator (splitmix64) for demo weights
+// and tests.
+type Rand uint64
 
-func (s *splitmix) next() uint64 {
+func (s *Rand) next() uint64 {
 	*s += 0x9e3779b97f4a7c15
 	z := uint64(*s)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
@@ -196,22 +203,22 @@ func (s *splitmix) next() uint64 {
 	return z ^ (z >> 31)
 }
 
-// normal returns a standard normal draw (Box–Muller).
-func (s *splitmix) normal() float32 {
+// Normal returns a standard normal draw (Box–Muller).
+func (s *Rand) Normal() float32 {
 	u1 := (float64(s.next()>>11) + 0.5) / (1 << 53)
 	u2 := float64(s.next()>>11) / (1 << 53)
 	return float32(math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2))
 }
 
-func (d DemoShape) String() string {
+func (d Shape) String() string {
 	return fmt.Sprintf("%s (dim %d, %d layers, %d/%d heads, ffn %d)", d.Name, d.Dim, d.Layers, d.Heads, d.KVHeads, d.FFNDim)
 }
 
-// WriteDemoModel writes a demo model of the given shape and weight type to
+// Write writes a demo model of the given shape and weight type to
 // w as GGUF: architecture shape.Arch (default qwen2), weights drawn from N(0, 0.02²) by a generator seeded with
-// seed, norms 1, a byte-level BPE tokenizer trained on demoCorpus and the
+// seed, norms 1, a byte-level BPE tokenizer trained on Corpus and the
 // ChatML template. The same arguments always give the same bytes.
-func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint64) error {
+func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
 	tokens, merges, types := demoVocab(2000)
 	eos := int32(len(tokens) - 1) // <|im_end|>
 	endoftext := int32(len(tokens) - 3)
@@ -249,14 +256,14 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.MustValue(false)},
 		{Key: "tokenizer.chat_template", Value: gguf.MustValue(chat.ChatMLTemplate)},
 	}
-	rng := splitmix(seed)
+	rng := Rand(seed)
 	var tensors []gguf.TensorData
 	matrix := func(name string, rows, cols int) error {
 		x := make([]float32, rows*cols)
 		for i := range x {
-			x[i] = 0.02 * rng.normal()
+			x[i] = 0.02 * rng.Normal()
 		}
-		data, typ, err := encodeDemo(x, dtype)
+		data, typ, err := Encode(x, dtype)
 		if err != nil {
 			return fmt.Errorf("demo tensor %s: %w", name, err)
 		}
@@ -271,7 +278,7 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 		tensors = append(tensors, gguf.TensorData{Name: name, Type: gguf.F32, Dims: []uint64{uint64(n)}, Data: b})
 	}
 	ones := func(int) float32 { return 1 }
-	small := func(int) float32 { return 0.02 * rng.normal() }
+	small := func(int) float32 { return 0.02 * rng.Normal() }
 	if err := matrix("token_embd.weight", vocab, shape.Dim); err != nil {
 		return err
 	}
@@ -304,15 +311,16 @@ func WriteDemoModel(w io.Writer, shape DemoShape, dtype kernels.DType, seed uint
 			vector(p+"attn_k.bias", kvDim, small)
 			vector(p+"attn_v.bias", kvDim, small)
 		case "qwen3":
-			vector(p+"attn_q_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.normal() })
-			vector(p+"attn_k_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.normal() })
+			vector(p+"attn_q_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.Normal() })
+			vector(p+"attn_k_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.Normal() })
 		}
 	}
 	return gguf.Write(w, meta, tensors)
 }
 
-// encodeDemo stores weights in the requested type.
-func encodeDemo(x []float32, t kernels.DType) ([]byte, gguf.GGMLType, error) {
+// Encode stores weights in type t as the demo model does (tests re-encode
+// matrices with it).
+func Encode(x []float32, t kernels.DType) ([]byte, gguf.GGMLType, error) {
 	switch t {
 	case kernels.F32:
 		b := make([]byte, 4*len(x))

@@ -1,4 +1,4 @@
-package native
+package nativebench
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native"
+	"github.com/batchd/batchd/engine/native/weights"
 )
 
 // PrefixBenchOptions configures BenchPrefix: Requests completions that share
@@ -29,7 +31,7 @@ type PrefixBenchRun struct {
 	PrefixCache bool
 	Seconds     float64
 	OutputTPS   float64 // generated tokens per second, end to end
-	Cache       CacheStats
+	Cache       native.CacheStats
 }
 
 // PrefixBenchResult compares the workload with and without prefix caching.
@@ -44,10 +46,16 @@ type PrefixBenchResult struct {
 // (scheduler, paged KV cache, sampler) twice: with prefix caching and
 // without.
 func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) {
+	w, err := weights.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	vocab := w.Config.VocabSize
+	w.Close()
 	res := &PrefixBenchResult{Model: path, Options: o}
 	for _, cache := range []bool{true, false} {
-		cfg := DefaultConfig()
-		cfg.Models = []ModelConfig{{Path: path}}
+		cfg := native.DefaultConfig()
+		cfg.Models = []native.ModelConfig{{Path: path}}
 		cfg.Threads, cfg.Kernels, cfg.KVCacheBytes, cfg.DisablePrefixCache = o.Threads, o.Kernels, o.KVCacheBytes, !cache
 		if o.MaxSeqs > 0 {
 			cfg.MaxSeqs = o.MaxSeqs
@@ -56,7 +64,7 @@ func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) 
 			cfg.MaxBatchTokens = o.MaxBatchTokens
 		}
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		e, err := New(cfg)
+		e, err := native.New(cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -64,8 +72,7 @@ func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) 
 		if err := e.Open(ctx); err != nil {
 			return nil, err
 		}
-		res.Kernels = e.cpu.Name()
-		vocab := e.runners[e.order[0]].model.cfg.VocabSize
+		res.Kernels = e.Kernels()
 		tok := func(i int) int32 { return int32(3 + (i*7919+13)%(vocab-3)) }
 		system := make([]int32, o.SystemTokens)
 		for i := range system {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/kernels"
 )
 
@@ -84,10 +85,14 @@ func compareCands(a, b candidate) int {
 	return cmp.Compare(a.id, b.id)
 }
 
-// sampler holds the buffers sampling reuses from row to row; one per
-// runner, used by its loop goroutine only.
+// sampler chooses each sequence's next token from its logits row with the
+// request's parameters, and holds the buffers it reuses from row to row;
+// one per runner, used by its loop goroutine only.
 type sampler struct {
-	cpu   *kernels.CPU // the engine's code path (nil: the best one)
+	cpu   *kernels.CPU         // the engine's code path (nil: the best one)
+	tok   *tokenizer.Tokenizer // end-of-generation ids (min_tokens)
+	next  [][]int32            // sample's result, reused
+	flat  []int32
 	cands []candidate
 	top   []candidate
 	w     []float64
@@ -370,9 +375,21 @@ type seqSampling struct {
 	lp         []tokenLogprob
 }
 
+// sample chooses the next token of each of p.sample from logits, row i
+// for p.sample[i] (rows it may modify): next[i] holds one token.
+func (sc *sampler) sample(p plan, logits []float32, vocab int) (next [][]int32) {
+	sc.flat = slices.Grow(sc.flat[:0], len(p.sample))[:len(p.sample)]
+	sc.next = sc.next[:0]
+	for i, s := range p.sample {
+		sc.flat[i] = sc.pick(s, logits[i*vocab:(i+1)*vocab])
+		sc.next = append(sc.next, sc.flat[i:i+1])
+	}
+	return sc.next
+}
+
 // pick chooses s's next token from row, its raw logits (which it may
 // modify), and notes the token's raw logprobs when the request asks.
-func (r *runner) pick(s *seq, row []float32) int32 {
+func (sc *sampler) pick(s *seq, row []float32) int32 {
 	kernels.AfterSIMD() // the forward pass's vector code ran last
 	p := s.job.p
 	sp := &p.sampling
@@ -381,11 +398,10 @@ func (r *runner) pick(s *seq, row []float32) int32 {
 		st = &seqSampling{}
 		s.samp = st
 	}
-	sc := &r.samp
 	generated := len(s.tokens) - s.promptLen
 	var mask []int32
 	if generated < p.minTokens {
-		mask = r.minTokensMask(st, p, len(row))
+		mask = sc.minTokensMask(st, p, len(row))
 	}
 	modifies := len(sp.bias) > 0 || sp.penalized() || len(mask) > 0
 	raw := row
@@ -433,14 +449,13 @@ func (r *runner) pick(s *seq, row []float32) int32 {
 
 // minTokensMask lists the ids that cannot be sampled before min_tokens:
 // the end-of-generation tokens (unless ignore_eos) and the stop_token_ids.
-func (r *runner) minTokensMask(st *seqSampling, p *params, vocab int) []int32 {
+func (sc *sampler) minTokensMask(st *seqSampling, p *params, vocab int) []int32 {
 	if st.mask != nil {
 		return st.mask
 	}
-	sc := &r.samp
 	if !sc.eogOK {
-		for id := range int32(r.tok.VocabSize()) {
-			if r.tok.IsEOG(id) {
+		for id := range int32(sc.tok.VocabSize()) {
+			if sc.tok.IsEOG(id) {
 				sc.eog = append(sc.eog, id)
 			}
 		}

@@ -1,4 +1,9 @@
-package native
+// Package nativebench measures the native engine: its forward pass alone
+// (Bench) and a shared-prefix workload through the whole engine
+// (BenchPrefix). `batchd bench engine` prints what it measures.
+//
+// It imports the native engine and never the pipeline or the daemon.
+package nativebench
 
 import (
 	"fmt"
@@ -7,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batchd/batchd/engine/native/weights"
-	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/engine/native"
 )
 
 // BenchOptions configures Bench.
@@ -34,38 +38,25 @@ type BenchResult struct {
 // model's forward pass directly (no scheduler), so the numbers are the
 // engine's compute alone.
 func Bench(path string, o BenchOptions) (*BenchResult, error) {
-	w, err := weights.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
-	cpu, err := kernels.NewCPUBackend(o.Threads, o.Kernels)
-	if err != nil {
-		return nil, fmt.Errorf("kernels: %w", err)
-	}
-	defer cpu.Close()
-	m, err := NewModel(w, cpu)
-	if err != nil {
-		return nil, err
-	}
-	res := &BenchResult{Model: path, Kernels: cpu.Name(), DecodeTPS: map[int]float64{}}
-	for _, x := range w.Matrices {
-		if x != w.Matrices["token_embd.weight"] || m.cfg.TiedEmbeddings {
-			res.WeightBytes += int64(len(x.Data))
-		}
-	}
-	vocab := int32(m.cfg.VocabSize)
-	tok := func(i int) int32 { return int32((i*7919 + 13) % int(vocab)) }
-	var s scratch
-
-	// Each sequence gets its own run of blocks in one store, sized for the
+	// Each sequence gets its own run of blocks in one pool, sized for the
 	// longest measurement.
 	maxSeqs := 1
 	for _, n := range o.Seqs {
 		maxSeqs = max(maxSeqs, n)
 	}
-	perSeq := blocksFor(max(o.PromptTokens, 32+o.DecodeSteps)+16, kvBlockSize)
-	kv := m.newKVStore(kvBlockSize, maxSeqs*perSeq)
+	const bs = 32 // the engine's block size; checked below
+	perSeq := (max(o.PromptTokens, 32+o.DecodeSteps) + 16 + bs - 1) / bs
+	p, err := native.OpenComputeProbe(path, o.Threads, o.Kernels, maxSeqs*perSeq)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if p.BlockSize() != bs {
+		return nil, fmt.Errorf("bench: the engine's block size is %d, not %d", p.BlockSize(), bs)
+	}
+	res := &BenchResult{Model: path, Kernels: p.Kernels(), WeightBytes: p.WeightBytes(), DecodeTPS: map[int]float64{}}
+	vocab := p.VocabSize()
+	tok := func(i int) int32 { return int32((i*7919 + 13) % vocab) }
 	type benchSeq struct {
 		table []int32
 		n     int
@@ -80,19 +71,18 @@ func Bench(path string, o BenchOptions) (*BenchResult, error) {
 		}
 		return out
 	}
-	// Prefill: one sequence's prompt in chunks of up to 512 tokens.
+	var batch []native.ProbeSeq
+	// run computes per tokens of each of seqs.
 	run := func(seqs []*benchSeq, per int, first int) {
-		b := batch{kv: kv}
+		batch = batch[:0]
 		for si, c := range seqs {
-			f := len(b.tokens)
+			toks := make([]int32, per)
 			for i := range per {
-				b.tokens = append(b.tokens, tok(first+si*31+i))
-				b.pos = append(b.pos, int32(c.n+i))
+				toks[i] = tok(first + si*31 + i)
 			}
-			b.segs = append(b.segs, segment{blocks: c.table, first: f, n: per, start: c.n})
-			b.logitRows = append(b.logitRows, f+per-1)
+			batch = append(batch, native.ProbeSeq{Table: c.table, Start: c.n, Tokens: toks})
 		}
-		m.forward(&b, &s)
+		p.Forward(batch)
 		for _, c := range seqs {
 			c.n += per
 		}

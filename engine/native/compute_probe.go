@@ -1,0 +1,93 @@
+package native
+
+import (
+	"fmt"
+
+	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/kernels"
+)
+
+// ComputeProbe runs a model's forward pass alone, over sequences the
+// caller lays out by hand: no scheduler, no sampler. It is what
+// engine/native/nativebench measures the engine's compute with.
+type ComputeProbe struct {
+	w   *weights.Model
+	cpu *kernels.CPU
+	m   *Model
+	kv  *kvStore
+	s   scratch
+}
+
+// ProbeSeq is one sequence of a probe's forward pass: Tokens at positions
+// Start.., whose K/V live in the blocks of Table (BlockSize positions
+// each, numbered below the probe's block count).
+type ProbeSeq struct {
+	Table  []int32
+	Start  int
+	Tokens []int32
+}
+
+// OpenComputeProbe loads the model at path on a CPU of threads threads
+// running kernelsName (auto, avx512, avx2, generic) with a KV pool of
+// blocks blocks.
+func OpenComputeProbe(path string, threads int, kernelsName string, blocks int) (*ComputeProbe, error) {
+	w, err := weights.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	cpu, err := kernels.NewCPUBackend(threads, kernelsName)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("kernels: %w", err)
+	}
+	m, err := NewModel(w, cpu)
+	if err != nil {
+		cpu.Close()
+		w.Close()
+		return nil, err
+	}
+	return &ComputeProbe{w: w, cpu: cpu, m: m, kv: m.newKVStore(kvBlockSize, blocks)}, nil
+}
+
+// Kernels names the CPU code path and threads.
+func (p *ComputeProbe) Kernels() string { return p.cpu.Name() }
+
+// VocabSize is the model's vocabulary size.
+func (p *ComputeProbe) VocabSize() int { return p.m.cfg.VocabSize }
+
+// BlockSize is the positions per KV block.
+func (p *ComputeProbe) BlockSize() int { return kvBlockSize }
+
+// WeightBytes is the bytes of weights read per token (the embedding table
+// only when it is also the output matrix).
+func (p *ComputeProbe) WeightBytes() int64 {
+	var n int64
+	for _, x := range p.w.Matrices {
+		if x != p.w.Matrices["token_embd.weight"] || p.m.cfg.TiedEmbeddings {
+			n += int64(len(x.Data))
+		}
+	}
+	return n
+}
+
+// Forward runs one forward pass over seqs, with logits for each one's
+// last token.
+func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
+	b := batch{kv: p.kv}
+	for _, s := range seqs {
+		f := len(b.tokens)
+		b.tokens = append(b.tokens, s.Tokens...)
+		for i := range s.Tokens {
+			b.pos = append(b.pos, int32(s.Start+i))
+		}
+		b.segs = append(b.segs, segment{blocks: s.Table, first: f, n: len(s.Tokens), start: s.Start})
+		b.logitRows = append(b.logitRows, f+len(s.Tokens)-1)
+	}
+	p.m.forward(&b, &p.s)
+}
+
+// Close releases the model and the CPU.
+func (p *ComputeProbe) Close() {
+	p.cpu.Close()
+	p.w.Close()
+}

@@ -1,0 +1,420 @@
+package native
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/batchd/batchd/engine/native/tokenizer"
+)
+
+// The scheduler decides, step by step, which tokens of which sequences the
+// model computes (schedule → plan), and takes the sampled tokens back
+// (postprocess). It runs no model and no kernel: a test drives it alone.
+//
+// Every step builds one batch from the running sequences' decode tokens
+// (oldest first), their prompt chunks, and newly admitted sequences, within
+// the step's token budget and the KV cache's blocks.
+//
+// Admission is bounded by KV memory: a waiting sequence is admitted only
+// when blocks for its first chunk are free (after taking its cached prefix
+// blocks). When a running sequence needs a block and none is free, the most
+// recently admitted sequence not yet in this step's batch is preempted: its
+// blocks are freed (its full blocks stay in the prefix cache), and it goes
+// back to the front of the waiting queue to recompute its prompt and
+// generated tokens later. Recomputation gives the same K/V and, with
+// position-keyed sampling, the same next token, so preemption is invisible
+// in the output. A sequence that alone cannot fit the next block in the
+// whole cache ends with finish_reason "length".
+type scheduler struct {
+	maxBatchTokens int // token budget of a step
+	maxSeqs        int // sequences running at once
+	ctxLen         int // the model's context length (0: unbounded)
+	bm             *blockManager
+	tok            *tokenizer.Tokenizer // end-of-generation ids
+	stats          *cacheCounters
+	// onToken, when set, sees each token postprocess appends and the text
+	// it decoded to (the logprobs' bookkeeping).
+	onToken func(s *seq, tok int32, piece string)
+
+	// active counts the sequences submitted and not yet retired.
+	active atomic.Int64
+	// cancels is set when a request went away, so that the next step drops
+	// its waiting sequences.
+	cancels atomic.Bool
+	mu      sync.Mutex
+	// incoming is what submit queued since the last step (under mu).
+	incoming []*seq
+
+	// The rest belongs to the scheduler goroutine.
+	waiting []*seq
+	running []*seq
+	// quarantine is set while suspect jobs may be queued (fault.go).
+	quarantine bool
+}
+
+// plan is one step: the sequences whose tokens the model computes, in
+// batch order, each with its chunk (s.chunk tokens from position s.n),
+// and those of them that get logits and so new tokens.
+type plan struct {
+	seqs   []*seq
+	sample []*seq
+	tokens int
+}
+
+// submit queues a job's sequences; any goroutine may call it.
+func (sc *scheduler) submit(j *job) {
+	sc.active.Add(int64(len(j.seqs)))
+	sc.mu.Lock()
+	sc.incoming = append(sc.incoming, j.seqs...)
+	sc.mu.Unlock()
+}
+
+// idle says whether nothing is queued or running.
+func (sc *scheduler) idle() bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.running) == 0 && len(sc.waiting) == 0 && len(sc.incoming) == 0
+}
+
+// inFlight is the sequences submitted and not yet retired.
+func (sc *scheduler) inFlight() int { return int(sc.active.Load()) }
+
+// take moves what submit queued to the waiting queue.
+func (sc *scheduler) take() {
+	sc.mu.Lock()
+	sc.waiting = append(sc.waiting, sc.incoming...)
+	clear(sc.incoming)
+	sc.incoming = sc.incoming[:0]
+	sc.mu.Unlock()
+}
+
+// drop ends s, which holds no blocks, without completing its job (its
+// request went away or failed).
+func (sc *scheduler) drop(s *seq, reason string) {
+	s.end(reason)
+	sc.active.Add(-1)
+}
+
+// noteCancel tells the scheduler that a job was cancelled; any goroutine
+// may call it.
+func (sc *scheduler) noteCancel() { sc.cancels.Store(true) }
+
+// schedule plans the next step.
+func (sc *scheduler) schedule() plan {
+	sc.take()
+	if sc.cancels.Swap(false) {
+		sc.waiting = slices.DeleteFunc(sc.waiting, func(s *seq) bool {
+			if s.job.cancelled.Load() {
+				sc.drop(s, "cancelled")
+				return true
+			}
+			return false
+		})
+	}
+	// Drop running sequences whose request went away.
+	sc.running = slices.DeleteFunc(sc.running, func(s *seq) bool {
+		if !s.job.cancelled.Load() {
+			return false
+		}
+		sc.bm.deallocate(s)
+		sc.drop(s, "cancelled")
+		return true
+	})
+	budget := sc.maxBatchTokens
+	var p plan
+	preempted := sc.stats.preemptions.Load()
+	add := func(s *seq, n int) {
+		s.chunk = n
+		p.seqs = append(p.seqs, s)
+		if s.n+n == len(s.tokens) {
+			p.sample = append(p.sample, s)
+		}
+		p.tokens += n
+		budget -= n
+	}
+	// Decodes first, oldest first: each costs one token and keeps its
+	// sequence moving.
+	iso := sc.isolated()
+	for _, s := range slices.Clone(sc.running) {
+		if iso != nil && s.job != iso {
+			continue
+		}
+		if budget > 0 && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n == 1 {
+			if sc.grow(s, 1, false) == 1 {
+				add(s, 1)
+			}
+		}
+	}
+	// Then prompt (or recompute) chunks with what the budget leaves.
+	for _, s := range slices.Clone(sc.running) {
+		if iso != nil && s.job != iso {
+			continue
+		}
+		if budget > 0 && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n > 1 {
+			if k := sc.grow(s, min(len(s.tokens)-s.n, budget), true); k > 0 {
+				add(s, k)
+			}
+		}
+	}
+	// Then admit waiting sequences, in order, while blocks and budget last
+	// (not in a step that had to preempt: memory is short).
+	pending := sc.pendingBlocks()
+	sc.orderWaiting()
+	kept := sc.waiting[:0]
+	for i, s := range sc.waiting {
+		if budget <= 0 || len(sc.running) >= sc.maxSeqs || sc.stats.preemptions.Load() != preempted {
+			kept = append(kept, sc.waiting[i:]...)
+			break
+		}
+		if iso != nil && s.job != iso {
+			kept = append(kept, s)
+			continue
+		}
+		if s.job.cancelled.Load() {
+			sc.drop(s, "cancelled")
+			continue
+		}
+		// A sequence whose next uncached block another running sequence is
+		// computing waits for it, then shares it through the prefix cache:
+		// the other choices of an n > 1 request, requests arriving together
+		// with the same system prompt.
+		if sc.waitsForPending(s, pending) {
+			kept = append(kept, s)
+			continue
+		}
+		k := sc.admit(s, budget)
+		if k == 0 {
+			kept = append(kept, sc.waiting[i:]...)
+			break
+		}
+		sc.running = append(sc.running, s)
+		add(s, k)
+		sc.addPending(s, pending)
+	}
+	clear(sc.waiting[len(kept):])
+	sc.waiting = kept
+	used := int64(sc.bm.used())
+	sc.stats.blocksUsed.Store(used)
+	if used > sc.stats.blocksPeak.Load() {
+		sc.stats.blocksPeak.Store(used)
+	}
+	return p
+}
+
+// postprocess takes the step's results: the positions computed, and
+// tokens[i], the new tokens of p.sample[i] (one each today; several when a
+// draft is verified). It appends them until one ends the sequence, and
+// retires finished sequences.
+func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
+	for _, s := range p.seqs {
+		if decode := s.chunk == 1 && s.n >= s.promptLen; !decode {
+			sc.stats.prefillTokens.Add(int64(s.chunk))
+		}
+		s.n += s.chunk
+		s.chunk = 0
+		sc.bm.hashBlocks(s)
+	}
+	for i, s := range p.sample {
+		for _, t := range tokens[i] {
+			if s.finished() {
+				break
+			}
+			sc.advance(s, t)
+		}
+	}
+	sc.retire()
+}
+
+// advance appends a sampled token and decides whether the sequence ends.
+func (sc *scheduler) advance(s *seq, tok int32) {
+	defer s.emit()
+	p := s.job.p
+	generated := len(s.tokens) - s.promptLen
+	if (sc.tok.IsEOG(tok) && !p.ignoreEOS) || p.isStopID(tok) {
+		s.end("stop") // the token is not part of the output
+		return
+	}
+	s.tokens = append(s.tokens, tok)
+	generated++
+	old := s.text.Len()
+	piece := s.dec.Next(tok)
+	s.text.WriteString(piece)
+	if sc.onToken != nil {
+		sc.onToken(s, tok, piece)
+	}
+	// Stop strings count once min_tokens are out (vLLM's rule); only a
+	// match ending in the new text can be new.
+	if len(p.stop) > 0 && generated > p.minTokens {
+		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
+			text := s.text.String()
+			s.text.Reset()
+			s.text.WriteString(text[:i])
+			cutLogprobs(s, i)
+			s.end("stop")
+			return
+		}
+	}
+	if generated >= p.maxTokens || (sc.ctxLen > 0 && len(s.tokens) >= sc.ctxLen) {
+		s.end("length")
+		s.text.WriteString(s.dec.Flush())
+	}
+}
+
+// retire removes finished sequences and completes their jobs.
+func (sc *scheduler) retire() {
+	sc.running = slices.DeleteFunc(sc.running, func(s *seq) bool {
+		if !s.finished() {
+			return false
+		}
+		sc.bm.deallocate(s)
+		sc.active.Add(-1)
+		s.job.retireSeq()
+		return true
+	})
+}
+
+// preempt frees v's blocks and puts it back at the front of the queue.
+func (sc *scheduler) preempt(v *seq) {
+	sc.bm.deallocate(v)
+	v.status = seqPreempted
+	sc.running = slices.DeleteFunc(sc.running, func(x *seq) bool { return x == v })
+	sc.waiting = slices.Insert(sc.waiting, 0, v)
+	sc.stats.preemptions.Add(1)
+}
+
+// finishLength ends a sequence that cannot grow in this cache.
+func (sc *scheduler) finishLength(s *seq) {
+	s.end("length")
+	s.text.WriteString(s.dec.Flush())
+	s.emit()
+}
+
+// grow gives running sequence s blocks for its next want positions and
+// returns how many it got: with shrink (a prompt chunk) as many as the free
+// blocks hold, else all or none. When no block is free it preempts the most
+// recently admitted unscheduled sequence, which may be s itself.
+func (sc *scheduler) grow(s *seq, want int, shrink bool) int {
+	for {
+		if k := sc.bm.mayAppend(s, want, shrink); k > 0 {
+			sc.bm.appendSlots(s, k)
+			return k
+		}
+		if blocksFor(s.n+1, sc.bm.bs) > sc.bm.n {
+			sc.finishLength(s) // its next position fits in no cache of this size
+			return 0
+		}
+		var victim *seq // finished sequences free their blocks at retire
+		for i := len(sc.running) - 1; i >= 0; i-- {
+			if x := sc.running[i]; x.chunk == 0 && !x.finished() {
+				victim = x
+				break
+			}
+		}
+		sc.preempt(victim) // s is unscheduled and unfinished, so there is one
+		if victim == s {
+			return 0
+		}
+	}
+}
+
+// admit takes s's cached prefix blocks and blocks for a first chunk of up
+// to budget tokens, and returns the chunk (0: not admitted, nothing taken).
+func (sc *scheduler) admit(s *seq, budget int) int {
+	reserve := 0
+	if len(sc.running) > 0 {
+		reserve = sc.bm.n / 100 // headroom for running decodes
+	}
+	hits, k := sc.bm.canAllocate(s, budget, reserve)
+	if k < 1 {
+		return 0
+	}
+	sc.bm.allocate(s, hits, k)
+	if s.status == seqWaiting { // first admission
+		hitTok := len(hits) * sc.bm.bs
+		s.cached = hitTok
+		sc.stats.promptTokens.Add(int64(s.promptLen))
+		sc.stats.cachedTokens.Add(int64(min(hitTok, s.promptLen)))
+	}
+	s.status = seqRunning
+	return k
+}
+
+// maxWaitSteps is how many steps a waiting sequence may be passed over by
+// ones whose prompt prefix is cached before it goes first regardless.
+const maxWaitSteps = 64
+
+// orderWaiting groups the waiting queue by shared prefix: sequences whose
+// leading prompt blocks are in the prefix cache go before those whose are
+// not, longest cached prefix first, so requests sharing a system prompt run
+// while its blocks are cached instead of letting other prompts evict them.
+// Preempted sequences keep the front, a sequence passed over for
+// maxWaitSteps steps goes first, and the order is otherwise kept.
+//
+// It costs one prefix-cache lookup per cached block of each waiting
+// sequence and a stable sort: O(n log n) a step for n waiting, so
+// thousands may wait.
+func (sc *scheduler) orderWaiting() {
+	if sc.bm.noCache || len(sc.waiting) < 2 {
+		return
+	}
+	const (
+		classPreempted = iota << 24 // the class is the key's high bits; the hits are below
+		classAged
+		classRest
+	)
+	sorted := true
+	for i, s := range sc.waiting {
+		s.waitSteps++
+		switch {
+		case s.status == seqPreempted: // recompute first
+			s.order = classPreempted
+		case s.waitSteps > maxWaitSteps:
+			s.order = classAged
+		default:
+			s.order = classRest + (1<<24 - 1) - sc.bm.cachedBlocks(s)
+		}
+		if i > 0 && s.order < sc.waiting[i-1].order {
+			sorted = false
+		}
+	}
+	if !sorted {
+		slices.SortStableFunc(sc.waiting, func(a, b *seq) int { return a.order - b.order })
+	}
+}
+
+// pendingBlocks is the hashes of the full blocks that running sequences
+// have still to compute from tokens they already have (nil when prefix
+// caching is off).
+func (sc *scheduler) pendingBlocks() map[blockHash]bool {
+	if sc.bm.noCache {
+		return nil
+	}
+	pending := map[blockHash]bool{}
+	for _, s := range sc.running {
+		if !s.finished() {
+			sc.addPending(s, pending)
+		}
+	}
+	return pending
+}
+
+func (sc *scheduler) addPending(s *seq, pending map[blockHash]bool) {
+	if pending == nil {
+		return
+	}
+	bs := sc.bm.bs
+	for bi := s.registered; (bi+1)*bs <= len(s.tokens); bi++ {
+		pending[s.hashAt(bi, bs)] = true
+	}
+}
+
+// waitsForPending says whether s's first block missing from the prefix
+// cache is one a running sequence is computing.
+func (sc *scheduler) waitsForPending(s *seq, pending map[blockHash]bool) bool {
+	if len(pending) == 0 {
+		return false
+	}
+	h, ok := sc.bm.firstMiss(s)
+	return ok && pending[h]
+}

@@ -1,0 +1,124 @@
+package native
+
+import (
+	"strings"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/tokenizer"
+)
+
+// seqStatus is where a sequence is in the scheduler (scheduler.go).
+type seqStatus uint8
+
+const (
+	// seqWaiting: queued, never admitted.
+	seqWaiting seqStatus = iota
+	// seqRunning: admitted, holding KV blocks, in the running set.
+	seqRunning
+	// seqPreempted: back in the queue after running; its blocks were freed
+	// and its prompt and generated tokens are recomputed when it returns.
+	seqPreempted
+	// seqFinished: done (finish says why), cancelled or failed.
+	seqFinished
+)
+
+// seq is one sequence being generated: one choice of a request.
+type seq struct {
+	job       *job
+	index     int     // choice index
+	tokens    []int32 // prompt then generated tokens
+	promptLen int
+	dec       *tokenizer.Decoder
+	text      strings.Builder
+	status    seqStatus
+	finish    string       // the finish_reason once finished: stop, length, error
+	streamed  int          // bytes of text streamed (emit)
+	samp      *seqSampling // penalties and logprobs (sampler.go)
+
+	// KV cache and scheduling state (scheduler.go, block_manager.go).
+	blocks     []int32     // block table
+	n          int         // positions whose K/V are in blocks
+	hashes     []blockHash // chained hashes of tokens' first full blocks, computed on demand
+	registered int         // leading blocks entered in the prefix cache
+	cached     int         // prompt tokens found in the prefix cache at first admission
+	chunk      int         // its tokens in the step being planned or run; 0: not in it
+	waitSteps  int         // steps spent waiting since it arrived (orderWaiting)
+	order      int         // orderWaiting's sort key for this step
+}
+
+// finished says whether s is done.
+func (s *seq) finished() bool { return s.status == seqFinished }
+
+// end finishes s for reason.
+func (s *seq) end(reason string) {
+	s.status, s.finish = seqFinished, reason
+}
+
+// hashAt is the chained hash of s's full block bi.
+func (s *seq) hashAt(bi, bs int) blockHash {
+	for len(s.hashes) <= bi {
+		i := len(s.hashes)
+		var parent blockHash
+		if i > 0 {
+			parent = s.hashes[i-1]
+		}
+		// The adapter is "" until LoRA adapters exist.
+		s.hashes = append(s.hashes, chainHash(parent, "", s.tokens[i*bs:(i+1)*bs]))
+	}
+	return s.hashes[bi]
+}
+
+// emit streams the text of s decided since the last call: all of it once s
+// has finished, else all but what could still turn out to be the start of
+// a stop string.
+func (s *seq) emit() {
+	if s.job.stream == nil {
+		return
+	}
+	text := s.text.String()
+	upto := len(text)
+	if !s.finished() {
+		hold := 0
+		for _, st := range s.job.p.stop {
+			hold = max(hold, len(st)-1)
+		}
+		upto = max(s.streamed, len(text)-hold)
+		for upto > s.streamed && upto < len(text) && !utf8.RuneStart(text[upto]) {
+			upto--
+		}
+	}
+	if upto > s.streamed {
+		s.job.stream(s.index, text[s.streamed:upto])
+		s.streamed = upto
+	}
+}
+
+// job is one request: its sequences and where its result goes.
+type job struct {
+	p         *params
+	seqs      []*seq
+	remaining int // sequences not yet retired (scheduler goroutine only)
+	cancelled atomic.Bool
+	// stream, when set, gets each sequence's new text as it is decided
+	// (engine.Request.Stream).
+	stream func(choice int, delta string)
+	// suspect: the job was in a step that panicked with other jobs, so it
+	// runs alone until it ends (fault.go). Scheduler goroutine only.
+	suspect bool
+	// failed is set, before complete is called, when the engine failed the
+	// job.
+	failed *engine.Response
+	// complete is called once, on the scheduler goroutine, when the job's
+	// last sequence retires or the job fails.
+	complete func(*job)
+}
+
+// retireSeq counts one of j's sequences out, completing j after the last.
+func (j *job) retireSeq() {
+	j.remaining--
+	if j.remaining == 0 && j.complete != nil {
+		j.complete(j)
+	}
+}
