@@ -359,6 +359,9 @@ func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*eng
 			return
 		}
 		r.post(func() {
+			if req.Started != nil {
+				req.Started()
+			}
 			resp, err := func() (resp *engine.Response, err error) {
 				defer func() {
 					if v := recover(); v != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,5 +101,62 @@ func TestSubmitCancelled(t *testing.T) {
 			t.Fatalf("%d sequences still in flight after cancel", e.Stats().InFlight)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Submit starts a request (engine.Request.Started) only when it enters a
+// step, once, before its answer: with max_seqs 2, no more than 2 of 8
+// submitted requests are ever started and unanswered, so the pipeline's
+// crash guard counts only those as suspects.
+func TestSubmitStartsOnlyWhatRuns(t *testing.T) {
+	e := openEngineWith(t, func(c *Config) { c.MaxSeqs = 2 }, ModelConfig{Path: demoPath(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var (
+		mu             sync.Mutex
+		active, most   int
+		started, wrong = map[int]int{}, []string{}
+		answers        = make(chan error, 8)
+	)
+	for i := range 8 {
+		body := fmt.Sprintf(`{"prompt":[1,2,%d],"max_tokens":6,"ignore_eos":true,"temperature":0}`, 3+i)
+		req := &engine.Request{CustomID: fmt.Sprint(i), Endpoint: engine.EndpointCompletions, Body: json.RawMessage(body)}
+		req.Started = func() {
+			mu.Lock()
+			defer mu.Unlock()
+			started[i]++
+			active++
+			most = max(most, active)
+		}
+		e.Submit(ctx, req, func(resp *engine.Response, err error) {
+			mu.Lock()
+			if started[i] != 1 {
+				wrong = append(wrong, fmt.Sprintf("request %d answered after %d starts", i, started[i]))
+			}
+			active--
+			mu.Unlock()
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d: %s", resp.StatusCode, resp.Body)
+			}
+			answers <- err
+		})
+	}
+	for range 8 {
+		select {
+		case err := <-answers:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the requests did not all finish")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(wrong) > 0 {
+		t.Fatal(wrong)
+	}
+	if most < 1 || most > 2 {
+		t.Fatalf("%d requests were started and unanswered at once, want 1 or 2 (max_seqs 2)", most)
 	}
 }

@@ -159,7 +159,7 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
 		return nil, resp
 	}
-	j := &job{p: p, stream: req.Stream}
+	j := &job{p: p, stream: req.Stream, onStart: req.Started}
 	for pi, pr := range prompts {
 		if len(pr) == 0 {
 			return nil, badRequest("the prompt is empty", "prompt", "invalid_value")

@@ -331,6 +331,7 @@ func (sc *scheduler) admit(s *seq, budget int) int {
 	}
 	sc.bm.allocate(s, hits, k)
 	if s.status == seqWaiting { // first admission
+		s.job.start()
 		hitTok := len(hits) * sc.bm.bs
 		s.cached = hitTok
 		sc.stats.promptTokens.Add(int64(s.promptLen))

@@ -113,6 +113,21 @@ type job struct {
 	// complete is called once, on the scheduler goroutine, when the job's
 	// last sequence retires or the job fails.
 	complete func(*job)
+	// onStart (engine.Request.Started) is called once, when the first of
+	// the job's sequences is admitted to a step; started records that it
+	// was. Scheduler goroutine only.
+	onStart func()
+	started bool
+}
+
+// start notes that one of j's sequences enters a step.
+func (j *job) start() {
+	if !j.started {
+		j.started = true
+		if j.onStart != nil {
+			j.onStart()
+		}
+	}
 }
 
 // retireSeq counts one of j's sequences out, completing j after the last.
