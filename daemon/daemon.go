@@ -122,12 +122,10 @@ func (c Config) nativeConfig() native.Config {
 	nc.Threads = c.Native.Threads
 	nc.Kernels = c.Native.Kernels
 	nc.Device = c.Native.Device
-	if c.Native.MaxBatchTokens > 0 {
-		nc.MaxBatchTokens = c.Native.MaxBatchTokens
-	}
-	if c.Native.MaxSeqs > 0 {
-		nc.MaxSeqs = c.Native.MaxSeqs
-	}
+	// The config's defaults are native's, so a value below 1 was written
+	// by the user: native refuses it by name.
+	nc.MaxBatchTokens = c.Native.MaxBatchTokens
+	nc.MaxSeqs = c.Native.MaxSeqs
 	nc.StrictModel = c.Native.StrictModel
 	nc.KVCacheBytes = c.Native.KVCacheBytes
 	nc.DisablePrefixCache = c.Native.DisablePrefixCache

@@ -760,6 +760,12 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"native.device", func(c *daemon.Config) {
 			c.Engine, c.Native.Models, c.Native.Device = "native", []native.ModelConfig{{Path: "m.gguf"}}, "gpu"
 		}},
+		{"native.max_seqs", func(c *daemon.Config) {
+			c.Engine, c.Native.Models, c.Native.MaxSeqs = "native", []native.ModelConfig{{Path: "m.gguf"}}, 0
+		}},
+		{"native.max_batch_tokens", func(c *daemon.Config) {
+			c.Engine, c.Native.Models, c.Native.MaxBatchTokens = "native", []native.ModelConfig{{Path: "m.gguf"}}, -1
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.field, func(t *testing.T) {
