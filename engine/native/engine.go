@@ -3,8 +3,32 @@
 // templates, tokenizes, and runs many sequences per forward pass on the
 // kernels package, continuously batching prompt prefill and decode steps.
 //
-// It imports engine, kernels and its own subpackages; never pipeline,
-// daemon or watcher.
+// Where to find what (one job per file, as in nano-vllm):
+//
+//   - engine.go: Config, Engine (Open, Close, Do, and Submit/Window: the
+//     engine.Queue the pipeline feeds), picking a model.
+//   - runner.go: one model's loop: schedule → run → sample → postprocess.
+//   - sequence.go: a sequence (one status: waiting, running, preempted,
+//     finished) and a job (one request's sequences and its answer).
+//   - scheduler.go: schedule() → plan (admission under the token budget and
+//     max_seqs, KV growth, preemption, prefix-aware order of the waiting
+//     queue) and postprocess(plan, tokens), which takes several tokens per
+//     sequence. It runs no model: scheduler_test.go drives it alone.
+//   - block_manager.go: the paged KV blocks: reference counts, chained
+//     block hashes, the LRU free list, and the policy beside it (can
+//     allocate, allocate, may append, cached prefix).
+//   - model_runner.go: a plan → the model's batch → logits.
+//   - model.go, kvcache.go: the decoder and its K/V pools, on a
+//     kernels.Device (device.go picks it: the CPU, or the plain-Go
+//     reference device that proves the interface).
+//   - sampler.go, logprobs.go: per-sequence sampling and logprobs.
+//   - request.go, response.go, embed.go: the OpenAI bodies in and out
+//     (shapes and limits from package wire).
+//   - fault.go: a panic in a step fails the request that caused it, not
+//     the engine.
+//
+// It imports engine, wire, kernels and its own subpackages; never pipeline,
+// daemon or watcher (internal/archtest checks it).
 package native
 
 import (
