@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/batchd/batchd/internal/fsx"
+	"github.com/batchd/batchd/pipeline/validate"
 
 	"bytes"
 	"encoding/json"
@@ -18,14 +19,22 @@ const (
 	OnInvalidReject   = "reject"
 )
 
+// OnMissingMaxTokensReject refuses a line that gives no output length
+// (missing_max_tokens); by default such a line generates until the model's
+// context is full, as OpenAI's do.
+const OnMissingMaxTokensReject = "reject"
+
 // Options are batch-level options: the daemon's config gives defaults, and a
 // NAME.options.json file beside an input overrides them field by field.
 // Sampling fields serve as defaults under each request's body; per-request
 // values win.
 type Options struct {
-	OnInvalid        string            `json:"on_invalid,omitempty" yaml:"on_invalid"`
-	CompletionWindow string            `json:"completion_window,omitempty" yaml:"completion_window"`
-	Metadata         map[string]string `json:"metadata,omitempty" yaml:"metadata"`
+	OnInvalid        string `json:"on_invalid,omitempty" yaml:"on_invalid"`
+	CompletionWindow string `json:"completion_window,omitempty" yaml:"completion_window"`
+	// OnMissingMaxTokens is "" (generate until the context is full) or
+	// "reject".
+	OnMissingMaxTokens string            `json:"on_missing_max_tokens,omitempty" yaml:"on_missing_max_tokens"`
+	Metadata           map[string]string `json:"metadata,omitempty" yaml:"metadata"`
 
 	MaxTokens         int      `json:"max_tokens,omitempty" yaml:"max_tokens"`
 	Model             string   `json:"model,omitempty" yaml:"model"`
@@ -44,6 +53,9 @@ type Options struct {
 func (o Options) Merge(over Options) Options {
 	if over.OnInvalid != "" {
 		o.OnInvalid = over.OnInvalid
+	}
+	if over.OnMissingMaxTokens != "" {
+		o.OnMissingMaxTokens = over.OnMissingMaxTokens
 	}
 	if over.CompletionWindow != "" {
 		o.CompletionWindow = over.CompletionWindow
@@ -99,6 +111,12 @@ func (o Options) Window() (time.Duration, error) {
 	return d, nil
 }
 
+// ValidateConfig is the validator's configuration for these options: the
+// body defaults and the output-length rule.
+func (o Options) ValidateConfig() validate.Config {
+	return validate.Config{Defaults: o.Defaults(), RejectMissingMaxTokens: o.OnMissingMaxTokens == OnMissingMaxTokensReject}
+}
+
 // Defaults returns the body defaults the validator merges into each request.
 func (o Options) Defaults() map[string]json.RawMessage {
 	m := make(map[string]json.RawMessage)
@@ -149,6 +167,11 @@ func (o Options) Validate() error {
 	case "", OnInvalidContinue, OnInvalidReject:
 	default:
 		return fmt.Errorf("on_invalid: must be %q or %q, got %q", OnInvalidContinue, OnInvalidReject, o.OnInvalid)
+	}
+	switch o.OnMissingMaxTokens {
+	case "", OnMissingMaxTokensReject:
+	default:
+		return fmt.Errorf("on_missing_max_tokens: must be %q (or unset: generate until the context is full), got %q", OnMissingMaxTokensReject, o.OnMissingMaxTokens)
 	}
 	if o.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens: must be a positive integer, got %d", o.MaxTokens)

@@ -365,7 +365,7 @@ func (p *Pipeline) Validator(maxTokens int) (*validate.Checker, error) {
 	if d.MaxTokens == 0 {
 		d.MaxTokens = maxTokens
 	}
-	vcfg := validate.Config{Defaults: d.Defaults()}
+	vcfg := d.ValidateConfig()
 	if err := vcfg.Validate(); err != nil {
 		return nil, err
 	}

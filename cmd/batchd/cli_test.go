@@ -124,6 +124,17 @@ func TestValidateExitCodes(t *testing.T) {
 		{"custom_id":"a","messages":[{"role":"user","content":"one"}]},
 		{"custom_id":"b","messages":[{"role":"user","content":"two"}]}]}`)
 	txt := writeFile(t, filepath.Join(dir, "notes.txt"), "hello\n")
+	// No output length: valid (until the context is full) unless the
+	// batch asks to reject it.
+	nomax := writeFile(t, filepath.Join(dir, "nomax.jsonl"),
+		`{"custom_id":"x","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`+"\n")
+	strict := writeFile(t, filepath.Join(dir, "strict.json"), `{"on_missing_max_tokens":"reject"}`)
+	badMissing := writeFile(t, filepath.Join(dir, "badmissing.json"), `{"on_missing_max_tokens":"refuse"}`)
+	// lora_name is forwarded to a remote engine, refused by the native one.
+	lora := writeFile(t, filepath.Join(dir, "lora.jsonl"),
+		`{"custom_id":"l","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"lora_name":"sql","max_tokens":3}}`+"\n"+
+			`{"custom_id":"r","method":"POST","url":"/v1/completions","body":{"prompt":"hi","response_format":{"type":"json_object"}}}`+"\n"+
+			`{"custom_id":"n","method":"POST","url":"/v1/completions","body":{"prompt":"hi","num_logprobs":2}}`+"\n")
 
 	tests := []struct {
 		name     string
@@ -158,6 +169,21 @@ func TestValidateExitCodes(t *testing.T) {
 		{name: "an options file is not an input", args: []string{filepath.Join(dir, "defaulted.options.json")}, code: exitUsage,
 			stderr: "is an options file"},
 		{name: "no file", args: nil, code: exitUsage, stderr: "usage: batchd validate"},
+		{name: "no max_tokens is valid", args: []string{nomax}, code: exitOK,
+			stdout: []string{"1 requests, 1 valid, 0 invalid"}},
+		{name: "on_missing_max_tokens reject", args: []string{"--options", strict, nomax}, code: exitFailure,
+			stdout: []string{`custom_id "x": body.max_tokens: max_tokens is required by the batch option on_missing_max_tokens: reject`}},
+		{name: "on_missing_max_tokens unknown value", args: []string{"--options", badMissing, nomax}, code: exitUsage,
+			stderr: `on_missing_max_tokens: must be "reject"`},
+		{name: "without --model, engine fields pass", args: []string{lora}, code: exitFailure,
+			stdout: []string{`custom_id "n": body.num_logprobs: is a requests-document name`, "3 requests, 2 valid, 1 invalid"}},
+		{name: "--model checks as the native engine", args: []string{"--model", "demo", lora}, code: exitFailure,
+			stdout: []string{
+				`custom_id "l": body.lora_name: LoRA adapters are not supported by the native engine yet`,
+				`custom_id "r": body.response_format: is not supported by the native engine`,
+				`custom_id "n": body.num_logprobs: is a requests-document name`,
+				"3 requests, 0 valid, 3 invalid",
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

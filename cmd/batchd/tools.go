@@ -39,8 +39,9 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	optsPath := fs.String("options", "", "batch options file (default: NAME.options.json beside FILE, if present)")
 	maxLine := fs.Int("max-line-bytes", 32<<20, "longest line accepted")
 	quiet := fs.Bool("q", false, "print only the summary")
+	model := fs.String("model", "", "check as the native engine serving this model would (its model when a line names none), refusing what it does not honour")
 	if err := fs.Parse(reorder(args)); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: batchd validate [--options FILE] FILE")
+		fmt.Fprintln(stderr, "usage: batchd validate [--options FILE] [--model NAME] FILE")
 		return exitUsage
 	}
 	path := fs.Arg(0)
@@ -57,7 +58,10 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err == nil {
 		err = opts.Validate()
 	}
-	cfg := validate.Config{Defaults: opts.Defaults()}
+	if *model != "" && opts.Model == "" {
+		opts.Model = *model
+	}
+	cfg := opts.ValidateConfig()
 	if err == nil {
 		err = cfg.Validate()
 	}
@@ -89,6 +93,9 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			res = chk.TooLong(n, *maxLine)
 		} else {
 			res = chk.Check(n, raw)
+			if res.Problem == nil && *model != "" {
+				res.Problem = validate.CheckNative(res.Request)
+			}
 		}
 		if res.Problem != nil {
 			invalid++

@@ -30,6 +30,9 @@ type embedBody struct {
 // trained that way), L2-normalized, and optionally truncated to dimensions
 // and renormalized.
 func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	if e := wire.CheckNativeBody(req.Endpoint, req.Body); e != nil {
+		return refuse(e), nil
+	}
 	var b embedBody
 	if err := json.Unmarshal(req.Body, &b); err != nil {
 		return badRequest("body is not a valid request: "+err.Error(), "", "invalid_json"), nil

@@ -15,17 +15,25 @@ import (
 
 // params is what the engine needs from a request body.
 type params struct {
-	model     string
-	messages  json.RawMessage // chat
-	tools     json.RawMessage
-	thinking  *bool
-	prompts   []promptInput // completions: one per prompt
-	maxTokens int
-	n         int
-	sampling  sampling
-	stop      []string
-	ignoreEOS bool
-	echo      bool
+	model    string
+	messages json.RawMessage // chat
+	tools    json.RawMessage
+	thinking *bool
+	// noTemplate renders the messages' text with no chat template and no
+	// special tokens (apply_chat_template: false).
+	noTemplate bool
+	// addGenerationPrompt is passed to the template (default true).
+	addGenerationPrompt bool
+	// templateVars are chat_template_kwargs other than enable_thinking and
+	// add_generation_prompt, passed to the template as variables.
+	templateVars map[string]any
+	prompts      []promptInput // completions: one per prompt
+	maxTokens    int
+	n            int
+	sampling     sampling
+	stop         []string
+	ignoreEOS    bool
+	echo         bool
 	// minTokens masks the end-of-generation and stop tokens, and defers
 	// the stop strings, until that many tokens are generated.
 	minTokens int
@@ -68,10 +76,10 @@ type rawBody struct {
 	StopTokenIDs        json.RawMessage `json:"stop_token_ids"`
 	Logprobs            json.RawMessage `json:"logprobs"`
 	TopLogprobs         *jsonInt        `json:"top_logprobs"`
-	ChatTemplateKwargs  struct {
-		EnableThinking *bool `json:"enable_thinking"`
-	} `json:"chat_template_kwargs"`
-	EnableThinking *bool `json:"enable_thinking"`
+	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
+	EnableThinking      *bool           `json:"enable_thinking"`
+	ApplyChatTemplate   *bool           `json:"apply_chat_template"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 }
 
 // parseRequest reads the fields the engine uses. Bodies arrive validated by
@@ -79,6 +87,9 @@ type rawBody struct {
 // HTTP API may call it directly: with wire's rules, the validator's own, so
 // the two cannot disagree on a limit.
 func parseRequest(req *engine.Request) (*params, *engine.Response) {
+	if e := wire.CheckNativeBody(req.Endpoint, req.Body); e != nil {
+		return nil, refuse(e)
+	}
 	var b rawBody
 	if err := json.Unmarshal(req.Body, &b); err != nil {
 		return nil, badRequest("body is not a valid request: "+err.Error(), "", "invalid_json")
@@ -93,7 +104,10 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 	case b.MaxTokens != nil:
 		p.maxTokens = int(*b.MaxTokens)
 	default:
-		return nil, badRequest("max_tokens is required and must be positive", "max_tokens", wire.CodeMissingMaxTokens)
+		// As OpenAI: generate until the model's context is full (the
+		// pipeline applies a batch's max_tokens, or refuses the line
+		// when the batch asks for on_missing_max_tokens: reject).
+		p.maxTokens = wire.MaxOutputTokens
 	}
 	if b.N != nil {
 		p.n = int(*b.N)
@@ -128,9 +142,8 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 			return nil, refuse(e)
 		}
 	}
-	p.thinking = b.ChatTemplateKwargs.EnableThinking
-	if b.EnableThinking != nil {
-		p.thinking = b.EnableThinking
+	if resp := parseTemplateControls(&b, p); resp != nil {
+		return nil, resp
 	}
 	switch req.Endpoint {
 	case engine.EndpointChat:
@@ -146,6 +159,44 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 		p.prompts = prompts
 	}
 	return p, nil
+}
+
+// parseTemplateControls reads the chat template controls: top-level
+// apply_chat_template, add_generation_prompt and enable_thinking, and
+// chat_template_kwargs, whose enable_thinking and add_generation_prompt win
+// over the top-level ones (as vLLM's do) and whose other keys become
+// template variables.
+func parseTemplateControls(b *rawBody, p *params) *engine.Response {
+	p.noTemplate = b.ApplyChatTemplate != nil && !*b.ApplyChatTemplate
+	p.addGenerationPrompt = b.AddGenerationPrompt == nil || *b.AddGenerationPrompt
+	p.thinking = b.EnableThinking
+	if !given(b.ChatTemplateKwargs) {
+		return nil
+	}
+	var kw map[string]json.RawMessage
+	if err := json.Unmarshal(b.ChatTemplateKwargs, &kw); err != nil {
+		return refuse(wire.ChatTemplateKwargsNotObject(wire.TypeName(b.ChatTemplateKwargs)))
+	}
+	for k, raw := range kw {
+		switch k {
+		case "enable_thinking", "add_generation_prompt":
+			var on bool
+			if err := json.Unmarshal(raw, &on); err != nil {
+				return refuse(wire.TemplateKwargNotBool(k, wire.TypeName(raw)))
+			}
+			if k == "enable_thinking" {
+				p.thinking = &on
+			} else {
+				p.addGenerationPrompt = on
+			}
+		default:
+			if p.templateVars == nil {
+				p.templateVars = make(map[string]any, len(kw))
+			}
+			p.templateVars[k] = raw
+		}
+	}
+	return nil
 }
 
 // checkRanges checks the number fields of b against wire's rules.

@@ -9,6 +9,7 @@ import (
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/chat"
 	"github.com/batchd/batchd/engine/native/tokenizer"
+	"github.com/batchd/batchd/wire"
 )
 
 // runner serves one model. Its loop goroutine runs the engine's step, as
@@ -122,10 +123,21 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 	var prompts [][]int32
 	switch req.Endpoint {
 	case engine.EndpointChat:
+		if p.noTemplate {
+			if given(p.tools) {
+				return nil, badRequest("tools: a prompt rendered with apply_chat_template: false has no place for tools: remove tools or apply the chat template", "tools", wire.CodeUnsupportedParameter)
+			}
+			text, err := chat.RawText(p.messages)
+			if err != nil {
+				return nil, badRequest(err.Error(), "messages", "invalid_messages")
+			}
+			prompts = append(prompts, r.tok.Encode(text, false, false))
+			break
+		}
 		if r.tmpl == nil {
 			return nil, badRequest(fmt.Sprintf("model %s has no chat template: use /v1/completions, or name a template in the model's config (chat_template: chatml|llama3|llama2|<template text>)", r.name), "messages", "chat_template_missing")
 		}
-		opts := chat.Options{AddGenerationPrompt: true, EnableThinking: p.thinking}
+		opts := chat.Options{AddGenerationPrompt: p.addGenerationPrompt, EnableThinking: p.thinking, Extra: p.templateVars}
 		if id := r.tok.BOS(); id >= 0 {
 			opts.BOSToken = string(r.tok.TokenBytes(id))
 		}

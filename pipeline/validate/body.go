@@ -73,6 +73,15 @@ const (
 	fMinTokens
 	fDimensions
 	fEncodingFormat
+	fApplyChatTemplate
+	fAddGenerationPrompt
+	fEnableThinking
+	fChatTemplateKwargs
+	fSaveSystemPromptKVCache
+	fDisableSpecDecode
+	fLoraName
+	fNumLogprobs
+	fMaxGenerateLength
 	numFields
 
 	fUnknown fieldID = -1
@@ -102,12 +111,23 @@ var fieldNames = [numFields]string{
 	fMinTokens:           "min_tokens",
 	fDimensions:          "dimensions",
 	fEncodingFormat:      "encoding_format",
+
+	fApplyChatTemplate:       "apply_chat_template",
+	fAddGenerationPrompt:     "add_generation_prompt",
+	fEnableThinking:          "enable_thinking",
+	fChatTemplateKwargs:      "chat_template_kwargs",
+	fSaveSystemPromptKVCache: "save_system_prompt_kv_cache",
+	fDisableSpecDecode:       "disable_spec_decode",
+	fLoraName:                "lora_name",
+	fNumLogprobs:             "num_logprobs",
+	fMaxGenerateLength:       "max_generate_length",
 }
 
 // fieldEndpoints tells where a field belongs. Elsewhere the key is unknown to
-// the rules and passes through untouched (max_completion_tokens is not part
-// of /v1/completions, for instance, so it is neither checked nor honoured
-// there).
+// the rules and passes through untouched (top_logprobs is not part of
+// /v1/completions, for instance, so it is neither checked nor honoured
+// there). max_completion_tokens belongs to /v1/completions too: it is honoured
+// there as on chat.
 var fieldEndpoints = [numFields]endpoint{
 	fMessages:            epChat,
 	fPrompt:              epCompletions,
@@ -119,7 +139,7 @@ var fieldEndpoints = [numFields]endpoint{
 	fTopK:                epGen,
 	fMinP:                epGen,
 	fMaxTokens:           epGen,
-	fMaxCompletionTokens: epChat,
+	fMaxCompletionTokens: epGen,
 	fN:                   epGen,
 	fLogprobs:            epGen,
 	fTopLogprobs:         epChat,
@@ -132,6 +152,16 @@ var fieldEndpoints = [numFields]endpoint{
 	fMinTokens:           epGen,
 	fDimensions:          epEmbeddings,
 	fEncodingFormat:      epEmbeddings,
+
+	fApplyChatTemplate:       epChat,
+	fAddGenerationPrompt:     epChat,
+	fEnableThinking:          epChat,
+	fChatTemplateKwargs:      epChat,
+	fSaveSystemPromptKVCache: epChat,
+	fDisableSpecDecode:       epGen,
+	fLoraName:                epAll,
+	fNumLogprobs:             epAll, // refused: the document's names
+	fMaxGenerateLength:       epAll,
 }
 
 // lookupField maps an unquoted key to its field.
@@ -183,6 +213,24 @@ func lookupField(key []byte) fieldID {
 		return fDimensions
 	case "encoding_format":
 		return fEncodingFormat
+	case "apply_chat_template":
+		return fApplyChatTemplate
+	case "add_generation_prompt":
+		return fAddGenerationPrompt
+	case "enable_thinking":
+		return fEnableThinking
+	case "chat_template_kwargs":
+		return fChatTemplateKwargs
+	case "save_system_prompt_kv_cache":
+		return fSaveSystemPromptKVCache
+	case "disable_spec_decode":
+		return fDisableSpecDecode
+	case "lora_name":
+		return fLoraName
+	case "num_logprobs":
+		return fNumLogprobs
+	case "max_generate_length":
+		return fMaxGenerateLength
 	}
 	return fUnknown
 }
@@ -211,7 +259,7 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 		}
 	}
 	for id := fModel; id < numFields; id++ {
-		if fieldEndpoints[id]&ep == 0 || !given(f[id]) {
+		if fieldEndpoints[id]&ep == 0 || (!given(f[id]) && !documentOnly(id)) || len(f[id]) == 0 {
 			continue
 		}
 		if p := checkField(id, f[id], ep); p != nil {
@@ -225,12 +273,16 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 	return nil
 }
 
+// documentOnly reports whether id is a requests-document name, refused in
+// a body even when null.
+func documentOnly(id fieldID) bool { return id == fNumLogprobs || id == fMaxGenerateLength }
+
 // checkField checks one optional field that is given (present, not null).
 // The messages, prompt and input fields are checked by their own functions.
 func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 	name := fieldNames[id]
 	switch id {
-	case fModel:
+	case fModel, fLoraName:
 		if !isString(v) {
 			return badRequest(CodeInvalidType, name, "must be a string, got "+typeName(v))
 		}
@@ -241,6 +293,14 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 		if isTrue(v) {
 			return badRequest(CodeUnsupportedValue, name, "streaming is not supported in a batch: remove stream or set it to false")
 		}
+	case fApplyChatTemplate, fAddGenerationPrompt, fEnableThinking, fSaveSystemPromptKVCache, fDisableSpecDecode:
+		if !isBool(v) {
+			return badRequest(CodeInvalidType, name, "must be a boolean, got "+typeName(v))
+		}
+	case fChatTemplateKwargs:
+		return checkTemplateKwargs(v)
+	case fNumLogprobs, fMaxGenerateLength:
+		return fromWire(wire.DocumentOnlyField(name))
 	case fTemperature:
 		return checkNumber(v, wire.Temperature)
 	case fTopP:
@@ -324,6 +384,28 @@ func fromWire(e *wire.Invalid) *Problem {
 		return nil
 	}
 	return badRequest(e.Code, e.Param, e.Message)
+}
+
+// checkTemplateKwargs checks chat_template_kwargs: an object, whose
+// enable_thinking and add_generation_prompt are booleans; other keys go to
+// the template as variables.
+func checkTemplateKwargs(v []byte) *Problem {
+	if !isObject(v) {
+		return fromWire(wire.ChatTemplateKwargsNotObject(typeName(v)))
+	}
+	for it := newMembers(v); ; {
+		k, vs, ve, ok := it.next()
+		if !ok {
+			return nil
+		}
+		key, _ := unquote(k)
+		switch string(key) {
+		case "enable_thinking", "add_generation_prompt":
+			if val := v[vs:ve]; !isBool(val) {
+				return fromWire(wire.TemplateKwargNotBool(string(key), typeName(val)))
+			}
+		}
+	}
 }
 
 const stopMsg = wire.StopMessage
@@ -645,4 +727,11 @@ func checkTokenIDs(param string, v []byte) *Problem {
 		return badRequest(CodeInvalidValue, param, "must not be an empty array of token ids")
 	}
 	return nil
+}
+
+// CheckNative applies the native engine's body rules (wire's, which the
+// engine itself runs) to a valid request: the problem the engine would
+// answer for it, or nil. A remote engine forwards what these refuse.
+func CheckNative(r *Request) *Problem {
+	return fromWire(wire.CheckNativeBody(r.URL, r.Body))
 }

@@ -169,10 +169,34 @@ func TestBodyRules(t *testing.T) {
 		{"max_tokens huge", C, `{` + chatMsgs + `,"max_tokens":99999999999999999999}`, CodeInvalidValue, "max_tokens"},
 		{"max_completion_tokens negative", C, chat(`"max_completion_tokens":-1`), CodeInvalidValue, "max_completion_tokens"},
 		{"max_completion_tokens alone", C, `{` + chatMsgs + `,"max_completion_tokens":5}`, "", ""},
-		{"max_completion_tokens not honoured on completions", P, `{"prompt":"x","max_completion_tokens":5}`, CodeMissingMaxTokens, "max_tokens"},
-		{"no max tokens chat", C, `{` + chatMsgs + `}`, CodeMissingMaxTokens, "max_tokens"},
-		{"max_tokens null is not set", C, `{` + chatMsgs + `,"max_tokens":null}`, CodeMissingMaxTokens, "max_tokens"},
-		{"no max tokens completions", P, `{"prompt":"x"}`, CodeMissingMaxTokens, "max_tokens"},
+		{"max_completion_tokens on completions", P, `{"prompt":"x","max_completion_tokens":5}`, "", ""},
+		{"max_completion_tokens 0 on completions", P, `{"prompt":"x","max_completion_tokens":0}`, CodeInvalidValue, "max_completion_tokens"},
+		{"no max tokens chat: until the context is full", C, `{` + chatMsgs + `}`, "", ""},
+		{"max_tokens null is not set", C, `{` + chatMsgs + `,"max_tokens":null}`, "", ""},
+		{"no max tokens completions", P, `{"prompt":"x"}`, "", ""},
+		{"min_tokens without max_tokens", P, `{"prompt":"x","min_tokens":3}`, "", ""},
+
+		// Fields of other formats and engines
+		{"num_logprobs is the document's", C, chat(`"num_logprobs":3`), CodeUnsupportedParameter, "num_logprobs"},
+		{"num_logprobs null too", P, comp(`"num_logprobs":null`), CodeUnsupportedParameter, "num_logprobs"},
+		{"max_generate_length is the document's", C, `{` + chatMsgs + `,"max_generate_length":5}`, CodeUnsupportedParameter, "max_generate_length"},
+		{"lora_name forwarded", C, chat(`"lora_name":"a"`), "", ""},
+		{"lora_name string", C, chat(`"lora_name":1`), CodeInvalidType, "lora_name"},
+		{"disable_spec_decode", C, chat(`"disable_spec_decode":true`), "", ""},
+		{"disable_spec_decode bool", P, comp(`"disable_spec_decode":1`), CodeInvalidType, "disable_spec_decode"},
+		{"save_system_prompt_kv_cache", C, chat(`"save_system_prompt_kv_cache":false`), "", ""},
+		{"save_system_prompt_kv_cache bool", C, chat(`"save_system_prompt_kv_cache":"y"`), CodeInvalidType, "save_system_prompt_kv_cache"},
+
+		// Chat template controls
+		{"apply_chat_template false", C, chat(`"apply_chat_template":false`), "", ""},
+		{"apply_chat_template bool", C, chat(`"apply_chat_template":"no"`), CodeInvalidType, "apply_chat_template"},
+		{"add_generation_prompt bool", C, chat(`"add_generation_prompt":0`), CodeInvalidType, "add_generation_prompt"},
+		{"enable_thinking bool", C, chat(`"enable_thinking":null`), "", ""},
+		{"enable_thinking string", C, chat(`"enable_thinking":"yes"`), CodeInvalidType, "enable_thinking"},
+		{"chat_template_kwargs", C, chat(`"chat_template_kwargs":{"enable_thinking":false,"date_string":"1 Dec"}`), "", ""},
+		{"chat_template_kwargs object", C, chat(`"chat_template_kwargs":[1]`), CodeInvalidType, "chat_template_kwargs"},
+		{"chat_template_kwargs enable_thinking bool", C, chat(`"chat_template_kwargs":{"enable_thinking":1}`), CodeInvalidType, "chat_template_kwargs.enable_thinking"},
+		{"chat_template_kwargs add_generation_prompt bool", C, chat(`"chat_template_kwargs":{"add_generation_prompt":"x"}`), CodeInvalidType, "chat_template_kwargs.add_generation_prompt"},
 
 		// n 1..128
 		{"n 128", C, chat(`"n":128`), "", ""},

@@ -24,7 +24,9 @@ import (
 // across processes; about 20 bytes per id in the map).
 type Checker struct {
 	defaults defaultSet
-	seen     map[[16]byte]struct{}
+	// rejectMissing refuses a line with no output length (Config).
+	rejectMissing bool
+	seen          map[[16]byte]struct{}
 
 	// Per-line scratch, reused.
 	fields [numFields][]byte
@@ -35,8 +37,9 @@ type Checker struct {
 // Validate: defaults it would reject are ignored.
 func NewChecker(cfg Config) *Checker {
 	return &Checker{
-		defaults: compileDefaults(cfg.Defaults),
-		seen:     make(map[[16]byte]struct{}),
+		defaults:      compileDefaults(cfg.Defaults),
+		rejectMissing: cfg.RejectMissingMaxTokens,
+		seen:          make(map[[16]byte]struct{}),
 	}
 }
 
@@ -213,7 +216,7 @@ func (c *Checker) checkBody(ep endpoint, body []byte) (*Request, *Problem) {
 	*f = [numFields][]byte{}
 	c.plan.reset(len(ds.items))
 	hasMembers := scanBody(body, ep, ds, f, &c.plan)
-	c.plan.plan(ds, ep, ep == epChat && given(f[fMaxCompletionTokens]))
+	c.plan.plan(ds, ep, given(f[fMaxCompletionTokens]))
 	for j, it := range ds.items {
 		if c.plan.apply[j] && it.field != fUnknown {
 			f[it.field] = it.val
@@ -224,21 +227,23 @@ func (c *Checker) checkBody(ep endpoint, body []byte) (*Request, *Problem) {
 		return nil, p
 	}
 
-	// Output length: max_completion_tokens (chat), then max_tokens (the body's
-	// or the default, already merged into f).
+	// Output length: max_completion_tokens, then max_tokens (the body's or
+	// the default, already merged into f); with neither, the engine
+	// generates until the model's context is full, as OpenAI does, unless
+	// the batch asks for every line to give one.
 	maxTokens := 0
 	if ep&epGen != 0 {
 		v := f[fMaxTokens]
-		if ep == epChat && given(f[fMaxCompletionTokens]) {
+		if given(f[fMaxCompletionTokens]) {
 			v = f[fMaxCompletionTokens]
 		}
-		if !given(v) {
+		if !given(v) && c.rejectMissing {
 			return nil, badRequest(CodeMissingMaxTokens, "max_tokens",
-				"max_tokens is required: set body.max_tokens or body.max_completion_tokens, or a batch-level max_tokens")
+				"max_tokens is required by the batch option on_missing_max_tokens: reject: set body.max_tokens or body.max_completion_tokens, or a batch-level max_tokens")
 		}
 		n, _ := parseInt(v) // checked by checkFields
 		maxTokens = int(n)
-		if given(f[fMinTokens]) {
+		if given(v) && given(f[fMinTokens]) {
 			if m, _ := parseInt(f[fMinTokens]); m > n {
 				return nil, fromWire(wire.CheckMinTokens(m, n))
 			}

@@ -211,8 +211,8 @@ func TestCheckDefaults(t *testing.T) {
 			body: `{"prompt":"p","max_tokens":5}`, want: `{"prompt":"p","max_tokens":5}`, max: 5,
 		},
 		{
-			name: "completions take the default despite max_completion_tokens", defaults: map[string]json.RawMessage{"max_tokens": json.RawMessage(`256`)}, url: P,
-			body: `{"prompt":"p","max_completion_tokens":5}`, want: `{"prompt":"p","max_completion_tokens":5,"max_tokens":256}`, max: 256,
+			name: "completions keep max_completion_tokens over the default", defaults: map[string]json.RawMessage{"max_tokens": json.RawMessage(`256`)}, url: P,
+			body: `{"prompt":"p","max_completion_tokens":5}`, want: `{"prompt":"p","max_completion_tokens":5}`, max: 5,
 		},
 		{
 			name: "empty body object", defaults: map[string]json.RawMessage{"max_tokens": json.RawMessage(`4`)}, url: P,
@@ -244,7 +244,7 @@ func TestCheckDefaults(t *testing.T) {
 		{
 			name: "defaults Validate rejects are ignored", url: C,
 			defaults: map[string]json.RawMessage{"temperature": json.RawMessage(`7`), "max_tokens": json.RawMessage(`nope`)},
-			body:     `{` + chatMsgs + `}`, code: CodeMissingMaxTokens,
+			body:     `{` + chatMsgs + `}`, want: `{` + chatMsgs + `}`,
 		},
 		{
 			name: "whitespace before the closing brace", defaults: map[string]json.RawMessage{"max_tokens": json.RawMessage(`2`)}, url: C,
@@ -286,11 +286,28 @@ func (r Result) paramOr() string {
 }
 
 func TestCheckMissingMaxTokens(t *testing.T) {
-	res := NewChecker(Config{}).Check(4, []byte(batchLine("q", engine.EndpointChat, `{`+chatMsgs+`}`)))
+	line := []byte(batchLine("q", engine.EndpointChat, `{`+chatMsgs+`}`))
+	// By default a line with no output length generates until the
+	// context is full, as OpenAI's do.
+	if res := NewChecker(Config{}).Check(4, line); res.Problem != nil || res.Request.MaxTokens != 0 {
+		t.Fatalf("default: %s, MaxTokens %d; want valid with no output length", res, res.Request.MaxTokens)
+	}
+	// on_missing_max_tokens: reject keeps the strict rule.
+	res := NewChecker(Config{RejectMissingMaxTokens: true}).Check(4, line)
 	want := Problem{Kind: KindBadRequest, Code: "missing_max_tokens", Param: "max_tokens",
-		Message: "max_tokens is required: set body.max_tokens or body.max_completion_tokens, or a batch-level max_tokens"}
+		Message: "max_tokens is required by the batch option on_missing_max_tokens: reject: set body.max_tokens or body.max_completion_tokens, or a batch-level max_tokens"}
 	if res.Problem == nil || *res.Problem != want {
 		t.Fatalf("problem = %+v, want %+v", res.Problem, want)
+	}
+	// A batch max_tokens still fills it, and max_completion_tokens counts
+	// on completions too.
+	cfg := Config{RejectMissingMaxTokens: true, Defaults: map[string]json.RawMessage{"max_tokens": json.RawMessage(`9`)}}
+	if res := NewChecker(cfg).Check(4, line); res.Problem != nil || res.Request.MaxTokens != 9 {
+		t.Fatalf("with a batch max_tokens: %s", res)
+	}
+	comp := []byte(batchLine("c", engine.EndpointCompletions, `{"prompt":"p","max_completion_tokens":3}`))
+	if res := NewChecker(Config{RejectMissingMaxTokens: true}).Check(5, comp); res.Problem != nil || res.Request.MaxTokens != 3 {
+		t.Fatalf("completions with max_completion_tokens: %s", res)
 	}
 }
 
@@ -325,8 +342,8 @@ func TestResultString(t *testing.T) {
 		{"custom_id is quoted", NewChecker(Config{}).Check(1, []byte(`{"custom_id":"a\"b\n","url":1}`)),
 			`line 1: custom_id "a\"b\n": invalid_method: method is required and must be "POST"`},
 		{"valid", NewChecker(Config{}).Check(1, []byte(batchLine("ok", C, chatOK))), `line 1: custom_id "ok": ok`},
-		{"missing max tokens", NewChecker(Config{}).Check(6, []byte(batchLine("m", C, `{`+chatMsgs+`}`))),
-			`line 6: custom_id "m": body.max_tokens: max_tokens is required: set body.max_tokens or body.max_completion_tokens, or a batch-level max_tokens`},
+		{"missing max tokens", NewChecker(Config{RejectMissingMaxTokens: true}).Check(6, []byte(batchLine("m", C, `{`+chatMsgs+`}`))),
+			`line 6: custom_id "m": body.max_tokens: max_tokens is required by the batch option on_missing_max_tokens: reject: set body.max_tokens or body.max_completion_tokens, or a batch-level max_tokens`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

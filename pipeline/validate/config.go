@@ -20,7 +20,7 @@ type Config struct {
 	//   - a body key that is absent, or present with null, takes the default
 	//     (null counts as "not set", so Python's None serialized as null gets
 	//     the batch default rather than the engine's);
-	//   - the max_tokens default is not added to a chat body that gives
+	//   - the max_tokens default is not added to a body that gives
 	//     max_completion_tokens;
 	//   - a default goes only to endpoints it belongs to: sampling fields to
 	//     chat and completions, dimensions and encoding_format to embeddings,
@@ -28,6 +28,10 @@ type Config struct {
 	//     completions when it is an integer; model and keys the rules do not
 	//     know (vLLM extras such as ignore_eos) go to every endpoint.
 	Defaults map[string]json.RawMessage
+	// RejectMissingMaxTokens refuses a chat or completions line that gives
+	// no output length and gets none from Defaults (missing_max_tokens);
+	// otherwise such a line generates until the model's context is full.
+	RejectMissingMaxTokens bool
 }
 
 // Validate checks each default with the rules of the body field of the same
@@ -202,17 +206,16 @@ func (mp *mergePlan) see(ds *defaultSet, id fieldID, key []byte, vs, ve int, val
 	}
 }
 
-// plan decides which defaults apply to a body for ep. chatMaxCompletion tells
-// whether a chat body gives max_completion_tokens (then no max_tokens
-// default).
-func (mp *mergePlan) plan(ds *defaultSet, ep endpoint, chatMaxCompletion bool) {
+// plan decides which defaults apply to a body for ep. maxCompletion tells
+// whether the body gives max_completion_tokens (then no max_tokens default).
+func (mp *mergePlan) plan(ds *defaultSet, ep endpoint, maxCompletion bool) {
 	for j := range ds.items {
 		it := &ds.items[j]
 		st := mp.st[j]
 		if it.eps&ep == 0 || (st.present && !st.null) {
 			continue
 		}
-		if it.field == fMaxTokens && ep == epChat && chatMaxCompletion {
+		if it.field == fMaxTokens && maxCompletion {
 			continue
 		}
 		mp.apply[j] = true

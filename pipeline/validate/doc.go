@@ -29,13 +29,18 @@
 //	         wrong JSON type (a number given as a string)  invalid_type
 //	         out of range, empty, too many                 invalid_value
 //	         stream: true                                  unsupported_value
-//	         no output length (chat, completions)          missing_max_tokens
+//	         a requests-document name (num_logprobs)       unsupported_parameter
+//	         no output length, on_missing_max_tokens: reject missing_max_tokens
 //
 // Body fields are checked in this order: messages (chat), prompt
 // (completions) or input (embeddings); then model, stream, temperature,
 // top_p, top_k, min_p, max_tokens, max_completion_tokens, n, logprobs,
 // top_logprobs, logit_bias, stop, presence_penalty, frequency_penalty,
-// repetition_penalty, seed, min_tokens, dimensions, encoding_format; then
+// repetition_penalty, seed, min_tokens, dimensions, encoding_format, the
+// chat template controls (apply_chat_template, add_generation_prompt,
+// enable_thinking, chat_template_kwargs), save_system_prompt_kv_cache,
+// disable_spec_decode, lora_name, and the refused num_logprobs and
+// max_generate_length; then
 // top_logprobs against logprobs, the output length and min_tokens against it.
 // A field is checked only on the endpoints it belongs to (elsewhere it is an
 // unknown field), null counts as not set, and unknown fields pass through

@@ -19,7 +19,7 @@ var lineCodes = map[string]bool{
 
 var badRequestCodes = map[string]bool{
 	CodeMissingRequiredParameter: true, CodeInvalidType: true, CodeInvalidValue: true,
-	CodeUnsupportedValue: true, CodeMissingMaxTokens: true,
+	CodeUnsupportedValue: true, CodeMissingMaxTokens: true, CodeUnsupportedParameter: true,
 }
 
 func FuzzCheck(f *testing.F) {
@@ -78,7 +78,7 @@ func FuzzCheck(f *testing.F) {
 			if !res.HasCustomID || r.CustomID != res.CustomID || r.Method != "POST" || r.Line != 7 {
 				t.Fatalf("bad request %+v", r)
 			}
-			if (r.URL == C || r.URL == P) != (r.MaxTokens > 0) {
+			if r.URL == engine.EndpointEmbeddings && r.MaxTokens != 0 || r.MaxTokens < 0 {
 				t.Fatalf("MaxTokens = %d for %s", r.MaxTokens, r.URL)
 			}
 			if c.Seen() != 1 {

@@ -48,6 +48,7 @@ const (
 	CodeInvalidType              = wire.CodeInvalidType
 	CodeInvalidValue             = wire.CodeInvalidValue
 	CodeUnsupportedValue         = wire.CodeUnsupportedValue
+	CodeUnsupportedParameter     = wire.CodeUnsupportedParameter
 	CodeMissingMaxTokens         = wire.CodeMissingMaxTokens
 )
 
@@ -83,8 +84,9 @@ type Request struct {
 	// the original bytes when nothing was merged. It does not alias the
 	// Source's buffer.
 	Body json.RawMessage
-	// MaxTokens is the effective output length: body.max_completion_tokens
-	// (chat), else body.max_tokens, else the batch default; 0 for embeddings.
+	// MaxTokens is the effective output length: body.max_completion_tokens,
+	// else body.max_tokens, else the batch default; 0 for embeddings and
+	// for a line that gives none (it generates until the context is full).
 	MaxTokens int
 }
 

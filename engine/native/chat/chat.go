@@ -181,3 +181,24 @@ func SelectTemplate(chatTemplate json.RawMessage, name string) (string, error) {
 	}
 	return "", fmt.Errorf("chat: select template %q: not among %q", name, names)
 }
+
+// RawText is the prompt of a request that asks for no chat template
+// (apply_chat_template: false): each message's content, its text parts
+// joined with "\n" as for a template, the messages joined with "\n", in
+// order. Roles and every other message field are dropped; the caller adds
+// no special tokens.
+func RawText(messages json.RawMessage) (string, error) {
+	msgs, err := decodeMessages(messages, false)
+	if err != nil {
+		return "", fmt.Errorf("chat: raw text: %w", err)
+	}
+	var b strings.Builder
+	for i, m := range msgs.AsList().Items {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		c, _ := m.AsDict().Get("content")
+		b.WriteString(c.AsString())
+	}
+	return b.String(), nil
+}
