@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/chat"
 	"github.com/batchd/batchd/wire"
 )
 
@@ -197,6 +198,12 @@ func parseTemplateControls(b *rawBody, p *params) *engine.Response {
 		}
 	}
 	return nil
+}
+
+// templateOptions are the chat template's variables from the request (the
+// caller adds the model's special tokens).
+func (p *params) templateOptions() chat.Options {
+	return chat.Options{AddGenerationPrompt: p.addGenerationPrompt, EnableThinking: p.thinking, Extra: p.templateVars}
 }
 
 // checkRanges checks the number fields of b against wire's rules.

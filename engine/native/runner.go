@@ -137,7 +137,7 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 		if r.tmpl == nil {
 			return nil, badRequest(fmt.Sprintf("model %s has no chat template: use /v1/completions, or name a template in the model's config (chat_template: chatml|llama3|llama2|<template text>)", r.name), "messages", "chat_template_missing")
 		}
-		opts := chat.Options{AddGenerationPrompt: p.addGenerationPrompt, EnableThinking: p.thinking, Extra: p.templateVars}
+		opts := p.templateOptions()
 		if id := r.tok.BOS(); id >= 0 {
 			opts.BOSToken = string(r.tok.TokenBytes(id))
 		}
