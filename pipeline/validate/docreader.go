@@ -106,6 +106,12 @@ const (
 //	  "requests": [ ... ]                       // required, and last
 //	}
 //
+// and every key of TensorRT Edge-LLM's input JSON (batch_size, temperature,
+// top_p, top_k, logit_bias, max_generate_length, num_logprobs,
+// apply_chat_template, add_generation_prompt, enable_thinking,
+// available_lora_weights), with that format's defaults: they become body
+// defaults of the requests (see compileOptions), under "defaults".
+//
 // It streams: requests[] is never held whole, only one request (at most
 // maxRequestBytes; longer ones are reported tooLong, skipped and the next one
 // read). To stay streaming, every other key must come before "requests": a
