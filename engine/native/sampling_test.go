@@ -558,8 +558,8 @@ func TestChatLogprobsShape(t *testing.T) {
 	}
 	var text []byte
 	for i, entry := range lp.Content {
-		if len(entry) != 4 || entry["token"] == nil || entry["logprob"] == nil || entry["bytes"] == nil || entry["top_logprobs"] == nil {
-			t.Fatalf("entry %d: keys %v, want token, logprob, bytes, top_logprobs", i, entry)
+		if len(entry) != 5 || entry["token_id"] == nil || entry["token"] == nil || entry["logprob"] == nil || entry["bytes"] == nil || entry["top_logprobs"] == nil {
+			t.Fatalf("entry %d: keys %v, want token_id, token, logprob, bytes, top_logprobs", i, entry)
 		}
 		var tok struct {
 			Token   string  `json:"token"`
