@@ -233,6 +233,17 @@ func TestDroppedFilesProduceOutputsAndMoveToDone(t *testing.T) {
 		t.Errorf("doc: %s %+v", o.Status, o.RequestCounts)
 	}
 	e.check("doc", "json")
+	var docResults []struct {
+		CustomID any `json:"custom_id"`
+		Error    any `json:"error"`
+	}
+	if raw, err := os.ReadFile(filepath.Join(e.dirs.Outbox, "doc.results.json")); err != nil || json.Unmarshal(raw, &docResults) != nil ||
+		len(docResults) != 3 || docResults[0].CustomID != "a" || docResults[2].CustomID != "c" || docResults[0].Error != nil || docResults[2].Error == nil {
+		t.Errorf("doc.results.json: %v %+v", err, docResults)
+	}
+	if _, err := os.Stat(filepath.Join(e.dirs.Outbox, "lines.results.json")); err == nil {
+		t.Errorf("a JSONL input got a results.json")
+	}
 	if got := len(e.lines("lines.output.jsonl")); got != 25 {
 		t.Errorf("lines.output.jsonl has %d lines, want 25", got)
 	}

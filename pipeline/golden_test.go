@@ -17,7 +17,8 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // and optionally options.json) through the pipeline on the stand-in server and
 // compares the outputs with the case's expected files. Result lines are
 // compared sorted (they are written in completion order); the batch object
-// with its timestamps and rate zeroed. Run with -update to rewrite them.
+// with its timestamps and rate zeroed; a requests document's results.json
+// as it is. Run with -update to rewrite them.
 func TestGolden(t *testing.T) {
 	cases, err := os.ReadDir("testdata/golden")
 	if err != nil {
@@ -48,7 +49,12 @@ func TestGolden(t *testing.T) {
 					got[f] = strings.Join(sortedLines(t, p), "\n") + "\n"
 				}
 			}
-			for _, f := range []string{"batch.json", "output.jsonl", "errors.jsonl"} {
+			// A document's own results are in request order: compared as
+			// they are.
+			if raw, err := os.ReadFile(filepath.Join(e.outbox, "case.results.json")); err == nil {
+				got["results.json"] = string(raw)
+			}
+			for _, f := range []string{"batch.json", "output.jsonl", "errors.jsonl", "results.json"} {
 				want, err := os.ReadFile(filepath.Join(dir, "want."+f))
 				g, has := got[f]
 				if *update {

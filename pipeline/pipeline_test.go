@@ -326,18 +326,25 @@ func TestRedropReusesEveryResult(t *testing.T) {
 	}
 }
 
-func TestShutdownMidwayThenResumeIsExactlyOnce(t *testing.T) {
+// newEnvStopping is newEnv with 2 workers whose stand-in server closes the
+// channel it returns when it is served its nth request.
+func newEnvStopping(t *testing.T, nth int64) (*env, <-chan struct{}) {
 	var served atomic.Int64
 	stopAt := make(chan struct{})
 	e := newEnv(t, func(c *pipeline.Config, o *openaitest.Options) {
 		c.Workers = 2
 		o.Fault = func(n int64, r *http.Request, body []byte) openaitest.Fault {
-			if served.Add(1) == 40 {
+			if served.Add(1) == nth {
 				close(stopAt)
 			}
 			return openaitest.Fault{}
 		}
 	})
+	return e, stopAt
+}
+
+func TestShutdownMidwayThenResumeIsExactlyOnce(t *testing.T) {
+	e, stopAt := newEnvStopping(t, 40)
 	content := chatLines(300, "s")
 	job := e.drop("resume", "jsonl", content, "")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -374,7 +374,11 @@ func (p *Pipeline) finishPublished(ctx context.Context, job Job, b *ledger.Batch
 		return err
 	}
 	out, errs := p.resultPaths(b, b.Gen)
-	if err := job.Store.Publish(ctx, Results{Output: out, Errors: errs, Object: obj, Batch: snapshot(b)}); err != nil {
+	doc, err := p.docResults(job, b, false)
+	if err != nil {
+		return err
+	}
+	if err := job.Store.Publish(ctx, Results{Output: out, Errors: errs, Document: doc, Object: obj, Batch: snapshot(b)}); err != nil {
 		return err
 	}
 	return p.retire(ctx, job)
@@ -1164,7 +1168,11 @@ func (r *run) finalize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Object: obj, Batch: snapshot(b)}); err != nil {
+	doc, err := p.docResults(r.job, b, true)
+	if err != nil {
+		return err
+	}
+	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Document: doc, Object: obj, Batch: snapshot(b)}); err != nil {
 		return err
 	}
 	if err := failpoint.Inject(failpoint.FinalStatus); err != nil {

@@ -53,8 +53,8 @@ type Store interface {
 	// and it never replaces the final object Publish wrote.
 	Progress(ctx context.Context, object []byte) error
 
-	// Publish makes the batch's results final: the result files (copied
-	// or linked; the pipeline keeps its own and never changes them
+	// Publish makes the batch's results final: the result files (Output,
+	// Errors and Document; copied or linked; the pipeline keeps its own and never changes them
 	// afterwards) and then the final batch object. Each appears
 	// atomically: a reader never sees a torn file, and sees the final
 	// object only once the result files are in place. Publishing the same
@@ -87,6 +87,11 @@ type Results struct {
 	// ran: it has no results, and result files an earlier batch of the
 	// same name left are removed.
 	Output, Errors string
+	// Document is the results in a requests document's own shape
+	// (NAME.results.json), which the pipeline owns as it owns Output; empty
+	// for an input that is not a requests document, and then a file of
+	// that name an earlier batch left is removed.
+	Document string
 	// Object is the final batch object (NAME.batch.json).
 	Object []byte
 	// Batch is the ledger's record of the batch as this name published it

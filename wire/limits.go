@@ -11,10 +11,10 @@ import (
 // from raw bytes, the engine through encoding/json) and hands them here.
 const (
 	MaxN               = 128 // n: choices per request
-	MaxStop            = 4   // stop: strings
+	MaxStop            = 64  // stop: strings (a requests document has no limit; OpenAI has 4)
 	MaxLogitBias       = 1024
 	MinBias, MaxBias   = -100, 100 // a logit_bias value
-	MaxTopLogprobs     = 20        // chat top_logprobs
+	MaxTopLogprobs     = 50        // chat top_logprobs (a requests document's num_logprobs; OpenAI has 20)
 	MaxTextLogprobs    = 5         // completions logprobs
 	MaxTokenID         = math.MaxInt32
 	MaxOutputTokens    = math.MaxInt32 // max_tokens, max_completion_tokens
@@ -84,14 +84,14 @@ var (
 	MaxCompletionTokens = IntRange{"max_completion_tokens", 1, MaxOutputTokens, "must be a positive integer (at most 2147483647)"}
 	N                   = IntRange{"n", 1, MaxN, "must be an integer between 1 and 128"}
 	CompletionsLogprobs = IntRange{"logprobs", 0, MaxTextLogprobs, "must be an integer between 0 and 5"}
-	TopLogprobs         = IntRange{"top_logprobs", 0, MaxTopLogprobs, "must be an integer between 0 and 20"}
+	TopLogprobs         = IntRange{"top_logprobs", 0, MaxTopLogprobs, "must be an integer between 0 and 50"}
 	Seed                = IntRange{"seed", math.MinInt64, math.MaxInt64, "must fit in a signed 64-bit integer"}
 	MinTokens           = IntRange{"min_tokens", 0, math.MaxInt32, "must be a non-negative integer"}
 	Dimensions          = IntRange{"dimensions", 1, math.MaxInt32, "must be a positive integer"}
 )
 
 // StopMessage is how stop is refused, followed by what it got.
-const StopMessage = "must be a string or an array of 1 to 4 strings"
+const StopMessage = "must be a string or an array of 1 to 64 strings"
 
 // CheckStopCount refuses an array of n stop strings outside 1..MaxStop.
 func CheckStopCount(n int) *Invalid {

@@ -39,12 +39,14 @@ type ChatCompletion struct {
 }
 
 // ChatChoice is one choice of a ChatCompletion. Logprobs is null or a
-// *ChatLogprobs.
+// *ChatLogprobs. StopReason is the stop string that ended the choice (as
+// vLLM reports it), left out otherwise.
 type ChatChoice struct {
 	Index        int         `json:"index"`
 	Message      ChatMessage `json:"message"`
 	Logprobs     any         `json:"logprobs"`
 	FinishReason string      `json:"finish_reason"`
+	StopReason   any         `json:"stop_reason,omitempty"`
 }
 
 // ChatMessage is the message of a ChatChoice.
@@ -64,12 +66,13 @@ type TextCompletion struct {
 }
 
 // TextChoice is one choice of a TextCompletion. Logprobs is null or a
-// *TextLogprobs.
+// *TextLogprobs. StopReason is as in ChatChoice.
 type TextChoice struct {
 	Index        int    `json:"index"`
 	Text         string `json:"text"`
 	Logprobs     any    `json:"logprobs"`
 	FinishReason string `json:"finish_reason"`
+	StopReason   any    `json:"stop_reason,omitempty"`
 }
 
 // EmbeddingList is a /v1/embeddings answer.
@@ -114,16 +117,20 @@ type ChatLogprobs struct {
 	Refusal *string            `json:"refusal"`
 }
 
-// ChatTokenLogprob is one entry of ChatLogprobs.Content.
+// ChatTokenLogprob is one entry of ChatLogprobs.Content. TokenID is the
+// token's id in the model's vocabulary (a batchd field; left out by a
+// server that does not give it).
 type ChatTokenLogprob struct {
+	TokenID     *int32           `json:"token_id,omitempty"`
 	Token       string           `json:"token"`
 	Logprob     float64          `json:"logprob"`
 	Bytes       []int            `json:"bytes"`
 	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
 }
 
-// ChatTopLogprob is one alternative of a ChatTokenLogprob.
+// ChatTopLogprob is one alternative of a ChatTokenLogprob; TokenID as there.
 type ChatTopLogprob struct {
+	TokenID *int32  `json:"token_id,omitempty"`
 	Token   string  `json:"token"`
 	Logprob float64 `json:"logprob"`
 	Bytes   []int   `json:"bytes"`

@@ -30,6 +30,7 @@ func init() {
 	commands = []command{
 		{"run", "run the daemon", cmdRun},
 		{"validate", "check a batch file offline, one line per problem", cmdValidate},
+		{"convert", "turn a requests document into OpenAI batch JSONL, or chat JSONL into a document", cmdConvert},
 		{"submit", "place a batch file in the inbox (and --wait for it)", cmdSubmit},
 		{"status", "show every batch, or one", cmdStatus},
 		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},

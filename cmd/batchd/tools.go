@@ -161,7 +161,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // valueFlags are the flags that take a separate value argument.
-var valueFlags = map[string]bool{"data": true, "options": true, "name": true, "max-line-bytes": true, "cache": true, "endpoint": true, "revision": true, "config": true, "source": true, "s3-endpoint": true, "timeout": true}
+var valueFlags = map[string]bool{"data": true, "options": true, "name": true, "max-line-bytes": true, "cache": true, "endpoint": true, "revision": true, "config": true, "source": true, "s3-endpoint": true, "timeout": true, "o": true}
 
 // reorder moves flags before positional arguments so "submit FILE --wait" works.
 func reorder(args []string) []string {

@@ -283,8 +283,49 @@ func TestSeedReproducesAndStopCuts(t *testing.T) {
 	cut := do(t, e, engine.EndpointCompletions, fmt.Sprintf(`{"prompt":"Once upon a time","max_tokens":24,"ignore_eos":true,"stop":[%q]}`, stop))
 	ch := cut["choices"].([]any)[0].(map[string]any)
 	want := g[:strings.Index(g, stop)]
-	if ch["text"] != want || ch["finish_reason"] != "stop" {
-		t.Fatalf("stop %q: got %q (%v), want %q", stop, ch["text"], ch["finish_reason"], want)
+	if ch["text"] != want || ch["finish_reason"] != "stop" || ch["stop_reason"] != stop {
+		t.Fatalf("stop %q: got %q (%v, stop_reason %v), want %q", stop, ch["text"], ch["finish_reason"], ch["stop_reason"], want)
+	}
+	// Ended by length or the end of sequence, a choice has no stop_reason.
+	full := do(t, e, engine.EndpointCompletions, `{"prompt":"Once upon a time","max_tokens":24,"ignore_eos":true}`)
+	if _, has := full["choices"].([]any)[0].(map[string]any)["stop_reason"]; has {
+		t.Fatalf("a choice that no stop string ended has a stop_reason: %v", full["choices"])
+	}
+}
+
+// Chat logprobs name each token by id too: the greedy token is the best
+// alternative, id and text alike, and the alternatives' ids differ.
+func TestChatLogprobsTokenIDs(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	m := do(t, e, engine.EndpointChat, `{"messages":[{"role":"user","content":"Once"}],"max_tokens":6,"logprobs":true,"top_logprobs":4,"ignore_eos":true}`)
+	raw, _ := json.Marshal(m["choices"].([]any)[0].(map[string]any)["logprobs"])
+	var lp struct {
+		Content []struct {
+			TokenID *int32 `json:"token_id"`
+			Token   string `json:"token"`
+			Top     []struct {
+				TokenID *int32 `json:"token_id"`
+				Token   string `json:"token"`
+			} `json:"top_logprobs"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &lp); err != nil || len(lp.Content) != 6 {
+		t.Fatalf("logprobs %s: %v", raw, err)
+	}
+	for i, c := range lp.Content {
+		if c.TokenID == nil || len(c.Top) != 4 || c.Top[0].TokenID == nil {
+			t.Fatalf("token %d has no token_id or not 4 alternatives: %s", i, raw)
+		}
+		if *c.TokenID != *c.Top[0].TokenID || c.Token != c.Top[0].Token {
+			t.Fatalf("token %d: greedy token %d %q is not the best alternative %d %q", i, *c.TokenID, c.Token, *c.Top[0].TokenID, c.Top[0].Token)
+		}
+		seen := map[int32]bool{}
+		for _, a := range c.Top {
+			if a.TokenID == nil || seen[*a.TokenID] {
+				t.Fatalf("token %d: alternatives without ids or repeated: %s", i, raw)
+			}
+			seen[*a.TokenID] = true
+		}
 	}
 }
 

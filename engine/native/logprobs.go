@@ -105,10 +105,10 @@ func (r *runner) chatLogprobs(p *params, s *seq) any {
 	}
 	for _, e := range s.samp.lp {
 		b := r.tok.TokenBytes(e.id)
-		c := wire.ChatTokenLogprob{Token: string(b), Logprob: finite(e.logprob), Bytes: tokenBytes(b), TopLogprobs: []wire.ChatTopLogprob{}}
+		c := wire.ChatTokenLogprob{TokenID: &e.id, Token: string(b), Logprob: finite(e.logprob), Bytes: tokenBytes(b), TopLogprobs: []wire.ChatTopLogprob{}}
 		for _, t := range e.top {
 			tb := r.tok.TokenBytes(t.id)
-			c.TopLogprobs = append(c.TopLogprobs, wire.ChatTopLogprob{Token: string(tb), Logprob: finite(t.logprob), Bytes: tokenBytes(tb)})
+			c.TopLogprobs = append(c.TopLogprobs, wire.ChatTopLogprob{TokenID: &t.id, Token: string(tb), Logprob: finite(t.logprob), Bytes: tokenBytes(tb)})
 		}
 		out.Content = append(out.Content, c)
 	}

@@ -31,7 +31,7 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 		cs := make([]wire.ChatChoice, len(j.seqs))
 		for i, s := range j.seqs {
 			cs[i] = wire.ChatChoice{Index: s.index, Message: wire.ChatMessage{Role: "assistant", Content: s.text.String()},
-				Logprobs: r.chatLogprobs(j.p, s), FinishReason: s.finish}
+				Logprobs: r.chatLogprobs(j.p, s), FinishReason: s.finish, StopReason: s.stopReason()}
 		}
 		body = wire.ChatCompletion{ID: "chatcmpl-" + id, Object: wire.ObjectChatCompletion, Created: created,
 			Model: r.name, Choices: cs, Usage: u}
@@ -43,7 +43,7 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 				prompt = r.tok.Decode(s.tokens[:s.promptLen])
 				text = prompt + text
 			}
-			cs[i] = wire.TextChoice{Index: s.index, Text: text, FinishReason: s.finish,
+			cs[i] = wire.TextChoice{Index: s.index, Text: text, FinishReason: s.finish, StopReason: s.stopReason(),
 				Logprobs: r.legacyLogprobs(j.p, s, text, prompt)}
 		}
 		body = wire.TextCompletion{ID: "cmpl-" + id, Object: wire.ObjectTextCompletion, Created: created,

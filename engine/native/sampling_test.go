@@ -558,8 +558,8 @@ func TestChatLogprobsShape(t *testing.T) {
 	}
 	var text []byte
 	for i, entry := range lp.Content {
-		if len(entry) != 4 || entry["token"] == nil || entry["logprob"] == nil || entry["bytes"] == nil || entry["top_logprobs"] == nil {
-			t.Fatalf("entry %d: keys %v, want token, logprob, bytes, top_logprobs", i, entry)
+		if len(entry) != 5 || entry["token_id"] == nil || entry["token"] == nil || entry["logprob"] == nil || entry["bytes"] == nil || entry["top_logprobs"] == nil {
+			t.Fatalf("entry %d: keys %v, want token_id, token, logprob, bytes, top_logprobs", i, entry)
 		}
 		var tok struct {
 			Token   string  `json:"token"`
@@ -653,7 +653,7 @@ func TestSamplingParamsRejected(t *testing.T) {
 		{engine.EndpointCompletions, `{"prompt":"a","max_tokens":2,"logprobs":6}`, "logprobs"},
 		{engine.EndpointCompletions, `{"prompt":"a","max_tokens":2,"logprobs":true}`, "logprobs"},
 		{engine.EndpointChat, `{"messages":[{"role":"user","content":"a"}],"max_tokens":2,"top_logprobs":2}`, "top_logprobs"},
-		{engine.EndpointChat, `{"messages":[{"role":"user","content":"a"}],"max_tokens":2,"logprobs":true,"top_logprobs":21}`, "top_logprobs"},
+		{engine.EndpointChat, `{"messages":[{"role":"user","content":"a"}],"max_tokens":2,"logprobs":true,"top_logprobs":51}`, "top_logprobs"},
 		{engine.EndpointCompletions, `{"prompt":"a","max_tokens":2,"min_tokens":3}`, "min_tokens"},
 		{engine.EndpointCompletions, `{"prompt":"a","max_tokens":2,"repetition_penalty":0}`, "repetition_penalty"},
 		{engine.EndpointCompletions, `{"prompt":"a","max_tokens":2,"min_p":1.5}`, "min_p"},

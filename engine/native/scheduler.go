@@ -248,6 +248,7 @@ func (sc *scheduler) advance(s *seq, tok int32) {
 	if len(p.stop) > 0 && generated > p.minTokens {
 		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
 			text := s.text.String()
+			s.stopStr = stopAt(text, i, p.stop)
 			s.text.Reset()
 			s.text.WriteString(text[:i])
 			cutLogprobs(s, i)

@@ -34,6 +34,7 @@ type seq struct {
 	text      strings.Builder
 	status    seqStatus
 	finish    string       // the finish_reason once finished: stop, length, error
+	stopStr   *string      // the stop string that ended it (stop_reason); nil otherwise
 	streamed  int          // bytes of text streamed (emit)
 	samp      *seqSampling // penalties and logprobs (sampler.go)
 
@@ -136,4 +137,26 @@ func (j *job) retireSeq() {
 	if j.remaining == 0 && j.complete != nil {
 		j.complete(j)
 	}
+}
+
+// stopAt returns the stop string of stops that matches text at i (the
+// earliest match findStop found; of strings matching there, the first
+// listed).
+func stopAt(text string, i int, stops []string) *string {
+	for _, st := range stops {
+		if st != "" && strings.HasPrefix(text[i:], st) {
+			return &st
+		}
+	}
+	return nil
+}
+
+// stopReason is s's choice's stop_reason: the stop string that ended it,
+// or nil (left out) when none did, as vLLM reports it for an end of
+// sequence.
+func (s *seq) stopReason() any {
+	if s.stopStr == nil {
+		return nil
+	}
+	return *s.stopStr
 }

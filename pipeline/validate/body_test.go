@@ -207,7 +207,7 @@ func TestBodyRules(t *testing.T) {
 		// logprobs, top_logprobs
 		{"chat logprobs true top 20", C, chat(`"logprobs":true,"top_logprobs":20`), "", ""},
 		{"chat logprobs int", C, chat(`"logprobs":1`), CodeInvalidType, "logprobs"},
-		{"chat top_logprobs 21", C, chat(`"logprobs":true,"top_logprobs":21`), CodeInvalidValue, "top_logprobs"},
+		{"chat top_logprobs 51", C, chat(`"logprobs":true,"top_logprobs":51`), CodeInvalidValue, "top_logprobs"},
 		{"chat top_logprobs without logprobs", C, chat(`"top_logprobs":2`), CodeInvalidValue, "top_logprobs"},
 		{"chat top_logprobs with logprobs false", C, chat(`"logprobs":false,"top_logprobs":0`), CodeInvalidValue, "top_logprobs"},
 		{"chat top_logprobs string", C, chat(`"logprobs":true,"top_logprobs":"2"`), CodeInvalidType, "top_logprobs"},
@@ -231,7 +231,7 @@ func TestBodyRules(t *testing.T) {
 		{"stop string", C, chat(`"stop":"\n"`), "", ""},
 		{"stop null", C, chat(`"stop":null`), "", ""},
 		{"stop 4", C, chat(`"stop":["a","b","c","d"]`), "", ""},
-		{"stop 5", C, chat(`"stop":["a","b","c","d","e"]`), CodeInvalidValue, "stop"},
+		{"stop 65", C, chat(`"stop":["s0","s1","s2","s3","s4","s5","s6","s7","s8","s9","s10","s11","s12","s13","s14","s15","s16","s17","s18","s19","s20","s21","s22","s23","s24","s25","s26","s27","s28","s29","s30","s31","s32","s33","s34","s35","s36","s37","s38","s39","s40","s41","s42","s43","s44","s45","s46","s47","s48","s49","s50","s51","s52","s53","s54","s55","s56","s57","s58","s59","s60","s61","s62","s63","s64"]`), CodeInvalidValue, "stop"},
 		{"stop empty array", C, chat(`"stop":[]`), CodeInvalidValue, "stop"},
 		{"stop number", P, comp(`"stop":1`), CodeInvalidType, "stop"},
 		{"stop array of numbers", C, chat(`"stop":[1]`), CodeInvalidType, "stop"},

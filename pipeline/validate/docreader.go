@@ -33,6 +33,54 @@ const (
 	docKeyRequests     = "requests"
 )
 
+// The keys of the requests document as TensorRT Edge-LLM's inference tool
+// reads it (its "input JSON format"), with the defaults that format gives.
+// They apply to every request of the document; a request's own fields win.
+const (
+	docKeyBatchSize           = "batch_size"            // 1; accepted, no effect on results
+	docKeyTemperature         = "temperature"           // 1.0
+	docKeyTopP                = "top_p"                 // 0.8
+	docKeyTopK                = "top_k"                 // 50
+	docKeyLogitBias           = "logit_bias"            // none
+	docKeyMaxGenerateLength   = "max_generate_length"   // 256, as max_tokens
+	docKeyNumLogprobs         = "num_logprobs"          // 0; at most MaxDocLogprobs
+	docKeyApplyChatTemplate   = "apply_chat_template"   // true
+	docKeyAddGenerationPrompt = "add_generation_prompt" // true
+	docKeyEnableThinking      = "enable_thinking"       // false
+	docKeyLoraWeights         = "available_lora_weights"
+)
+
+// The format's defaults.
+const (
+	docDefaultTemperature       = "1.0"
+	docDefaultTopP              = "0.8"
+	docDefaultTopK              = "50"
+	docDefaultMaxGenerateLength = "256"
+	// MaxDocLogprobs is the largest num_logprobs of a document.
+	MaxDocLogprobs = 50
+)
+
+// isHeaderKey reports whether key may come before "requests".
+func isHeaderKey(key string) bool {
+	switch key {
+	case docKeyURL, docKeyDefaults, docKeySystemPrompt, docKeySaveKV,
+		docKeyBatchSize, docKeyTemperature, docKeyTopP, docKeyTopK, docKeyLogitBias,
+		docKeyMaxGenerateLength, docKeyNumLogprobs, docKeyApplyChatTemplate,
+		docKeyAddGenerationPrompt, docKeyEnableThinking, docKeyLoraWeights:
+		return true
+	}
+	return false
+}
+
+// docOptionField maps a format key that is a body default to its body field.
+var docOptionField = map[string]string{
+	docKeyTemperature:       "temperature",
+	docKeyTopP:              "top_p",
+	docKeyTopK:              "top_k",
+	docKeyLogitBias:         "logit_bias",
+	docKeyMaxGenerateLength: "max_tokens",
+}
+
 // maxDocKeyBytes bounds a top-level key; maxDocHeaderBytes is the least room
 // a header value (defaults, system_prompt) gets.
 const (
@@ -57,6 +105,12 @@ const (
 //	  "save_system_prompt_kv_cache": true,      // optional: for the native engine
 //	  "requests": [ ... ]                       // required, and last
 //	}
+//
+// and every key of TensorRT Edge-LLM's input JSON (batch_size, temperature,
+// top_p, top_k, logit_bias, max_generate_length, num_logprobs,
+// apply_chat_template, add_generation_prompt, enable_thinking,
+// available_lora_weights), with that format's defaults: they become body
+// defaults of the requests (see compileOptions), under "defaults".
 //
 // It streams: requests[] is never held whole, only one request (at most
 // maxRequestBytes; longer ones are reported tooLong, skipped and the next one
@@ -101,10 +155,23 @@ type DocReader struct {
 	seen     map[string]bool
 	defaults defaultSet
 
+	// The format's keys, gathered in the header and compiled at requests[].
+	userDefaults map[string]json.RawMessage // the "defaults" key
+	options      map[string]json.RawMessage // body defaults from the format's keys
+	numLogprobs  int64
+	chat         defaultSet // chat-only defaults: template controls
+	chatLP       defaultSet // chat-only defaults: logprobs from num_logprobs
+	reqLP        bool       // the current request has its own num_logprobs
+	noTemplate   bool       // apply_chat_template false
+	noGenPrompt  bool       // add_generation_prompt false
+	thinking     bool       // enable_thinking
+
 	// Scratch, reused between requests.
-	el, out, shorthand, sysBuf, merged []byte
-	fields                             [numFields][]byte
-	plan                               mergePlan
+	el, out, shorthand, sysBuf, tmp []byte
+	merged                          [2][]byte
+	buf                             int // the merged buffer last written
+	fields                          [numFields][]byte
+	plan                            mergePlan
 }
 
 var _ Source = (*DocReader)(nil)
@@ -116,10 +183,11 @@ func NewDocReader(r io.Reader, maxRequestBytes int) *DocReader {
 		maxRequestBytes = DefaultMaxLineBytes
 	}
 	return &DocReader{
-		br:   bufio.NewReaderSize(r, readBufferSize),
-		max:  maxRequestBytes,
-		ep:   epChat,
-		seen: make(map[string]bool),
+		br:      bufio.NewReaderSize(r, readBufferSize),
+		max:     maxRequestBytes,
+		ep:      epChat,
+		seen:    make(map[string]bool),
+		options: make(map[string]json.RawMessage),
 	}
 }
 
@@ -215,6 +283,9 @@ func (d *DocReader) readHeader() error {
 			if c != '[' {
 				return d.errorf(`"requests" must be an array, got %q`, c)
 			}
+			if err := d.compileOptions(); err != nil {
+				return err
+			}
 			d.state = docRequests
 			return nil
 		}
@@ -249,9 +320,7 @@ func (d *DocReader) readKey() (string, error) {
 
 // readOption reads the value of a key before requests[].
 func (d *DocReader) readOption(key string) error {
-	switch key {
-	case docKeyURL, docKeyDefaults, docKeySystemPrompt, docKeySaveKV:
-	default:
+	if !isHeaderKey(key) {
 		return d.errorf("unknown key %q", key)
 	}
 	if d.seen[key] {
@@ -290,7 +359,7 @@ func (d *DocReader) readOption(key string) error {
 		if err := (Config{Defaults: m}).Validate(); err != nil {
 			return d.errorf("defaults: %w", err)
 		}
-		d.defaults = compileDefaults(m)
+		d.userDefaults = m
 	case docKeySystemPrompt:
 		if !isString(v) {
 			return d.errorf(`"system_prompt" must be a string, got %s`, typeName(v))
@@ -303,7 +372,87 @@ func (d *DocReader) readOption(key string) error {
 			return d.errorf(`%q must be a boolean, got %s`, docKeySaveKV, typeName(v))
 		}
 		d.saveKV = isTrue(v)
+	default:
+		return d.readFormatOption(key, v)
 	}
+	return nil
+}
+
+// readFormatOption reads one of the format's keys (v is valid JSON, not null).
+func (d *DocReader) readFormatOption(key string, v []byte) error {
+	switch key {
+	case docKeyBatchSize:
+		if n, st := parseInt(v); st != intOK || n < 1 {
+			return d.errorf("%q must be a positive integer, got %s", key, v)
+		}
+	case docKeyNumLogprobs:
+		n, st := parseInt(v)
+		if st != intOK || n < 0 || n > MaxDocLogprobs {
+			return d.errorf("%q must be an integer between 0 and %d, got %s", key, MaxDocLogprobs, v)
+		}
+		d.numLogprobs = n
+	case docKeyApplyChatTemplate, docKeyAddGenerationPrompt, docKeyEnableThinking:
+		if !isBool(v) {
+			return d.errorf("%q must be a boolean, got %s", key, typeName(v))
+		}
+		switch key {
+		case docKeyApplyChatTemplate:
+			d.noTemplate = !isTrue(v)
+		case docKeyAddGenerationPrompt:
+			d.noGenPrompt = !isTrue(v)
+		default:
+			d.thinking = isTrue(v)
+		}
+	case docKeyLoraWeights:
+		var m map[string]string
+		if json.Unmarshal(v, &m) != nil {
+			return d.errorf("%q must be an object mapping adapter names to paths, got %s", key, typeName(v))
+		}
+	default:
+		field := docOptionField[key]
+		if p := checkDefault(field, v); p != nil {
+			return d.errorf("%q: %s", key, p.Message)
+		}
+		d.options[field] = v
+	}
+	return nil
+}
+
+// compileOptions builds the defaults of the document's requests: the
+// "defaults" key, over the format's keys, over the format's defaults. A body
+// field set both by a format key and in "defaults" is refused.
+func (d *DocReader) compileOptions() error {
+	m := map[string]json.RawMessage{
+		"temperature": json.RawMessage(docDefaultTemperature),
+		"top_p":       json.RawMessage(docDefaultTopP),
+		"top_k":       json.RawMessage(docDefaultTopK),
+		"max_tokens":  json.RawMessage(docDefaultMaxGenerateLength),
+	}
+	for k, v := range d.options {
+		m[k] = v
+	}
+	for k, v := range d.userDefaults {
+		if _, dup := d.options[k]; dup {
+			return d.errorf("%q is set both at the top level and in \"defaults\": keep one", k)
+		}
+		m[k] = v
+	}
+	d.defaults = compileDefaults(m)
+	if d.numLogprobs > 0 {
+		d.chatLP = compileDefaults(map[string]json.RawMessage{
+			"logprobs":     json.RawMessage("true"),
+			"top_logprobs": json.RawMessage(strconv.FormatInt(d.numLogprobs, 10)),
+		})
+	}
+	chat := map[string]json.RawMessage{}
+	if d.noTemplate {
+		chat["apply_chat_template"] = json.RawMessage("false")
+	}
+	if d.noGenPrompt {
+		chat["add_generation_prompt"] = json.RawMessage("false")
+	}
+	chat["chat_template_kwargs"] = json.RawMessage(`{"enable_thinking":` + strconv.FormatBool(d.thinking) + `}`)
+	d.chat = compileDefaults(chat)
 	return nil
 }
 
@@ -327,10 +476,10 @@ func (d *DocReader) readTail() error {
 		if err != nil {
 			return err
 		}
-		switch key {
-		case docKeyURL, docKeyDefaults, docKeySystemPrompt, docKeySaveKV:
+		switch {
+		case isHeaderKey(key):
 			return d.errorf("%q must come before %q", key, docKeyRequests)
-		case docKeyRequests:
+		case key == docKeyRequests:
 			return d.errorf("repeated key %q", key)
 		}
 		return d.errorf("unknown key %q", key)
@@ -502,6 +651,7 @@ func (d *DocReader) convert(el []byte) []byte {
 			}
 		}
 	}
+	d.reqLP = false
 	if !hasBody {
 		body = d.shorthandBody(el)
 		if !d.urlGiven && inferred != 0 {
@@ -551,20 +701,49 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 	b := append(d.shorthand[:0], '{')
 	first := true
 	for it := newMembers(el); ; {
-		k, _, ve, ok := it.next()
+		k, vs, ve, ok := it.next()
 		if !ok {
 			break
 		}
 		key, _ := unquote(k)
+		member := el[it.ks:ve]
+		v := el[vs:ve]
 		switch string(key) {
 		case "custom_id", "method", "url":
 			continue
+		case docKeySaveKV, "disable_spec_decode":
+			// Accepted: prefix caching is always on, and there is no
+			// speculative decoding to disable.
+			if isBool(v) || isNull(v) {
+				continue
+			}
+		case "lora_name":
+			// No name is no adapter; a name goes on to be refused as
+			// unsupported by the checker.
+			if isNull(v) || string(v) == `""` {
+				continue
+			}
+		case docKeyMaxGenerateLength:
+			d.tmp = append(append(d.tmp[:0], `"max_tokens":`...), v...)
+			member = d.tmp
+		case docKeyNumLogprobs:
+			d.reqLP = true
+			if isNull(v) {
+				d.reqLP = false
+				continue
+			}
+			if string(v) == "0" {
+				d.tmp = append(d.tmp[:0], `"logprobs":false`...)
+			} else {
+				d.tmp = append(append(d.tmp[:0], `"logprobs":true,"top_logprobs":`...), v...)
+			}
+			member = d.tmp
 		}
 		if !first {
 			b = append(b, ',')
 		}
 		first = false
-		b = append(b, el[it.ks:ve]...)
+		b = append(b, member...)
 	}
 	b = append(b, '}')
 	d.shorthand = b
@@ -577,7 +756,19 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 	if ep == epChat && d.system != nil {
 		body = d.withSystemPrompt(body)
 	}
-	ds := &d.defaults
+	body = d.applyDefaults(body, ep, &d.defaults)
+	if ep == epChat {
+		if !d.reqLP {
+			body = d.applyDefaults(body, ep, &d.chatLP)
+		}
+		body = d.applyDefaults(body, ep, &d.chat)
+	}
+	return body
+}
+
+// applyDefaults merges ds under body, into the scratch buffer that the
+// previous merge did not write.
+func (d *DocReader) applyDefaults(body []byte, ep endpoint, ds *defaultSet) []byte {
 	if len(ds.items) == 0 {
 		return body
 	}
@@ -588,8 +779,9 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 	if !d.plan.any {
 		return body
 	}
-	d.merged = d.plan.merge(d.merged[:0], ds, body, hasMembers)
-	return d.merged
+	d.buf = 1 - d.buf
+	d.merged[d.buf] = d.plan.merge(d.merged[d.buf][:0], ds, body, hasMembers)
+	return d.merged[d.buf]
 }
 
 // withSystemPrompt prepends the system prompt to a non-empty messages array

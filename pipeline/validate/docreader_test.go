@@ -9,6 +9,14 @@ import (
 	"testing/iotest"
 )
 
+// The body fields every request of a document gets from the format's
+// defaults (TensorRT Edge-LLM's input JSON): docGen on the generating
+// endpoints, docChat on chat.
+const (
+	docGen  = `"max_tokens":256,"temperature":1.0,"top_k":50,"top_p":0.8`
+	docChat = docGen + `,"chat_template_kwargs":{"enable_thinking":false}`
+)
+
 func TestDocReader(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -20,14 +28,14 @@ func TestDocReader(t *testing.T) {
 		{
 			name: "shorthand chat with auto custom_id",
 			doc:  `{"requests":[{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}]}`,
-			want: []item{{1, `{"custom_id":"request-1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":5}}`, false}},
+			want: []item{{1, `{"custom_id":"request-1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":1.0,"top_k":50,"top_p":0.8,"chat_template_kwargs":{"enable_thinking":false}}}`, false}},
 		},
 		{
 			name: "shorthand keeps its custom_id out of the body",
 			doc:  `{"requests":[{"messages":[],"custom_id":"a","temperature":1}, {"custom_id":"b","messages":[]}]}`,
 			want: []item{
-				{1, `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[],"temperature":1}}`, false},
-				{2, `{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}`, false},
+				{1, `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[],"temperature":1,"max_tokens":256,"top_k":50,"top_p":0.8,"chat_template_kwargs":{"enable_thinking":false}}}`, false},
+				{2, `{"custom_id":"b","method":"POST","url":"/v1/chat/completions","body":{"messages":[],` + docChat + `}}`, false},
 			},
 		},
 		{
@@ -35,26 +43,26 @@ func TestDocReader(t *testing.T) {
 			doc:  `{"requests":[{"custom_id":"x","method":"POST","url":"/v1/embeddings","body":{"input":"a"}},{"custom_id":"y","body":{"prompt":"p"},"url":"/v1/completions"},{"body":{"messages":[]}}]}`,
 			want: []item{
 				{1, `{"custom_id":"x","method":"POST","url":"/v1/embeddings","body":{"input":"a"}}`, false},
-				{2, `{"custom_id":"y","method":"POST","url":"/v1/completions","body":{"prompt":"p"}}`, false},
-				{3, `{"custom_id":"request-3","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}`, false},
+				{2, `{"custom_id":"y","method":"POST","url":"/v1/completions","body":{"prompt":"p",` + docGen + `}}`, false},
+				{3, `{"custom_id":"request-3","method":"POST","url":"/v1/chat/completions","body":{"messages":[],` + docChat + `}}`, false},
 			},
 		},
 		{
 			name: "document url and defaults",
 			doc:  `{"url":"/v1/completions","defaults":{"max_tokens":32,"temperature":0},"requests":[{"prompt":"a"},{"prompt":"b","temperature":1,"max_tokens":null}]}`,
 			want: []item{
-				{1, `{"custom_id":"request-1","method":"POST","url":"/v1/completions","body":{"prompt":"a","max_tokens":32,"temperature":0}}`, false},
-				{2, `{"custom_id":"request-2","method":"POST","url":"/v1/completions","body":{"prompt":"b","temperature":1,"max_tokens":32}}`, false},
+				{1, `{"custom_id":"request-1","method":"POST","url":"/v1/completions","body":{"prompt":"a","max_tokens":32,"temperature":0,"top_k":50,"top_p":0.8}}`, false},
+				{2, `{"custom_id":"request-2","method":"POST","url":"/v1/completions","body":{"prompt":"b","temperature":1,"max_tokens":32,"top_k":50,"top_p":0.8}}`, false},
 			},
 		},
 		{
 			name: "shorthand endpoint inferred without a document url",
 			doc:  `{"requests":[{"prompt":"a"},{"input":"b"},{"messages":[]},{"foo":1}]}`,
 			want: []item{
-				{1, `{"custom_id":"request-1","method":"POST","url":"/v1/completions","body":{"prompt":"a"}}`, false},
+				{1, `{"custom_id":"request-1","method":"POST","url":"/v1/completions","body":{"prompt":"a",` + docGen + `}}`, false},
 				{2, `{"custom_id":"request-2","method":"POST","url":"/v1/embeddings","body":{"input":"b"}}`, false},
-				{3, `{"custom_id":"request-3","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}`, false},
-				{4, `{"custom_id":"request-4","method":"POST","url":"/v1/chat/completions","body":{"foo":1}}`, false},
+				{3, `{"custom_id":"request-3","method":"POST","url":"/v1/chat/completions","body":{"messages":[],` + docChat + `}}`, false},
+				{4, `{"custom_id":"request-4","method":"POST","url":"/v1/chat/completions","body":{"foo":1,` + docChat + `}}`, false},
 			},
 		},
 		{
@@ -68,12 +76,12 @@ func TestDocReader(t *testing.T) {
 				`{"body":{"messages":[ {"role":"user","content":"d"} ]}}]}`,
 			saveK: true,
 			want: []item{
-				{1, `{"custom_id":"request-1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"a"}]}}`, false},
-				{2, `{"custom_id":"request-2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"own"},{"role":"user","content":"b"}]}}`, false},
-				{3, `{"custom_id":"request-3","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"developer","content":"own"}]}}`, false},
-				{4, `{"custom_id":"request-4","method":"POST","url":"/v1/chat/completions","body":{"messages":[ ]}}`, false},
-				{5, `{"custom_id":"request-5","method":"POST","url":"/v1/completions","body":{"prompt":"c"}}`, false},
-				{6, `{"custom_id":"request-6","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"d"} ]}}`, false},
+				{1, `{"custom_id":"request-1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"a"}],` + docChat + `}}`, false},
+				{2, `{"custom_id":"request-2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"own"},{"role":"user","content":"b"}],` + docChat + `}}`, false},
+				{3, `{"custom_id":"request-3","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"developer","content":"own"}],` + docChat + `}}`, false},
+				{4, `{"custom_id":"request-4","method":"POST","url":"/v1/chat/completions","body":{"messages":[ ],` + docChat + `}}`, false},
+				{5, `{"custom_id":"request-5","method":"POST","url":"/v1/completions","body":{"prompt":"c",` + docGen + `}}`, false},
+				{6, `{"custom_id":"request-6","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"d"} ],` + docChat + `}}`, false},
 			},
 		},
 		{
@@ -85,7 +93,7 @@ func TestDocReader(t *testing.T) {
 			name: "too long request skipped",
 			doc:  `{"requests":[{"messages":"` + strings.Repeat("x", 100) + `"},{"prompt":"ok"}]}`,
 			max:  50,
-			want: []item{{1, "", true}, {2, `{"custom_id":"request-2","method":"POST","url":"/v1/completions","body":{"prompt":"ok"}}`, false}},
+			want: []item{{1, "", true}, {2, `{"custom_id":"request-2","method":"POST","url":"/v1/completions","body":{"prompt":"ok",` + docGen + `}}`, false}},
 		},
 		{
 			name: "empty requests, whitespace everywhere",
@@ -94,12 +102,12 @@ func TestDocReader(t *testing.T) {
 		{
 			name: "null options are no options",
 			doc:  `{"url":null,"defaults":null,"system_prompt":null,"save_system_prompt_kv_cache":null,"requests":[{"messages":[]}]}`,
-			want: []item{{1, `{"custom_id":"request-1","method":"POST","url":"/v1/chat/completions","body":{"messages":[]}}`, false}},
+			want: []item{{1, `{"custom_id":"request-1","method":"POST","url":"/v1/chat/completions","body":{"messages":[],` + docChat + `}}`, false}},
 		},
 		{
 			name: "strings with brackets and escapes",
 			doc:  `{"requests":[{"custom_id":"a\"]}","prompt":"}]\\"}]}`,
-			want: []item{{1, `{"custom_id":"a\"]}","method":"POST","url":"/v1/completions","body":{"prompt":"}]\\"}}`, false}},
+			want: []item{{1, `{"custom_id":"a\"]}","method":"POST","url":"/v1/completions","body":{"prompt":"}]\\",` + docGen + `}}`, false}},
 		},
 	}
 	for _, tt := range tests {
@@ -242,7 +250,7 @@ func TestDocReaderThroughChecker(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	wantBody := `{"messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}],"max_tokens":64,"model":"m"}`
+	wantBody := `{"messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}],"max_tokens":64,"temperature":1.0,"top_k":50,"top_p":0.8,"chat_template_kwargs":{"enable_thinking":false},"model":"m"}`
 	if string(first.Body) != wantBody || first.MaxTokens != 64 {
 		t.Errorf("first body = %s (%d), want %s (64)", first.Body, first.MaxTokens, wantBody)
 	}

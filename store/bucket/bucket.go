@@ -306,6 +306,7 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	files := []struct{ suffix, src, ct string }{
 		{watcher.SuffixOutput, r.Output, "application/jsonl"},
 		{watcher.SuffixErrors, r.Errors, "application/jsonl"},
+		{watcher.SuffixResults, r.Document, "application/json"},
 	}
 	for _, f := range files {
 		if f.src == "" {
@@ -346,20 +347,26 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	if err := b.Install(ctx, pub); err != nil {
 		return err
 	}
-	if r.Output == "" {
-		if err := removeResults(ctx, b, s.name); err != nil {
-			return err
-		}
+	if err := removeResults(ctx, b, s.name, r); err != nil {
+		return err
 	}
 	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+watcher.SuffixOutput)))
 	return nil
 }
 
-// removeResults removes batch name's result objects from the outbox: a
-// failed batch has none, and an earlier batch's of the same name must not
-// pass for its own.
-func removeResults(ctx context.Context, b *s3.Bucket, name string) error {
-	for _, suffix := range []string{watcher.SuffixOutput, watcher.SuffixErrors} {
+// removeResults removes the result objects of batch name that r does not
+// have from the outbox: a failed batch has none, an input that is not a
+// requests document has no NAME.results.json, and an earlier batch's of
+// the same name must not pass for its own.
+func removeResults(ctx context.Context, b *s3.Bucket, name string, r pipeline.Results) error {
+	var stale []string
+	if r.Document == "" {
+		stale = append(stale, watcher.SuffixResults)
+	}
+	if r.Output == "" {
+		stale = append(stale, watcher.SuffixOutput, watcher.SuffixErrors)
+	}
+	for _, suffix := range stale {
 		if err := b.Remove(ctx, b.OutboxKey(name+suffix)); err != nil {
 			return err
 		}

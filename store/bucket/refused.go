@@ -111,7 +111,7 @@ func (r *Refused) Publish(ctx context.Context, res pipeline.Results) error {
 	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+watcher.SuffixBatch), res.Object, "application/json", s3.Any); err != nil {
 		return err
 	}
-	return removeResults(ctx, r.b, r.name)
+	return removeResults(ctx, r.b, r.name, pipeline.Results{})
 }
 
 // RetireRecord implements pipeline.Store: Retire is idempotent.

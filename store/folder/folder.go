@@ -157,26 +157,37 @@ func (s *Store) Progress(_ context.Context, object []byte) error {
 	return fsx.WriteFile(s.outPath(watcher.SuffixBatch), object, false)
 }
 
-// Publish implements pipeline.Store: the result files are copied beside
+// Publish implements pipeline.Store: the result files (NAME.results.json
+// too, for a requests document) are copied beside
 // their final names, fsynced and renamed into place, the outbox fsynced, and
 // then the object written the same way.
 func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 	if err := os.MkdirAll(s.outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
-	out, errs := s.outPath(watcher.SuffixOutput), s.outPath(watcher.SuffixErrors)
+	out, errs, doc := s.outPath(watcher.SuffixOutput), s.outPath(watcher.SuffixErrors), s.outPath(watcher.SuffixResults)
+	stale := []string{doc}
 	if r.Output == "" {
-		for _, path := range []string{out, errs} {
+		stale = append(stale, out, errs)
+	}
+	if r.Output == "" || r.Document == "" {
+		for _, path := range stale {
 			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove stale output: %w", err)
 			}
 		}
-	} else {
+	}
+	if r.Output != "" {
 		if err := publish(r.Output, out); err != nil {
 			return err
 		}
 		if err := publish(r.Errors, errs); err != nil {
 			return err
+		}
+		if r.Document != "" {
+			if err := publish(r.Document, doc); err != nil {
+				return err
+			}
 		}
 		if err := fsx.SyncDir(s.outbox); err != nil {
 			return err

@@ -44,6 +44,7 @@ const (
 	options = `{"max_tokens":7}`
 	output  = "{\"id\":\"batch_req_1\",\"custom_id\":\"a\"}\n"
 	errs    = "{\"id\":\"batch_req_2\",\"custom_id\":\"b\",\"line\":2}\n"
+	results = "[\n{\"custom_id\":\"a\"},\n{\"custom_id\":\"b\"}\n]\n"
 	running = "{\"status\":\"in_progress\"}\n"
 	final   = "{\"status\":\"completed\"}\n"
 )
@@ -53,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("InputAndOptions", func(t *testing.T) { testInput(t, h) })
 	t.Run("PublishThenRetire", func(t *testing.T) { testPublish(t, h) })
 	t.Run("FailedRemovesStaleResults", func(t *testing.T) { testFailed(t, h) })
+	t.Run("NoDocumentRemovesStaleDocument", func(t *testing.T) { testNoDocument(t, h) })
 	t.Run("CheckpointThenResume", func(t *testing.T) { testResume(t, h) })
 }
 
@@ -94,17 +96,17 @@ func absent(t *testing.T, src Source, dir, base string) {
 	}
 }
 
-// resultFiles writes committed result files as the pipeline holds them.
-func resultFiles(t *testing.T) (out, errsPath string) {
+// resultFiles writes committed result files as the pipeline holds them:
+// the output, the errors and a requests document's results.
+func resultFiles(t *testing.T) (out, errsPath, doc string) {
 	dir := t.TempDir()
-	out, errsPath = filepath.Join(dir, "output.1.jsonl"), filepath.Join(dir, "errors.1.jsonl")
-	if err := os.WriteFile(out, []byte(output), 0o644); err != nil {
-		t.Fatal(err)
+	out, errsPath, doc = filepath.Join(dir, "output.1.jsonl"), filepath.Join(dir, "errors.1.jsonl"), filepath.Join(dir, "results.1.json")
+	for path, content := range map[string]string{out: output, errsPath: errs, doc: results} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(errsPath, []byte(errs), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out, errsPath
+	return out, errsPath, doc
 }
 
 // The store names the files as the contract does, reads the input as often
@@ -147,8 +149,8 @@ func testPublish(t *testing.T, h Harness) {
 	if err := s.Progress(c, []byte(running)); err != nil {
 		t.Fatalf("Progress: %v", err)
 	}
-	out, errsPath := resultFiles(t)
-	r := pipeline.Results{Output: out, Errors: errsPath, Object: []byte(final)}
+	out, errsPath, doc := resultFiles(t)
+	r := pipeline.Results{Output: out, Errors: errsPath, Document: doc, Object: []byte(final)}
 	for range 2 {
 		if err := s.Publish(c, r); err != nil {
 			t.Fatalf("Publish: %v", err)
@@ -159,6 +161,7 @@ func testPublish(t *testing.T, h Harness) {
 	}
 	want(t, src, "outbox", "x.output.jsonl", output)
 	want(t, src, "outbox", "x.errors.jsonl", errs)
+	want(t, src, "outbox", "x.results.json", results)
 	want(t, src, "outbox", "x.batch.json", final)
 	want(t, src, "inbox", "x.jsonl", input) // published, not retired yet
 	if _, err := s.RetireRecord(); err != nil {
@@ -184,6 +187,7 @@ func testFailed(t *testing.T, h Harness) {
 	src := h.New(t)
 	src.Put(t, "outbox", "x.output.jsonl", []byte(output))
 	src.Put(t, "outbox", "x.errors.jsonl", []byte(errs))
+	src.Put(t, "outbox", "x.results.json", []byte(results))
 	src.Put(t, "inbox", "x.jsonl", []byte(input))
 	s := src.Open(t, "x")
 	if err := s.Publish(ctx(t), pipeline.Results{Object: []byte(final)}); err != nil {
@@ -195,8 +199,28 @@ func testFailed(t *testing.T, h Harness) {
 	src.Stop(t, s, nil)
 	absent(t, src, "outbox", "x.output.jsonl")
 	absent(t, src, "outbox", "x.errors.jsonl")
+	absent(t, src, "outbox", "x.results.json")
 	want(t, src, "outbox", "x.batch.json", final)
 	want(t, src, "done", "x.jsonl", input)
+}
+
+// Results without a document (an input that is not a requests document)
+// remove the NAME.results.json an earlier batch of the same name left, so
+// it cannot pass for this batch's.
+func testNoDocument(t *testing.T, h Harness) {
+	src := h.New(t)
+	src.Put(t, "outbox", "x.results.json", []byte(results))
+	src.Put(t, "inbox", "x.jsonl", []byte(input))
+	s := src.Open(t, "x")
+	defer src.Stop(t, s, nil)
+	out, errsPath, _ := resultFiles(t)
+	if err := s.Publish(ctx(t), pipeline.Results{Output: out, Errors: errsPath, Object: []byte(final)}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	want(t, src, "outbox", "x.output.jsonl", output)
+	want(t, src, "outbox", "x.errors.jsonl", errs)
+	absent(t, src, "outbox", "x.results.json")
+	want(t, src, "outbox", "x.batch.json", final)
 }
 
 // Lines checkpointed by a run that stopped come back to the next run of
