@@ -208,7 +208,7 @@ func (d *Daemon) pendingObject(m *apiBatch) *pipeline.BatchObject {
 // batchObject renders a ledger batch for the API: an API batch keeps its
 // API id and input file; result files get file ids.
 func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
-	info := pipeline.BatchdInfo{Name: b.Name, InputFile: prefixInput + strings.TrimPrefix(b.ID, "batch_"),
+	info := pipeline.BatchdInfo{Name: b.Name, InputFile: pipeline.InputFileID(b.ID),
 		OutputFile: resultFileID(prefixOutput, b), ErrorFile: resultFileID(prefixErrors, b)}
 	o := pipeline.NewBatchObject(b, info)
 	if m, err := d.apiBatchMeta(b.Name); err == nil {

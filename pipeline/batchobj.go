@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/batchd/batchd/pipeline/ledger"
 )
@@ -29,6 +30,10 @@ func Terminal(status string) bool {
 	}
 	return false
 }
+
+// NoCompletionWindow is the completion_window of a batch that never
+// expires (its options and the config set none); its expires_at is null.
+const NoCompletionWindow = "none"
 
 // BatchObject is NAME.batch.json: OpenAI's batch object, plus a "batchd"
 // member with what OpenAI's shape has no place for.
@@ -81,7 +86,8 @@ type Usage struct {
 
 // TokenDetails is OpenAI's token detail breakdown (zero where unknown).
 type TokenDetails struct {
-	// CachedTokens and ReasoningTokens stay 0 until an engine reports them.
+	// CachedTokens (input) sums the lines' prompt_tokens_details.cached_tokens;
+	// ReasoningTokens stays 0 until an engine reports it.
 	CachedTokens    int64 `json:"cached_tokens"`
 	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
@@ -97,6 +103,16 @@ type BatchdInfo struct {
 	Paused     bool    `json:"paused,omitempty"`
 }
 
+// InputFileID is the file id of batch id's input, as the API serves it
+// (GET /v1/files/ID): "file-i" and the hex of the batch id. NAME.batch.json
+// and the API show the same one; batchd.input_file is the input's path.
+func InputFileID(batchID string) string {
+	return InputFilePrefix + strings.TrimPrefix(batchID, "batch_")
+}
+
+// InputFilePrefix begins the file id of a batch's input.
+const InputFilePrefix = "file-i"
+
 func ts(v int64) *int64 {
 	if v == 0 {
 		return nil
@@ -110,7 +126,7 @@ func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 		ID:               b.ID,
 		Object:           "batch",
 		Endpoint:         b.Endpoint,
-		InputFileID:      info.InputFile,
+		InputFileID:      InputFileID(b.ID),
 		CompletionWindow: b.CompletionWindow,
 		Status:           b.Status,
 		CreatedAt:        b.CreatedAt,
@@ -124,15 +140,19 @@ func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 		CancelledAt:      ts(b.CancelledAt),
 		RequestCounts:    RequestCounts{Total: b.Total, Completed: b.Completed, Failed: b.Failed},
 		Usage: Usage{
-			InputTokens:  b.InputTokens,
-			OutputTokens: b.OutputTokens,
-			TotalTokens:  b.InputTokens + b.OutputTokens,
+			InputTokens:        b.InputTokens,
+			InputTokensDetails: TokenDetails{CachedTokens: b.CachedTokens},
+			OutputTokens:       b.OutputTokens,
+			TotalTokens:        b.InputTokens + b.OutputTokens,
 		},
 		Metadata: b.Metadata,
 		Batchd:   info,
 	}
 	if o.CompletionWindow == "" {
-		o.CompletionWindow = "24h"
+		// No window applies (none in the options or the config): say so
+		// rather than OpenAI's "24h", which would promise an expiry that
+		// never comes.
+		o.CompletionWindow = NoCompletionWindow
 	}
 	if len(b.Errors) > 0 {
 		o.Errors = &BatchErrors{Object: "list", Data: b.Errors}

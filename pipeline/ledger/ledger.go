@@ -78,6 +78,8 @@ type Batch struct {
 
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// CachedTokens sums the lines' usage.prompt_tokens_details.cached_tokens.
+	CachedTokens int64 `json:"cached_tokens,omitempty"`
 
 	CompletionWindow string            `json:"completion_window,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`

@@ -1,0 +1,65 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/batchd/batchd/engine/native"
+	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/pipeline"
+)
+
+// A dropped file's input_file_id is the same in NAME.batch.json and over
+// the API, and it names the input as a file the API serves.
+func TestDroppedInputFileIDIsTheSameOnDiskAndOverTheAPI(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	e.drop("same-id.jsonl", chatBatch(2, "s"))
+	disk := e.waitEnded("same-id", "jsonl")
+	var api pipeline.BatchObject
+	if st := e.call("GET", "/v1/batches/"+disk.ID, "", nil, &api); st != 200 {
+		t.Fatalf("GET batch %s: %d", disk.ID, st)
+	}
+	if disk.InputFileID != api.InputFileID {
+		t.Fatalf("input_file_id on disk %q, over the API %q", disk.InputFileID, api.InputFileID)
+	}
+	var fo map[string]any
+	if st := e.call("GET", "/v1/files/"+disk.InputFileID, "", nil, &fo); st != 200 || fo["filename"] != "same-id.jsonl" {
+		t.Fatalf("input file %s: %d %v", disk.InputFileID, st, fo)
+	}
+}
+
+// A 400 the native engine gives (here an unknown model with strict_model)
+// is a response line with a request_id, as every other response line.
+func TestNativeEngineRefusalLineHasARequestID(t *testing.T) {
+	e := newEnv(t, openaitest.Options{})
+	cfg := e.config()
+	cfg.Engine = "native"
+	cfg.Native.Models = []native.ModelConfig{{Path: demoModel(t)}}
+	cfg.Native.StrictModel = true
+	e.open(cfg)
+	e.drop("strict.jsonl", `{"custom_id":"x","method":"POST","url":"/v1/completions","body":{"model":"no-such-model","prompt":"hi","max_tokens":2}}
+`)
+	o := e.waitEnded("strict", "jsonl")
+	if o.RequestCounts.Failed != 1 {
+		t.Fatalf("%s %+v", o.Status, o.RequestCounts)
+	}
+	lines := e.lines("strict.errors.jsonl")
+	var l struct {
+		ID       string `json:"id"`
+		Response *struct {
+			StatusCode int             `json:"status_code"`
+			RequestID  string          `json:"request_id"`
+			Body       json.RawMessage `json:"body"`
+		} `json:"response"`
+	}
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &l) != nil || l.Response == nil {
+		t.Fatalf("errors file: %q", lines)
+	}
+	if l.Response.StatusCode != 400 || !strings.Contains(string(l.Response.Body), "model_not_found") {
+		t.Fatalf("line %s, want a 400 model_not_found", lines[0])
+	}
+	if l.Response.RequestID == "" {
+		t.Fatalf("the engine's 400 line has no request_id: %s", lines[0])
+	}
+}
