@@ -122,7 +122,7 @@ func (p *Pipeline) run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	if optErr == nil {
 		optErr = eff.Validate()
 	}
-	vcfg := validate.Config{Defaults: eff.Defaults()}
+	vcfg := eff.CheckerConfig()
 	if optErr == nil {
 		if err := vcfg.Validate(); err != nil {
 			optErr = fmt.Errorf("options: %w", err)

@@ -57,7 +57,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err == nil {
 		err = opts.Validate()
 	}
-	cfg := validate.Config{Defaults: opts.Defaults()}
+	cfg := opts.CheckerConfig()
 	if err == nil {
 		err = cfg.Validate()
 	}
