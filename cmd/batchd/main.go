@@ -30,6 +30,9 @@ func init() {
 	commands = []command{
 		{"run", "run the daemon", cmdRun},
 		{"validate", "check a batch file offline, one line per problem", cmdValidate},
+		{"prepare", "rewrite a batch file: set the model or any body field on every line", cmdPrepare},
+		{"stats", "count a batch file's lines, endpoints, models and prompt tokens", cmdStats},
+		{"split", "split a batch file into NAME.1.jsonl, NAME.2.jsonl, ... of N lines each", cmdSplit},
 		{"submit", "place a batch file in the inbox (and --wait for it)", cmdSubmit},
 		{"status", "show every batch, or one", cmdStatus},
 		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},
