@@ -63,3 +63,18 @@ func TestNativeEngineRefusalLineHasARequestID(t *testing.T) {
 		t.Fatalf("the engine's 400 line has no request_id: %s", lines[0])
 	}
 }
+
+// An API batch created without a completion_window has OpenAI's 24h, and
+// its expires_at says when that window ends.
+func TestAPIBatchWindowSetsExpiresAt(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	_, f := e.upload("batch", "win.jsonl", chatBatch(2, "w"))
+	o := e.createBatch(f["id"].(string))
+	end := e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	if end.CompletionWindow != "24h" || end.ExpiresAt == nil {
+		t.Fatalf("completion_window %q expires_at %v, want 24h and a time", end.CompletionWindow, end.ExpiresAt)
+	}
+	if d := *end.ExpiresAt - *end.InProgressAt; d < 24*3600-60 || d > 24*3600+60 {
+		t.Fatalf("expires_at is %ds after in_progress_at, want about 24h", d)
+	}
+}
