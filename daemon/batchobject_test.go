@@ -78,3 +78,37 @@ func TestAPIBatchWindowSetsExpiresAt(t *testing.T) {
 		t.Fatalf("expires_at is %ds after in_progress_at, want about 24h", d)
 	}
 }
+
+// Two dropped files with the same content under different names are two
+// batches: distinct ids (the second reusing the first's results), both
+// listed by GET /v1/batches and each found by its id.
+func TestSameContentUnderTwoNamesIsTwoBatches(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	e.drop("first.jsonl", chatBatch(2, "t"))
+	a := e.waitEnded("first", "jsonl")
+	e.drop("second.jsonl", chatBatch(2, "t"))
+	b := e.waitEnded("second", "jsonl")
+	if a.ID == b.ID {
+		t.Fatalf("both names have batch id %s", a.ID)
+	}
+	var list struct {
+		Data []pipeline.BatchObject `json:"data"`
+	}
+	if st := e.call("GET", "/v1/batches", "", nil, &list); st != 200 {
+		t.Fatalf("list: %d", st)
+	}
+	ids := map[string]string{}
+	for _, o := range list.Data {
+		ids[o.Batchd.Name] = o.ID
+	}
+	if ids["first"] != a.ID || ids["second"] != b.ID || len(list.Data) != 2 {
+		t.Fatalf("GET /v1/batches lists %v, want first %s and second %s", ids, a.ID, b.ID)
+	}
+	for name, id := range map[string]string{"first": a.ID, "second": b.ID} {
+		var o pipeline.BatchObject
+		if st := e.call("GET", "/v1/batches/"+id, "", nil, &o); st != 200 || o.ID != id || o.Batchd.Name != name ||
+			o.Status != pipeline.StatusCompleted {
+			t.Fatalf("GET /v1/batches/%s: %d %s %s %s", id, st, o.ID, o.Batchd.Name, o.Status)
+		}
+	}
+}

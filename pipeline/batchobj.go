@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -103,6 +105,19 @@ type BatchdInfo struct {
 	Paused     bool    `json:"paused,omitempty"`
 }
 
+// ObjectID is the id of the batch object name shows of record b. Records
+// are by content, so two names with the same content share one (the second
+// reuses the first's results); each name still is a batch of its own: the
+// name that made the record shows its id, another name an id derived from
+// the record's and the name.
+func ObjectID(b *ledger.Batch, name string) string {
+	if name == "" || b.Origin == "" || name == b.Origin {
+		return b.ID
+	}
+	sum := sha256.Sum256([]byte(b.ID + "\x00" + name))
+	return "batch_" + hex.EncodeToString(sum[:16])
+}
+
 // InputFileID is the file id of batch id's input, as the API serves it
 // (GET /v1/files/ID): "file-i" and the hex of the batch id. NAME.batch.json
 // and the API show the same one; batchd.input_file is the input's path.
@@ -123,7 +138,7 @@ func ts(v int64) *int64 {
 // NewBatchObject renders a ledger record in OpenAI's shape.
 func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 	o := &BatchObject{
-		ID:               b.ID,
+		ID:               ObjectID(b, info.Name),
 		Object:           "batch",
 		Endpoint:         b.Endpoint,
 		InputFileID:      InputFileID(b.ID),

@@ -156,7 +156,7 @@ func (p *Pipeline) run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		b = &ledger.Batch{
-			ID: id, Name: job.Name, Format: job.Format, Total: total, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now,
+			ID: id, Name: job.Name, Origin: job.Name, Format: job.Format, Total: total, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now,
 			CompletionWindow: eff.CompletionWindow, Metadata: eff.Metadata,
 		}
 		if w, _ := eff.Window(); w > 0 {
@@ -309,7 +309,7 @@ func (p *Pipeline) Refuse(ctx context.Context, job Job, identity, code, message 
 	lock.Lock()
 	defer lock.Unlock()
 	now := p.cfg.Now().Unix()
-	b := &ledger.Batch{ID: id, Name: job.Name, Format: job.Format, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now}
+	b := &ledger.Batch{ID: id, Name: job.Name, Origin: job.Name, Format: job.Format, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now}
 	return p.fail(ctx, job, b, code, message)
 }
 
