@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -208,7 +209,7 @@ func (d *Daemon) pendingObject(m *apiBatch) *pipeline.BatchObject {
 // batchObject renders a ledger batch for the API: an API batch keeps its
 // API id and input file; result files get file ids.
 func (d *Daemon) batchObject(b *ledger.Batch) *pipeline.BatchObject {
-	info := pipeline.BatchdInfo{Name: b.Name, InputFile: prefixInput + strings.TrimPrefix(b.ID, "batch_"),
+	info := pipeline.BatchdInfo{Name: b.Name, InputFile: pipeline.InputFileID(b.ID),
 		OutputFile: resultFileID(prefixOutput, b), ErrorFile: resultFileID(prefixErrors, b)}
 	o := pipeline.NewBatchObject(b, info)
 	if m, err := d.apiBatchMeta(b.Name); err == nil {
@@ -236,11 +237,29 @@ func (d *Daemon) findBatch(id string) (*ledger.Batch, *apiBatch, error) {
 	if !validID(id, "batch_") {
 		return nil, nil, errNotFound
 	}
-	b, err := d.pipe.Ledger().Get(id)
-	if errors.Is(err, ledger.ErrNotFound) {
-		return nil, nil, errNotFound
+	l := d.pipe.Ledger()
+	b, err := l.Get(id)
+	if err == nil {
+		if b.Origin != "" {
+			b.Name = b.Origin // the name whose batch has the record's id
+		}
+		return b, nil, nil
 	}
-	return b, nil, err
+	if !errors.Is(err, ledger.ErrNotFound) {
+		return nil, nil, err
+	}
+	// Another name that ran a record's content has an id of its own.
+	names, err := l.Names()
+	if err != nil {
+		return nil, nil, err
+	}
+	for name, rid := range names {
+		if b, err := l.Get(rid); err == nil && pipeline.ObjectID(b, name) == id {
+			b.Name = name
+			return b, nil, nil
+		}
+	}
+	return nil, nil, errNotFound
 }
 
 // apiBatchRecord is the record of API batch id: its final one, else the
@@ -310,16 +329,39 @@ func (d *Daemon) handleListBatches(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusInternalServerError, "", "", "listing batches failed")
 		return
 	}
-	// Ledger records by content, except those an API batch ran last: API
-	// batches are listed from DATA/api/, each with its own record.
+	names, err := d.pipe.Ledger().Names()
+	if err != nil {
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "listing batches failed")
+		return
+	}
+	// A dropped batch per name, each showing the record (by content) it
+	// ran or reused; API batches are listed from DATA/api/, each with its
+	// own record.
+	byID := make(map[string]*ledger.Batch, len(bs))
+	for _, b := range bs {
+		byID[b.ID] = b
+	}
 	seen := map[string]bool{}
 	var objs []*pipeline.BatchObject
-	for _, b := range bs {
-		if _, err := d.apiBatchMeta(b.Name); err == nil || seen[b.ID] {
-			continue
+	add := func(b *ledger.Batch, name string) {
+		if _, err := d.apiBatchMeta(name); err == nil {
+			return
 		}
+		nb := *b
+		nb.Name = name
 		seen[b.ID] = true
-		objs = append(objs, d.batchObject(b))
+		objs = append(objs, d.batchObject(&nb))
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if b := byID[names[name]]; b != nil {
+			add(b, name)
+		}
+	}
+	for _, b := range bs {
+		if !seen[b.ID] {
+			add(b, b.Name)
+		}
 	}
 	if ents, err := os.ReadDir(d.apiDir()); err == nil {
 		for _, e := range ents {

@@ -48,7 +48,7 @@ const (
 	prefixFile   = "file-"
 	prefixOutput = "file-o"
 	prefixErrors = "file-e"
-	prefixInput  = "file-i"
+	prefixInput  = pipeline.InputFilePrefix
 )
 
 // resultFileID is the id of batch b's output or error file (prefix) as its

@@ -1,9 +1,12 @@
 package pipeline
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/batchd/batchd/pipeline/ledger"
 )
@@ -29,6 +32,10 @@ func Terminal(status string) bool {
 	}
 	return false
 }
+
+// NoCompletionWindow is the completion_window of a batch that never
+// expires (its options and the config set none); its expires_at is null.
+const NoCompletionWindow = "none"
 
 // BatchObject is NAME.batch.json: OpenAI's batch object, plus a "batchd"
 // member with what OpenAI's shape has no place for.
@@ -81,7 +88,8 @@ type Usage struct {
 
 // TokenDetails is OpenAI's token detail breakdown (zero where unknown).
 type TokenDetails struct {
-	// CachedTokens and ReasoningTokens stay 0 until an engine reports them.
+	// CachedTokens (input) sums the lines' prompt_tokens_details.cached_tokens;
+	// ReasoningTokens stays 0 until an engine reports it.
 	CachedTokens    int64 `json:"cached_tokens"`
 	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
@@ -97,6 +105,29 @@ type BatchdInfo struct {
 	Paused     bool    `json:"paused,omitempty"`
 }
 
+// ObjectID is the id of the batch object name shows of record b. Records
+// are by content, so two names with the same content share one (the second
+// reuses the first's results); each name still is a batch of its own: the
+// name that made the record shows its id, another name an id derived from
+// the record's and the name.
+func ObjectID(b *ledger.Batch, name string) string {
+	if name == "" || b.Origin == "" || name == b.Origin {
+		return b.ID
+	}
+	sum := sha256.Sum256([]byte(b.ID + "\x00" + name))
+	return "batch_" + hex.EncodeToString(sum[:16])
+}
+
+// InputFileID is the file id of batch id's input, as the API serves it
+// (GET /v1/files/ID): "file-i" and the hex of the batch id. NAME.batch.json
+// and the API show the same one; batchd.input_file is the input's path.
+func InputFileID(batchID string) string {
+	return InputFilePrefix + strings.TrimPrefix(batchID, "batch_")
+}
+
+// InputFilePrefix begins the file id of a batch's input.
+const InputFilePrefix = "file-i"
+
 func ts(v int64) *int64 {
 	if v == 0 {
 		return nil
@@ -107,10 +138,10 @@ func ts(v int64) *int64 {
 // NewBatchObject renders a ledger record in OpenAI's shape.
 func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 	o := &BatchObject{
-		ID:               b.ID,
+		ID:               ObjectID(b, info.Name),
 		Object:           "batch",
 		Endpoint:         b.Endpoint,
-		InputFileID:      info.InputFile,
+		InputFileID:      InputFileID(b.ID),
 		CompletionWindow: b.CompletionWindow,
 		Status:           b.Status,
 		CreatedAt:        b.CreatedAt,
@@ -124,15 +155,19 @@ func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 		CancelledAt:      ts(b.CancelledAt),
 		RequestCounts:    RequestCounts{Total: b.Total, Completed: b.Completed, Failed: b.Failed},
 		Usage: Usage{
-			InputTokens:  b.InputTokens,
-			OutputTokens: b.OutputTokens,
-			TotalTokens:  b.InputTokens + b.OutputTokens,
+			InputTokens:        b.InputTokens,
+			InputTokensDetails: TokenDetails{CachedTokens: b.CachedTokens},
+			OutputTokens:       b.OutputTokens,
+			TotalTokens:        b.InputTokens + b.OutputTokens,
 		},
 		Metadata: b.Metadata,
 		Batchd:   info,
 	}
 	if o.CompletionWindow == "" {
-		o.CompletionWindow = "24h"
+		// No window applies (none in the options or the config): say so
+		// rather than OpenAI's "24h", which would promise an expiry that
+		// never comes.
+		o.CompletionWindow = NoCompletionWindow
 	}
 	if len(b.Errors) > 0 {
 		o.Errors = &BatchErrors{Object: "list", Data: b.Errors}

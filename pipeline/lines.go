@@ -77,11 +77,15 @@ const (
 
 // result is one finished line on its way to the writer.
 type result struct {
-	line   int
-	kind   lineKind
-	data   []byte // the JSON line without its newline
-	usageI int64
-	usageO int64
+	line  int
+	kind  lineKind
+	data  []byte // the JSON line without its newline
+	usage lineUsage
+}
+
+// lineUsage is the token usage a result line's body reports.
+type lineUsage struct {
+	in, out, cached int64
 }
 
 func encodeLine(l *OutputLine) []byte {

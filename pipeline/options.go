@@ -36,8 +36,11 @@ type Options struct {
 	OnMissingMaxTokens string            `json:"on_missing_max_tokens,omitempty" yaml:"on_missing_max_tokens"`
 	Metadata           map[string]string `json:"metadata,omitempty" yaml:"metadata"`
 
-	MaxTokens         int      `json:"max_tokens,omitempty" yaml:"max_tokens"`
-	Model             string   `json:"model,omitempty" yaml:"model"`
+	MaxTokens int    `json:"max_tokens,omitempty" yaml:"max_tokens"`
+	Model     string `json:"model,omitempty" yaml:"model"`
+	// ModelOverride replaces every request's model (Model only fills in
+	// those that name none).
+	ModelOverride     string   `json:"model_override,omitempty" yaml:"model_override"`
 	Temperature       *float64 `json:"temperature,omitempty" yaml:"temperature"`
 	TopP              *float64 `json:"top_p,omitempty" yaml:"top_p"`
 	TopK              *int     `json:"top_k,omitempty" yaml:"top_k"`
@@ -68,6 +71,9 @@ func (o Options) Merge(over Options) Options {
 	}
 	if over.Model != "" {
 		o.Model = over.Model
+	}
+	if over.ModelOverride != "" {
+		o.ModelOverride = over.ModelOverride
 	}
 	setIf(&o.Temperature, over.Temperature)
 	setIf(&o.TopP, over.TopP)
@@ -158,6 +164,25 @@ func (o Options) Defaults() map[string]json.RawMessage {
 		put("stop", o.Stop)
 	}
 	return m
+}
+
+// Overrides returns the body fields the validator sets on every request,
+// replacing the request's own: model_override's model.
+func (o Options) Overrides() map[string]json.RawMessage {
+	if o.ModelOverride == "" {
+		return nil
+	}
+	b, _ := json.Marshal(o.ModelOverride)
+	return map[string]json.RawMessage{"model": b}
+}
+
+// CheckerConfig is the validator's config for a batch run with o: its
+// defaults, its overrides and the output-length rule (ValidateConfig, the
+// online endpoints' config, has no overrides).
+func (o Options) CheckerConfig() validate.Config {
+	c := o.ValidateConfig()
+	c.Overrides = o.Overrides()
+	return c
 }
 
 // Validate checks the fields that are not body defaults (the validator checks

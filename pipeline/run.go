@@ -122,7 +122,7 @@ func (p *Pipeline) run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	if optErr == nil {
 		optErr = eff.Validate()
 	}
-	vcfg := eff.ValidateConfig()
+	vcfg := eff.CheckerConfig()
 	if optErr == nil {
 		if err := vcfg.Validate(); err != nil {
 			optErr = fmt.Errorf("options: %w", err)
@@ -156,7 +156,7 @@ func (p *Pipeline) run(ctx context.Context, job Job) (*ledger.Batch, error) {
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		b = &ledger.Batch{
-			ID: id, Name: job.Name, Format: job.Format, Total: total, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now,
+			ID: id, Name: job.Name, Origin: job.Name, Format: job.Format, Total: total, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now,
 			CompletionWindow: eff.CompletionWindow, Metadata: eff.Metadata,
 		}
 		if w, _ := eff.Window(); w > 0 {
@@ -309,7 +309,7 @@ func (p *Pipeline) Refuse(ctx context.Context, job Job, identity, code, message 
 	lock.Lock()
 	defer lock.Unlock()
 	now := p.cfg.Now().Unix()
-	b := &ledger.Batch{ID: id, Name: job.Name, Format: job.Format, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now}
+	b := &ledger.Batch{ID: id, Name: job.Name, Origin: job.Name, Format: job.Format, Gen: 1, Nonce: ledger.NewNonce(), CreatedAt: now}
 	return p.fail(ctx, job, b, code, message)
 }
 
@@ -705,7 +705,7 @@ func (r *run) seed() error {
 			if err := json.Unmarshal(c.Data, &l); err != nil || l.Response == nil {
 				return fmt.Errorf("line %d: not an output line", c.Line)
 			}
-			res.usageI, res.usageO = usageOf(l.Response.Body)
+			res.usage = usageOf(l.Response.Body)
 		}
 		n++
 		return r.append(res)
@@ -910,11 +910,10 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 		l.Error = &LineError{Code: CodeInvalidResponse, Message: fmt.Sprintf("the engine answered status %d with a body that is not JSON", resp.StatusCode)}
 		l.Line = line
 	case err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300:
-		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: resp.Body}
-		in, out := usageOf(resp.Body)
-		return result{line: line, kind: toOutput, data: encodeLine(l), usageI: in, usageO: out}, true
+		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: answerID(resp, id), Body: resp.Body}
+		return result{line: line, kind: toOutput, data: encodeLine(l), usage: usageOf(resp.Body)}, true
 	case err == nil:
-		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: resp.Body}
+		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: answerID(resp, id), Body: resp.Body}
 		l.Line = line
 	case r.runCtx.Err() != nil:
 		return result{}, false
@@ -933,14 +932,28 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 	return result{line: line, kind: toErrors, data: encodeLine(l)}, true
 }
 
-func usageOf(body []byte) (in, out int64) {
+// answerID is the request_id of an engine's answer: the engine's own, or
+// the line's id when the engine gave none (a native engine's 400), so
+// every response line names its request.
+func answerID(resp *engine.Response, lineID string) string {
+	if resp.RequestID != "" {
+		return resp.RequestID
+	}
+	return lineID
+}
+
+func usageOf(body []byte) lineUsage {
 	var u struct {
 		Usage wire.Usage `json:"usage"`
 	}
 	if json.Unmarshal(body, &u) != nil {
-		return 0, 0
+		return lineUsage{}
 	}
-	return int64(u.Usage.PromptTokens), int64(u.Usage.CompletionTokens)
+	lu := lineUsage{in: int64(u.Usage.PromptTokens), out: int64(u.Usage.CompletionTokens)}
+	if d := u.Usage.PromptTokensDetails; d != nil {
+		lu.cached = int64(d.CachedTokens)
+	}
+	return lu
 }
 
 // write is the batch's single writer: it appends result lines and
@@ -1044,8 +1057,9 @@ func (r *run) append(res result) error {
 		r.outDirty = true
 		r.b.Completed++
 		r.b.OutLen += int64(len(res.data) + 1)
-		r.b.InputTokens += res.usageI
-		r.b.OutputTokens += res.usageO
+		r.b.InputTokens += res.usage.in
+		r.b.OutputTokens += res.usage.out
+		r.b.CachedTokens += res.usage.cached
 	}
 	w.Write(res.data)
 	if err := w.WriteByte('\n'); err != nil {

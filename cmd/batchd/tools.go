@@ -61,7 +61,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if *model != "" && opts.Model == "" {
 		opts.Model = *model
 	}
-	cfg := opts.ValidateConfig()
+	cfg := opts.CheckerConfig()
 	if err == nil {
 		err = cfg.Validate()
 	}

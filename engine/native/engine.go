@@ -43,7 +43,6 @@ import (
 	"sync"
 
 	"github.com/batchd/batchd/engine"
-	"github.com/batchd/batchd/engine/native/chat"
 	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
@@ -261,18 +260,10 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 		w.Close()
 		return nil, fmt.Errorf("load tokenizer of %s: %w", mc.Path, err)
 	}
-	var tmpl *chat.Template
-	src := w.ChatTemplate
-	if mc.ChatTemplate != "" {
-		src = mc.ChatTemplate
-	}
-	if src != "" {
-		if t, ok := chat.Builtin(src); ok {
-			tmpl = t
-		} else if tmpl, err = chat.Parse(src); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("chat template of %s: %w", mc.Path, err)
-		}
+	tmpl, err := templateOf(w, mc.ChatTemplate)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("chat template of %s: %w", mc.Path, err)
 	}
 	c := w.Config
 	e.log.Info("model loaded", "name", mc.modelName(), "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,

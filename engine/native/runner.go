@@ -120,44 +120,9 @@ func (r *runner) runTasks() {
 // newJob tokenizes the request and makes its sequences, or refuses it.
 func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response) {
 	ctxLen := r.model.cfg.ContextLength
-	var prompts [][]int32
-	switch req.Endpoint {
-	case engine.EndpointChat:
-		if p.noTemplate {
-			if given(p.tools) {
-				return nil, badRequest("tools: a prompt rendered with apply_chat_template: false has no place for tools: remove tools or apply the chat template", "tools", wire.CodeUnsupportedParameter)
-			}
-			text, err := chat.RawText(p.messages)
-			if err != nil {
-				return nil, badRequest(err.Error(), "messages", "invalid_messages")
-			}
-			prompts = append(prompts, r.tok.Encode(text, false, false))
-			break
-		}
-		if r.tmpl == nil {
-			return nil, badRequest(fmt.Sprintf("model %s has no chat template: use /v1/completions, or name a template in the model's config (chat_template: chatml|llama3|llama2|<template text>)", r.name), "messages", "chat_template_missing")
-		}
-		opts := p.templateOptions()
-		if id := r.tok.BOS(); id >= 0 {
-			opts.BOSToken = string(r.tok.TokenBytes(id))
-		}
-		if id := r.tok.EOS(); id >= 0 {
-			opts.EOSToken = string(r.tok.TokenBytes(id))
-		}
-		text, err := r.tmpl.Render(p.messages, p.tools, opts)
-		if err != nil {
-			return nil, badRequest("chat template: "+err.Error(), "messages", "invalid_messages")
-		}
-		addBOS := !(opts.BOSToken != "" && strings.HasPrefix(text, opts.BOSToken))
-		prompts = append(prompts, r.tok.Encode(text, addBOS, true))
-	case engine.EndpointCompletions:
-		for _, pi := range p.prompts {
-			if pi.ids != nil {
-				prompts = append(prompts, pi.ids)
-			} else {
-				prompts = append(prompts, r.tok.Encode(pi.text, true, false))
-			}
-		}
+	prompts, resp := encodePrompts(r.tok, r.tmpl, r.name, req.Endpoint, p)
+	if resp != nil {
+		return nil, resp
 	}
 	param := "prompt"
 	if req.Endpoint == engine.EndpointChat {
@@ -285,4 +250,50 @@ func (r *runner) step() {
 	next := r.samp.sample(p, logits, r.model.cfg.VocabSize)
 	r.sched.postprocess(p, next)
 	r.inStep = nil
+}
+
+// encodePrompts renders and tokenizes a chat or completions request's
+// prompts as the engine runs them (one for chat, one per prompt for
+// completions); batchd stats counts with it too (PromptCounter).
+func encodePrompts(tok *tokenizer.Tokenizer, tmpl *chat.Template, name, endpoint string, p *params) ([][]int32, *engine.Response) {
+	var prompts [][]int32
+	switch endpoint {
+	case engine.EndpointChat:
+		if p.noTemplate {
+			if given(p.tools) {
+				return nil, badRequest("tools: a prompt rendered with apply_chat_template: false has no place for tools: remove tools or apply the chat template", "tools", wire.CodeUnsupportedParameter)
+			}
+			text, err := chat.RawText(p.messages)
+			if err != nil {
+				return nil, badRequest(err.Error(), "messages", "invalid_messages")
+			}
+			prompts = append(prompts, tok.Encode(text, false, false))
+			break
+		}
+		if tmpl == nil {
+			return nil, badRequest(fmt.Sprintf("model %s has no chat template: use /v1/completions, or name a template in the model's config (chat_template: chatml|llama3|llama2|<template text>)", name), "messages", "chat_template_missing")
+		}
+		opts := p.templateOptions()
+		if id := tok.BOS(); id >= 0 {
+			opts.BOSToken = string(tok.TokenBytes(id))
+		}
+		if id := tok.EOS(); id >= 0 {
+			opts.EOSToken = string(tok.TokenBytes(id))
+		}
+		text, err := tmpl.Render(p.messages, p.tools, opts)
+		if err != nil {
+			return nil, badRequest("chat template: "+err.Error(), "messages", "invalid_messages")
+		}
+		addBOS := !(opts.BOSToken != "" && strings.HasPrefix(text, opts.BOSToken))
+		prompts = append(prompts, tok.Encode(text, addBOS, true))
+	case engine.EndpointCompletions:
+		for _, pi := range p.prompts {
+			if pi.ids != nil {
+				prompts = append(prompts, pi.ids)
+			} else {
+				prompts = append(prompts, tok.Encode(pi.text, true, false))
+			}
+		}
+	}
+	return prompts, nil
 }

@@ -76,8 +76,15 @@ type Batch struct {
 	OutMtime int64 `json:"out_mtime,omitempty"`
 	ErrMtime int64 `json:"err_mtime,omitempty"`
 
+	// Origin is the name whose input made this record; a later name that
+	// runs the same content reuses the record (and becomes Name) but shows
+	// a batch id of its own (pipeline.ObjectID).
+	Origin string `json:"origin,omitempty"`
+
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// CachedTokens sums the lines' usage.prompt_tokens_details.cached_tokens.
+	CachedTokens int64 `json:"cached_tokens,omitempty"`
 
 	CompletionWindow string            `json:"completion_window,omitempty"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
@@ -204,6 +211,21 @@ func (l *Ledger) ByName(name string) (*Batch, error) {
 		return nil, fmt.Errorf("batch named %s: %w", name, ErrNotFound)
 	}
 	return l.Get(string(id))
+}
+
+// Names returns every name with the id last recorded under it.
+func (l *Ledger) Names() (map[string]string, error) {
+	out := map[string]string{}
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketNames).ForEach(func(k, v []byte) error {
+			out[string(k)] = string(v)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list names: %w", err)
+	}
+	return out, nil
 }
 
 // List returns every batch, in id order.

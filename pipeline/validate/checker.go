@@ -37,7 +37,7 @@ type Checker struct {
 // Validate: defaults it would reject are ignored.
 func NewChecker(cfg Config) *Checker {
 	return &Checker{
-		defaults:      compileDefaults(cfg.Defaults),
+		defaults:      compileConfig(cfg),
 		rejectMissing: cfg.RejectMissingMaxTokens,
 		seen:          make(map[[16]byte]struct{}),
 	}

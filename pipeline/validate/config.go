@@ -32,6 +32,10 @@ type Config struct {
 	// no output length and gets none from Defaults (missing_max_tokens);
 	// otherwise such a line generates until the model's context is full.
 	RejectMissingMaxTokens bool
+	// Overrides are body fields set on every body whatever it holds (the
+	// batch option model_override gives "model"); each is checked with the
+	// same rules as a default, and wins over a default of the same key.
+	Overrides map[string]json.RawMessage
 }
 
 // Validate checks each default with the rules of the body field of the same
@@ -45,6 +49,11 @@ func (c Config) Validate() error {
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(c.Defaults)) {
 		if p := checkDefault(k, c.Defaults[k]); p != nil {
+			errs = append(errs, p)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Overrides)) {
+		if p := checkDefault(k, c.Overrides[k]); p != nil {
 			errs = append(errs, p)
 		}
 	}
@@ -97,6 +106,7 @@ type defaultItem struct {
 	member []byte // `"key":val`, ready to append
 	eps    endpoint
 	field  fieldID
+	force  bool // an override: replaces the body's own value
 }
 
 // defaultSet is Config.Defaults compiled for merging.
@@ -104,6 +114,25 @@ type defaultSet struct {
 	items   []defaultItem // sorted by key, so merged bodies are deterministic
 	byField [numFields]int
 	extra   []int // items whose key is no known field
+}
+
+// compileConfig compiles cfg's defaults and overrides.
+func compileConfig(cfg Config) defaultSet {
+	if len(cfg.Overrides) == 0 {
+		return compileDefaults(cfg.Defaults)
+	}
+	all := maps.Clone(cfg.Defaults)
+	if all == nil {
+		all = make(map[string]json.RawMessage, len(cfg.Overrides))
+	}
+	maps.Copy(all, cfg.Overrides)
+	ds := compileDefaults(all)
+	for i := range ds.items {
+		if _, ok := cfg.Overrides[ds.items[i].key]; ok {
+			ds.items[i].force = true
+		}
+	}
+	return ds
 }
 
 // compileDefaults compiles the defaults that Validate accepts; others are
@@ -212,7 +241,7 @@ func (mp *mergePlan) plan(ds *defaultSet, ep endpoint, maxCompletion bool) {
 	for j := range ds.items {
 		it := &ds.items[j]
 		st := mp.st[j]
-		if it.eps&ep == 0 || (st.present && !st.null) {
+		if it.eps&ep == 0 || (st.present && !st.null && !it.force) {
 			continue
 		}
 		if it.field == fMaxTokens && maxCompletion {
