@@ -56,3 +56,9 @@ func (e ErrorBody) JSON() json.RawMessage {
 func BadRequest(message, param, code string) json.RawMessage {
 	return NewError(TypeInvalidRequest, message, param, code).JSON()
 }
+
+// CodeUnsupportedContent refuses a content part the engine cannot take:
+// an image, audio or video part on the text-only native engine, or a media
+// part the remote engine cannot be sent (a local file outside media_root,
+// video).
+const CodeUnsupportedContent = "unsupported_content"
