@@ -55,6 +55,10 @@ type Config struct {
 	// Stats().Hung is set (so /readyz turns unready) until a response
 	// arrives. Nothing is cancelled: AttemptTimeout still bounds an attempt.
 	HangAfter time.Duration
+	// MediaRoot is the directory local media files named in requests
+	// ({"type":"image","image":PATH}, {"type":"audio","audio":PATH}) are
+	// read from, to be sent inline; "" reads none (such parts are refused).
+	MediaRoot string
 	// Logger receives the engine's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -277,6 +277,20 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 		body = b
 	}
 
+	inlined, err := inlineMedia(body, e.cfg.MediaRoot)
+	if err != nil {
+		var me *mediaError
+		if !errors.As(err, &me) {
+			return nil, fmt.Errorf("inline media: %w", err)
+		}
+		return &engine.Response{
+			StatusCode: http.StatusBadRequest,
+			RequestID:  requestID(req.Endpoint, req.CustomID),
+			Body:       mediaResponseBody(me),
+		}, nil
+	}
+	body = inlined
+
 	// New requests wait while the remote engine is down.
 	if _, err := e.pool.waitUp(ctx, e.ctx.Done(), errClosed); err != nil {
 		return nil, err
