@@ -57,6 +57,11 @@ type Config struct {
 	// outbox files and done/ inputs are yours and stay). 0 keeps them forever.
 	Retention time.Duration `yaml:"retention"`
 	Log       LogConfig     `yaml:"log"`
+	// MediaRoot is the directory local files named by image and audio
+	// content parts ({"type":"image","image":PATH}) are read from, to be
+	// sent inline to the remote engine; anything outside it, a symlink
+	// leading out included, is refused. "" (the default) reads no files.
+	MediaRoot string `yaml:"media_root"`
 
 	// keyVars holds, for each api.keys entry, the ${VAR} references in
 	// the file that expanded to nothing, so that an empty key can name
@@ -330,6 +335,7 @@ func ApplyEnv(cfg *Config, getenv func(string) string) error {
 	}
 	str("BATCHD_DATA", &cfg.Data)
 	str("BATCHD_LISTEN", &cfg.Listen)
+	str("BATCHD_MEDIA_ROOT", &cfg.MediaRoot)
 	str("BATCHD_ENGINE", &cfg.Engine)
 	str("BATCHD_KERNELS", &cfg.Native.Kernels)
 	str("BATCHD_DEVICE", &cfg.Native.Device)
@@ -392,6 +398,9 @@ func splitList(v string) []string {
 func (c Config) Validate() error {
 	if c.Data == "" {
 		return errors.New("data: required")
+	}
+	if err := c.validateMediaRoot(); err != nil {
+		return err
 	}
 	switch c.Engine {
 	case "openai":
@@ -522,4 +531,27 @@ func (c Config) NewLogger(w *os.File) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// validateMediaRoot checks media_root: only the remote engine reads media
+// (the native engine is text only), and it must name an existing
+// directory by an absolute path.
+func (c Config) validateMediaRoot() error {
+	if c.MediaRoot == "" {
+		return nil
+	}
+	if c.Engine != "openai" {
+		return fmt.Errorf("media_root: the %s engine is text only and reads no media files; unset media_root or use engine: openai", c.Engine)
+	}
+	if !filepath.IsAbs(c.MediaRoot) {
+		return fmt.Errorf("media_root: must be an absolute path, got %q", c.MediaRoot)
+	}
+	st, err := os.Stat(c.MediaRoot)
+	if err != nil {
+		return fmt.Errorf("media_root: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("media_root: %s is not a directory", c.MediaRoot)
+	}
+	return nil
 }

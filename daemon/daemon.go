@@ -143,6 +143,7 @@ func (c Config) openaiConfig() openai.Config {
 	oc.RetryWaitMax = c.OpenAI.RetryWaitMax
 	oc.AttemptTimeout = c.OpenAI.AttemptTimeout
 	oc.HangAfter = c.OpenAI.HangAfter
+	oc.MediaRoot = c.MediaRoot
 	if c.OpenAI.ProbeInterval > 0 {
 		oc.ProbeInterval = c.OpenAI.ProbeInterval
 	}
