@@ -205,3 +205,18 @@ func TestListenOffInConfig(t *testing.T) {
 		})
 	}
 }
+
+// native.models[].adapters comes through the YAML to the engine's config,
+// whose Validate names a bad entry.
+func TestNativeAdaptersInConfig(t *testing.T) {
+	cfg, err := daemon.LoadFile(writeConfig(t, "engine: native\nnative:\n  models:\n    - name: m\n      path: /models/m.gguf\n      adapters:\n        sql: /adapters/sql\n        m: /adapters/m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Native.Models[0].Adapters; len(got) != 2 || got["sql"] != "/adapters/sql" {
+		t.Fatalf("adapters %v", got)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "native.models[0].adapters.m: the name is already") {
+		t.Fatalf("validate: %v", err)
+	}
+}

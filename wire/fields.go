@@ -92,12 +92,11 @@ var nativeFields = map[string]fieldSet{
 	"chat_template_kwargs":        onChat,
 	"save_system_prompt_kv_cache": onChat,
 	"disable_spec_decode":         onGen,
+	"lora_name":                   onGen,
 }
 
 // nativeRefusals say why the native engine refuses a field it knows of.
-var nativeRefusals = map[string]string{
-	"lora_name": "LoRA adapters are not supported by the native engine yet: remove lora_name, or send the batch to a remote engine that serves the adapter",
-}
+var nativeRefusals = map[string]string{}
 
 func endpointBits(endpoint string) fieldSet {
 	switch endpoint {

@@ -179,10 +179,9 @@ func TestValidateExitCodes(t *testing.T) {
 			stdout: []string{`custom_id "n": body.num_logprobs: is a requests-document name`, "3 requests, 2 valid, 1 invalid"}},
 		{name: "--model checks as the native engine", args: []string{"--model", "demo", lora}, code: exitFailure,
 			stdout: []string{
-				`custom_id "l": body.lora_name: LoRA adapters are not supported by the native engine yet`,
 				`custom_id "r": body.response_format: is not supported by the native engine`,
 				`custom_id "n": body.num_logprobs: is a requests-document name`,
-				"3 requests, 0 valid, 3 invalid",
+				"3 requests, 1 valid, 2 invalid",
 			}},
 	}
 	for _, tc := range tests {

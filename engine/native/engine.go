@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -65,6 +66,12 @@ type ModelConfig struct {
 	// cls. Default: what the model file says (Qwen3-Embedding-style models
 	// say last), else mean.
 	Pooling string `yaml:"pooling"`
+	// Adapters are LoRA adapters for this model, loaded at start: name →
+	// a PEFT directory (adapter_config.json + adapter_model.safetensors)
+	// or one .safetensors file. A request chooses one with body.lora_name,
+	// or with body.model set to its name (as vLLM does). Names must differ
+	// from every model's and adapter's name.
+	Adapters map[string]string `yaml:"adapters"`
 }
 
 // Config configures the engine.
@@ -107,6 +114,9 @@ func (c Config) Validate() error {
 		return errors.New("native.models: at least one model is required (or --model PATH)")
 	}
 	seen := map[string]bool{}
+	for _, m := range c.Models {
+		seen[m.modelName()] = false
+	}
 	for i, m := range c.Models {
 		if m.Path == "" {
 			return fmt.Errorf("native.models[%d].path: required", i)
@@ -116,6 +126,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("native.models[%d].name: %q is used twice", i, n)
 		}
 		seen[n] = true
+		for _, a := range sortedKeys(m.Adapters) {
+			switch _, used := seen[a]; {
+			case a == "":
+				return fmt.Errorf("native.models[%d].adapters: an adapter has an empty name", i)
+			case used:
+				return fmt.Errorf("native.models[%d].adapters.%s: the name is already a model's or another adapter's", i, a)
+			case m.Adapters[a] == "":
+				return fmt.Errorf("native.models[%d].adapters.%s: path required (a PEFT directory or a .safetensors file)", i, a)
+			}
+			seen[a] = true
+		}
 		switch m.Pooling {
 		case "", PoolMean, PoolLast, PoolCLS:
 		default:
@@ -269,6 +290,15 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	e.log.Info("model loaded", "name", mc.modelName(), "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,
 		"vocab", c.VocabSize, "context", c.ContextLength, "chat_template", tmpl != nil)
 	r := newRunner(e, mc.modelName(), m, tok, tmpl)
+	for _, name := range sortedKeys(mc.Adapters) {
+		a, err := m.loadAdapter(name, mc.Adapters[name])
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("native.models[%s].adapters.%s: %w", mc.modelName(), name, err)
+		}
+		r.adapters[name] = a
+		e.log.Info("lora adapter loaded", "model", mc.modelName(), "adapter", name, "path", mc.Adapters[name], "rank", a.rank)
+	}
 	switch {
 	case mc.Pooling != "":
 		r.pooling = mc.Pooling
@@ -368,9 +398,14 @@ func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*eng
 			Model string `json:"model"`
 		}
 		json.Unmarshal(req.Body, &b)
-		r, resp := e.pick(b.Model)
+		r, a, resp := e.pick(b.Model)
 		if resp != nil {
 			done(resp, nil)
+			return
+		}
+		if a != nil {
+			done(badRequest(fmt.Sprintf("The model %q is a LoRA adapter of %q; embeddings run on base models only", b.Model, r.name),
+				"model", "model_not_found"), nil)
 			return
 		}
 		r.post(func() {
@@ -399,23 +434,61 @@ func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*eng
 		done(resp, nil)
 		return
 	}
-	r, resp := e.pick(p.model)
+	r, a, resp := e.pick(p.model)
 	if resp != nil {
+		done(resp, nil)
+		return
+	}
+	if p.adapter, resp = r.chooseAdapter(p, a); resp != nil {
 		done(resp, nil)
 		return
 	}
 	r.run(ctx, req, p, done)
 }
 
-// pick chooses the runner for a model name.
-func (e *Engine) pick(name string) (*runner, *engine.Response) {
+// pick chooses the runner for a model name, and the adapter when the name
+// is an adapter's (as vLLM serves them: the base model plus the adapter).
+func (e *Engine) pick(name string) (*runner, *adapter, *engine.Response) {
 	if r, ok := e.runners[name]; ok {
-		return r, nil
+		return r, nil, nil
+	}
+	for _, n := range e.order {
+		if a, ok := e.runners[n].adapters[name]; ok {
+			return e.runners[n], a, nil
+		}
 	}
 	if len(e.runners) == 1 && !e.cfg.StrictModel {
-		return e.runners[e.order[0]], nil
+		return e.runners[e.order[0]], nil, nil
 	}
-	return nil, &engine.Response{StatusCode: 400, Body: errorBody(
+	return nil, nil, &engine.Response{StatusCode: 400, Body: errorBody(
 		fmt.Sprintf("The model %q does not exist; served models: %s", name, strings.Join(e.order, ", ")),
 		"invalid_request_error", "model", "model_not_found")}
+}
+
+// chooseAdapter resolves p's adapter on r: body.lora_name's, else byModel
+// (the adapter body.model named), else none.
+func (r *runner) chooseAdapter(p *params, byModel *adapter) (*adapter, *engine.Response) {
+	if p.loraName == "" {
+		return byModel, nil
+	}
+	a, ok := r.adapters[p.loraName]
+	if !ok {
+		return nil, badRequest(fmt.Sprintf("lora_name: the LoRA adapter %q is not loaded for model %q; its adapters: %s",
+			p.loraName, r.name, adapterNames(r.adapters)), "lora_name", "lora_not_found")
+	}
+	if byModel != nil && byModel != a {
+		return nil, badRequest(fmt.Sprintf("lora_name: %q conflicts with model %q, which names adapter %q: give one of them",
+			p.loraName, p.model, byModel.name), "lora_name", "invalid_value")
+	}
+	return a, nil
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

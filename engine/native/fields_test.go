@@ -18,7 +18,6 @@ func TestParseRequestRefusesWhatItWouldIgnore(t *testing.T) {
 	for _, c := range []struct {
 		endpoint, body, param, msg string
 	}{
-		{engine.EndpointChat, `{` + msgs + `,"lora_name":"sql"}`, "lora_name", "LoRA adapters are not supported"},
 		{engine.EndpointChat, `{` + msgs + `,"num_logprobs":2}`, "num_logprobs", "top_logprobs"},
 		{engine.EndpointCompletions, `{"prompt":"a","max_generate_length":2}`, "max_generate_length", "max_tokens"},
 		{engine.EndpointChat, `{` + msgs + `,"response_format":{"type":"json_object"}}`, "response_format", "not supported by the native engine"},

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/batchd/batchd/engine"
-	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
 )
 
@@ -254,17 +253,7 @@ func TestPreemptionUnderTinyKVBudget(t *testing.T) {
 // block table) gets bit-identical logits to one pass over its whole prompt
 // in a private cache.
 func TestSharedPrefixBlocksGiveSameLogits(t *testing.T) {
-	w, err := weights.Load(demoPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	cpu := kernels.NewCPU(2)
-	t.Cleanup(cpu.Close)
-	m, err := NewModel(w, cpu)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m, _ := loadModel(t, demoPath(t))
 	bs := kvBlockSize
 	shared := 2 * bs
 	a := append(idsPrompt(1, shared), idsPrompt(2, 5)...)

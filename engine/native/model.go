@@ -167,6 +167,8 @@ type segment struct {
 	first  int     // index of its first token in the batch
 	n      int     // tokens
 	start  int     // position of its first token
+	// adapter is the sequence's LoRA adapter; nil: the base model.
+	adapter *adapter
 }
 
 // batch is one forward pass: tokens of many sequences, each sequence's
@@ -178,6 +180,8 @@ type batch struct {
 	segs   []segment
 	// logitRows lists the batch rows whose logits are wanted.
 	logitRows []int
+	// lora: some segment has an adapter (else no adapter work is done).
+	lora bool
 }
 
 // scratch holds a forward pass's buffers, reused across steps: device
@@ -186,7 +190,8 @@ type batch struct {
 type scratch struct {
 	x, h, q, k, v, att, o, gate, up, down kernels.Buf
 	last, logitsDev                       kernels.Buf
-	rows                                  []int32 // b.logitRows
+	loraMid, loraOut                      kernels.Buf // applyLoRA's x·Aᵀ and its ·Bᵀ
+	rows                                  []int32     // b.logitRows
 	logits                                []float32
 }
 
@@ -269,6 +274,11 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 		dev.MatMul(q, h, T, L.wq)
 		dev.MatMul(k, h, T, L.wk)
 		dev.MatMul(v, h, T, L.wv)
+		if b.lora {
+			m.applyLoRA(q, h, qDim, dim, li, loraQ, b, s)
+			m.applyLoRA(k, h, kvDim, dim, li, loraK, b, s)
+			m.applyLoRA(v, h, kvDim, dim, li, loraV, b, s)
+		}
 		if L.bq.Len() > 0 {
 			dev.AddBias(q, L.bq, T, qDim)
 			dev.AddBias(k, L.bk, T, kvDim)
@@ -287,12 +297,22 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 				pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
 		}
 		dev.MatMul(o, att, T, L.wo)
+		if b.lora {
+			m.applyLoRA(o, att, dim, qDim, li, loraO, b, s)
+		}
 		dev.Add(x, o)
 		dev.RMSNorm(h, x, L.ffnNorm, T, dim, c.RMSEps)
 		dev.MatMul(gate, h, T, L.wGate)
 		dev.MatMul(up, h, T, L.wUp)
+		if b.lora {
+			m.applyLoRA(gate, h, c.FFNDim, dim, li, loraGate, b, s)
+			m.applyLoRA(up, h, c.FFNDim, dim, li, loraUp, b, s)
+		}
 		dev.SiLUMul(gate, up)
 		dev.MatMul(down, gate, T, L.wDown)
+		if b.lora {
+			m.applyLoRA(down, gate, dim, c.FFNDim, li, loraDown, b, s)
+		}
 		dev.Add(x, down)
 	}
 	return x

@@ -26,7 +26,9 @@ func (mr *modelRunner) run(p plan) []float32 {
 		for i := range n {
 			b.pos = append(b.pos, int32(start+i))
 		}
-		b.segs = append(b.segs, segment{blocks: s.blocks, first: first, n: n, start: start})
+		a := s.adapter
+		b.segs = append(b.segs, segment{blocks: s.blocks, first: first, n: n, start: start, adapter: a})
+		b.lora = b.lora || a != nil
 		if start+n == len(s.tokens) {
 			b.logitRows = append(b.logitRows, first+n-1)
 		}

@@ -16,7 +16,11 @@ import (
 
 // params is what the engine needs from a request body.
 type params struct {
-	model    string
+	model string
+	// loraName is body.lora_name ("" : none); adapter is the adapter the
+	// engine resolved from it or from model (nil: the base model).
+	loraName string
+	adapter  *adapter
 	messages json.RawMessage // chat
 	tools    json.RawMessage
 	thinking *bool
@@ -55,6 +59,7 @@ type promptInput struct {
 
 type rawBody struct {
 	Model               string          `json:"model"`
+	LoraName            *string         `json:"lora_name"`
 	Messages            json.RawMessage `json:"messages"`
 	Tools               json.RawMessage `json:"tools"`
 	Prompt              json.RawMessage `json:"prompt"`
@@ -99,6 +104,9 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 		return nil, refuse(e)
 	}
 	p := &params{model: b.Model, n: 1, ignoreEOS: b.IgnoreEOS, echo: b.Echo}
+	if b.LoraName != nil {
+		p.loraName = *b.LoraName
+	}
 	switch {
 	case b.MaxCompletionTokens != nil:
 		p.maxTokens = int(*b.MaxCompletionTokens)

@@ -26,6 +26,10 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	id := requestHash(req)
 	created := time.Now().Unix()
+	model := r.name
+	if j.p.adapter != nil {
+		model = j.p.adapter.name // as vLLM answers for an adapter
+	}
 	var body any
 	if req.Endpoint == engine.EndpointChat {
 		cs := make([]wire.ChatChoice, len(j.seqs))
@@ -34,7 +38,7 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 				Logprobs: r.chatLogprobs(j.p, s), FinishReason: s.finish, StopReason: s.stopReason()}
 		}
 		body = wire.ChatCompletion{ID: "chatcmpl-" + id, Object: wire.ObjectChatCompletion, Created: created,
-			Model: r.name, Choices: cs, Usage: u}
+			Model: model, Choices: cs, Usage: u}
 	} else {
 		cs := make([]wire.TextChoice, len(j.seqs))
 		for i, s := range j.seqs {
@@ -47,7 +51,7 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 				Logprobs: r.legacyLogprobs(j.p, s, text, prompt)}
 		}
 		body = wire.TextCompletion{ID: "cmpl-" + id, Object: wire.ObjectTextCompletion, Created: created,
-			Model: r.name, Choices: cs, Usage: u}
+			Model: model, Choices: cs, Usage: u}
 	}
 	raw, _ := json.Marshal(body)
 	return &engine.Response{StatusCode: 200, RequestID: "req_" + id, Body: raw}

@@ -24,6 +24,8 @@ type runner struct {
 	tmpl  *chat.Template
 	// pooling is how embeddings pool hidden states (PoolMean, PoolLast).
 	pooling string
+	// adapters are the model's LoRA adapters by name (set at load).
+	adapters map[string]*adapter
 
 	wake  chan struct{}
 	sched scheduler
@@ -39,7 +41,8 @@ type runner struct {
 }
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
-	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean}
+	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean,
+		adapters: map[string]*adapter{}}
 	r.samp.cpu, r.samp.tok = e.cpu, tok
 	r.mr.model, r.mr.compute = m, &e.compute
 	r.sched.maxBatchTokens, r.sched.maxSeqs, r.sched.ctxLen = e.cfg.MaxBatchTokens, e.cfg.MaxSeqs, m.cfg.ContextLength
@@ -150,7 +153,7 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 		// The requests document's save_system_prompt_kv_cache needs nothing
 		// more: the prefix cache keeps every full block of a shared prompt.
 		for k := range p.n {
-			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder()}
+			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder(), adapter: p.adapter}
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
 			// Room for the whole output, but never more than the cache
 			// could hold: max_tokens may be 2^31-1.

@@ -37,6 +37,7 @@ type seq struct {
 	stopStr   *string      // the stop string that ended it (stop_reason); nil otherwise
 	streamed  int          // bytes of text streamed (emit)
 	samp      *seqSampling // penalties and logprobs (sampler.go)
+	adapter   *adapter     // the LoRA adapter it runs with; nil: the base model
 
 	// KV cache and scheduling state (scheduler.go, block_manager.go).
 	blocks     []int32     // block table
@@ -65,10 +66,20 @@ func (s *seq) hashAt(bi, bs int) blockHash {
 		if i > 0 {
 			parent = s.hashes[i-1]
 		}
-		// The adapter is "" until LoRA adapters exist.
-		s.hashes = append(s.hashes, chainHash(parent, "", s.tokens[i*bs:(i+1)*bs]))
+		// The adapter is part of the key: its K/V differ from the base
+		// model's for the same tokens.
+		s.hashes = append(s.hashes, chainHash(parent, s.adapterName(), s.tokens[i*bs:(i+1)*bs]))
 	}
 	return s.hashes[bi]
+}
+
+// adapterName is the name of s's adapter ("": the base model), part of
+// its blocks' prefix-cache keys.
+func (s *seq) adapterName() string {
+	if s.adapter == nil {
+		return ""
+	}
+	return s.adapter.name
 }
 
 // emit streams the text of s decided since the last call: all of it once s

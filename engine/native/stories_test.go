@@ -25,7 +25,15 @@ func storiesPath(t testing.TB) string {
 
 func loadStories(t testing.TB) (*Model, *kernels.CPU) {
 	t.Helper()
-	w, err := weights.Load(storiesPath(t))
+	_, m, cpu := loadModel(t, storiesPath(t))
+	return m, cpu
+}
+
+// loadModel loads the model at path on two threads of the default device;
+// the test's cleanup closes both.
+func loadModel(t testing.TB, path string) (*weights.Model, *Model, *kernels.CPU) {
+	t.Helper()
+	w, err := weights.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +44,7 @@ func loadStories(t testing.TB) (*Model, *kernels.CPU) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m, cpu
+	return w, m, cpu
 }
 
 func goldenIDs(t *testing.T) []int32 {

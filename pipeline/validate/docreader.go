@@ -718,8 +718,8 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 				continue
 			}
 		case "lora_name":
-			// No name is no adapter; a name goes on to be refused as
-			// unsupported by the checker.
+			// No name is no adapter; a name is sent as lora_name, which
+			// the native engine resolves among its configured adapters.
 			if isNull(v) || string(v) == `""` {
 				continue
 			}

@@ -50,6 +50,12 @@ type SafeTensor struct {
 // sorted, data contiguous, header padded with spaces to 8 bytes so the data
 // is aligned). For tests and tools.
 func WriteSafetensors(path string, tensors map[string]SafeTensor) error {
+	return WriteSafetensorsMeta(path, tensors, map[string]string{"format": "pt"})
+}
+
+// WriteSafetensorsMeta is WriteSafetensors with the header's __metadata__
+// given (nil: none).
+func WriteSafetensorsMeta(path string, tensors map[string]SafeTensor, meta map[string]string) error {
 	names := make([]string, 0, len(tensors))
 	for name := range tensors {
 		names = append(names, name)
@@ -60,7 +66,10 @@ func WriteSafetensors(path string, tensors map[string]SafeTensor) error {
 		Shape   []int    `json:"shape"`
 		Offsets []uint64 `json:"data_offsets"`
 	}
-	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	header := map[string]any{}
+	if meta != nil {
+		header["__metadata__"] = meta
+	}
 	var off uint64
 	for _, name := range names {
 		t := tensors[name]
@@ -120,6 +129,7 @@ type safetensorsFile struct {
 	path    string
 	mapping []byte
 	tensors map[string]safeEntry
+	meta    map[string]string // the header's __metadata__ (nil if none)
 }
 
 func openSafetensors(path string) (*safetensorsFile, error) {
@@ -127,12 +137,12 @@ func openSafetensors(path string) (*safetensorsFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	tensors, err := parseSafetensors(b)
+	tensors, meta, err := parseSafetensorsMeta(b)
 	if err != nil {
 		munmap(b)
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
-	return &safetensorsFile{path: path, mapping: b, tensors: tensors}, nil
+	return &safetensorsFile{path: path, mapping: b, tensors: tensors, meta: meta}, nil
 }
 
 func (s *safetensorsFile) Close() error {
@@ -158,26 +168,34 @@ type safeHeaderEntry struct {
 // parseSafetensors parses a whole safetensors file held in b; the returned
 // entries' Data are slices of b.
 func parseSafetensors(b []byte) (map[string]safeEntry, error) {
+	tensors, _, err := parseSafetensorsMeta(b)
+	return tensors, err
+}
+
+// parseSafetensorsMeta is parseSafetensors that also returns the header's
+// __metadata__ map (nil when there is none).
+func parseSafetensorsMeta(b []byte) (map[string]safeEntry, map[string]string, error) {
 	bad := func(format string, args ...any) error {
 		return invalid("%s", fmt.Sprintf(format, args...))
 	}
 	if len(b) < 8 {
-		return nil, bad("file is %d bytes, shorter than the 8-byte header length", len(b))
+		return nil, nil, bad("file is %d bytes, shorter than the 8-byte header length", len(b))
 	}
 	n := binary.LittleEndian.Uint64(b)
 	if n > maxSafetensorsHeader {
-		return nil, bad("header length %d exceeds the %d-byte limit", n, maxSafetensorsHeader)
+		return nil, nil, bad("header length %d exceeds the %d-byte limit", n, maxSafetensorsHeader)
 	}
 	if n > uint64(len(b)-8) {
-		return nil, bad("header length %d exceeds the %d bytes after it", n, len(b)-8)
+		return nil, nil, bad("header length %d exceeds the %d bytes after it", n, len(b)-8)
 	}
 	header := bytes.TrimLeft(b[8:8+n], " \t\r\n")
 	if len(header) == 0 || header[0] != '{' {
-		return nil, bad("header is not a JSON object")
+		return nil, nil, bad("header is not a JSON object")
 	}
+	var meta map[string]string
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(header, &raw); err != nil {
-		return nil, bad("header JSON: %v", err)
+		return nil, nil, bad("header JSON: %v", err)
 	}
 	data := b[8+n:]
 	dataLen := uint64(len(data))
@@ -189,48 +207,47 @@ func parseSafetensors(b []byte) (map[string]safeEntry, error) {
 	spans := make([]span, 0, len(raw))
 	for name, msg := range raw {
 		if name == "__metadata__" {
-			var meta map[string]string
 			if err := json.Unmarshal(msg, &meta); err != nil {
-				return nil, bad("__metadata__: want an object of strings: %v", err)
+				return nil, nil, bad("__metadata__: want an object of strings: %v", err)
 			}
 			continue
 		}
 		if name == "" {
-			return nil, bad("tensor with an empty name")
+			return nil, nil, bad("tensor with an empty name")
 		}
 		var e safeHeaderEntry
 		dec := json.NewDecoder(bytes.NewReader(msg))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&e); err != nil {
-			return nil, bad("tensor %q: %v", name, err)
+			return nil, nil, bad("tensor %q: %v", name, err)
 		}
 		size, ok := safeDTypeSizes[e.DType]
 		if !ok {
-			return nil, unsupported("tensor %q: unknown dtype %q", name, e.DType)
+			return nil, nil, unsupported("tensor %q: unknown dtype %q", name, e.DType)
 		}
 		if e.Shape == nil {
-			return nil, bad("tensor %q: no shape", name)
+			return nil, nil, bad("tensor %q: no shape", name)
 		}
 		if len(e.Shape) > maxSafetensorsRank {
-			return nil, bad("tensor %q: %d dimensions, at most %d", name, len(e.Shape), maxSafetensorsRank)
+			return nil, nil, bad("tensor %q: %d dimensions, at most %d", name, len(e.Shape), maxSafetensorsRank)
 		}
 		if len(e.Offsets) != 2 {
-			return nil, bad("tensor %q: data_offsets %v, want [begin, end]", name, e.Offsets)
+			return nil, nil, bad("tensor %q: data_offsets %v, want [begin, end]", name, e.Offsets)
 		}
 		want := size
 		for _, d := range e.Shape {
 			hi, lo := bits.Mul64(want, d)
 			if hi != 0 || lo > math.MaxInt64 {
-				return nil, bad("tensor %q: shape %v overflows", name, e.Shape)
+				return nil, nil, bad("tensor %q: shape %v overflows", name, e.Shape)
 			}
 			want = lo
 		}
 		begin, end := e.Offsets[0], e.Offsets[1]
 		if begin > end || end > dataLen {
-			return nil, bad("tensor %q: data_offsets [%d, %d] outside the %d-byte data section", name, begin, end, dataLen)
+			return nil, nil, bad("tensor %q: data_offsets [%d, %d] outside the %d-byte data section", name, begin, end, dataLen)
 		}
 		if end-begin != want {
-			return nil, bad("tensor %q: data_offsets [%d, %d] hold %d bytes, want %d for %s %v", name, begin, end, end-begin, want, e.DType, e.Shape)
+			return nil, nil, bad("tensor %q: data_offsets [%d, %d] hold %d bytes, want %d for %s %v", name, begin, end, end-begin, want, e.DType, e.Shape)
 		}
 		out[name] = safeEntry{DType: e.DType, Shape: e.Shape, Data: data[begin:end:end]}
 		if end > begin {
@@ -240,11 +257,11 @@ func parseSafetensors(b []byte) (map[string]safeEntry, error) {
 	sort.Slice(spans, func(i, j int) bool { return spans[i].begin < spans[j].begin })
 	for i := 1; i < len(spans); i++ {
 		if spans[i].begin < spans[i-1].end {
-			return nil, bad("tensor %q (bytes %d-%d) overlaps tensor %q (bytes %d-%d)",
+			return nil, nil, bad("tensor %q (bytes %d-%d) overlaps tensor %q (bytes %d-%d)",
 				spans[i].name, spans[i].begin, spans[i].end, spans[i-1].name, spans[i-1].begin, spans[i-1].end)
 		}
 	}
-	return out, nil
+	return out, meta, nil
 }
 
 // mmapFile maps a whole regular file read-only.
