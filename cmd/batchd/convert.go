@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/batchd/batchd/pipeline/validate"
 	"github.com/batchd/batchd/watcher"
@@ -39,32 +38,26 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer in.Close()
 
-	var out io.Writer = stdout
-	var tmp *os.File
+	w := bufio.NewWriter(stdout)
+	var af *atomicFile
 	if *outPath != "" {
-		tmp, err = os.CreateTemp(filepath.Dir(*outPath), "."+filepath.Base(*outPath)+"-*.tmp")
-		if err != nil {
+		if af, err = createAtomic(*outPath); err != nil {
 			return errorf(stderr, exitFailure, "convert: %v", err)
 		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
-		out = tmp
+		w = af.w
 	}
-	w := bufio.NewWriter(out)
 	if format == watcher.FormatJSON {
 		err = documentToJSONL(w, in, *maxLine)
 	} else {
 		err = jsonlToDocument(w, in, *maxLine)
 	}
-	if err == nil {
+	switch {
+	case err != nil && af != nil:
+		af.abort()
+	case af != nil:
+		err = af.commit(true)
+	default:
 		err = w.Flush()
-	}
-	if err == nil && tmp != nil {
-		if err = tmp.Sync(); err == nil {
-			if err = tmp.Close(); err == nil {
-				err = os.Rename(tmp.Name(), *outPath)
-			}
-		}
 	}
 	if err != nil {
 		return errorf(stderr, exitFailure, "convert %s: %v", path, err)
