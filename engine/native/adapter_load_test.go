@@ -213,6 +213,13 @@ func TestLoRAOnFirstUseConfig(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "native.max_adapters: must be at least 1") {
 		t.Errorf("zero: %v", err)
 	}
+	cfg.MaxAdapters = 1
+	cfg.Models = nil
+	cfg.Models = []ModelConfig{{Path: "a.gguf"}}
+	cfg.AdapterRoot = "adapters"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `native.adapter_root: must be an absolute path, got "adapters"`) {
+		t.Errorf("relative: %v", err)
+	}
 	cfg = DefaultConfig()
 	cfg.Models = []ModelConfig{{Path: demoPath(t)}}
 	cfg.AdapterRoot = filepath.Join(t.TempDir(), "none")

@@ -129,6 +129,9 @@ func (c Config) Validate() error {
 	if c.MaxAdapters < 1 {
 		return fmt.Errorf("native.max_adapters: must be at least 1, got %d", c.MaxAdapters)
 	}
+	if c.AdapterRoot != "" && !filepath.IsAbs(c.AdapterRoot) {
+		return fmt.Errorf("native.adapter_root: must be an absolute path, got %q", c.AdapterRoot)
+	}
 	seen := map[string]bool{}
 	for _, m := range c.Models {
 		seen[m.modelName()] = false
