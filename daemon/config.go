@@ -157,6 +157,13 @@ type NativeConfig struct {
 	// StrictModel makes a request naming an unknown model a model_not_found
 	// line instead of running on the only model.
 	StrictModel bool `yaml:"strict_model"`
+	// AdapterRoot is the directory a request's lora_path (a requests
+	// document's available_lora_weights) is loaded from on first use; ""
+	// (default): adapters load only from models[].adapters.
+	AdapterRoot string `yaml:"adapter_root"`
+	// MaxAdapters bounds each model's LoRA adapters, configured and loaded
+	// on first use together (default 16).
+	MaxAdapters int `yaml:"max_adapters"`
 }
 
 // PipelineConfig tunes how batches run.
@@ -208,7 +215,8 @@ func DefaultConfig() Config {
 		Listen: "127.0.0.1:8080",
 		Engine: "native",
 		Native: NativeConfig{Kernels: native.DefaultConfig().Kernels,
-			MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs},
+			MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs,
+			MaxAdapters: native.DefaultConfig().MaxAdapters},
 		OpenAI: OpenAIConfig{
 			URLs:           []string{"http://127.0.0.1:8000/v1"},
 			MaxInFlight:    64,

@@ -129,6 +129,8 @@ func (c Config) nativeConfig() native.Config {
 	nc.StrictModel = c.Native.StrictModel
 	nc.KVCacheBytes = c.Native.KVCacheBytes
 	nc.DisablePrefixCache = c.Native.DisablePrefixCache
+	nc.AdapterRoot = c.Native.AdapterRoot
+	nc.MaxAdapters = c.Native.MaxAdapters
 	return nc
 }
 

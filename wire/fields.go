@@ -93,10 +93,31 @@ var nativeFields = map[string]fieldSet{
 	"save_system_prompt_kv_cache": onChat,
 	"disable_spec_decode":         onGen,
 	"lora_name":                   onGen,
+	"lora_path":                   onGen,
 }
 
 // nativeRefusals say why the native engine refuses a field it knows of.
 var nativeRefusals = map[string]string{}
+
+// remoteRefusals say why the remote engine refuses a field rather than
+// forward it: a server would ignore it, or read a path on its own disk.
+var remoteRefusals = map[string]string{
+	"lora_path": "is not sent to a remote engine (an OpenAI-compatible server loads adapters itself): " +
+		"load the adapter in the server (vLLM: --lora-modules NAME=PATH) and name it in model, " +
+		"or send the batch to the native engine with native.adapter_root set",
+}
+
+// CheckRemoteBody refuses the first top-level key of body, a JSON object,
+// that the remote engine must not forward. A body that is not an object is
+// left to the server.
+func CheckRemoteBody(body []byte) *Invalid {
+	return checkKeys(body, func(key string) *Invalid {
+		if why, ok := remoteRefusals[key]; ok {
+			return &Invalid{Code: CodeUnsupportedParameter, Param: key, Message: why}
+		}
+		return nil
+	})
+}
 
 func endpointBits(endpoint string) fieldSet {
 	switch endpoint {
@@ -135,6 +156,12 @@ func NativeField(endpoint, key string) *Invalid {
 // that the native engine would not honour on endpoint. A body that is not
 // an object is left to the caller's own decoding.
 func CheckNativeBody(endpoint string, body []byte) *Invalid {
+	return checkKeys(body, func(key string) *Invalid { return NativeField(endpoint, key) })
+}
+
+// checkKeys returns the first refusal of check for a top-level key of body,
+// a JSON object; nil when none, or when body is not an object.
+func checkKeys(body []byte, check func(key string) *Invalid) *Invalid {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
@@ -145,7 +172,7 @@ func CheckNativeBody(endpoint string, body []byte) *Invalid {
 			return nil
 		}
 		key, _ := tok.(string)
-		if e := NativeField(endpoint, key); e != nil {
+		if e := check(key); e != nil {
 			return e
 		}
 		if err := skipValue(dec); err != nil {

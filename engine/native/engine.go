@@ -22,6 +22,8 @@
 //     kernels.Device (device.go picks it: the CPU, or the plain-Go
 //     reference device that proves the interface).
 //   - sampler.go, logprobs.go: per-sequence sampling and logprobs.
+//   - lora.go, adapter_load.go: LoRA adapters applied per row, and those
+//     a request's lora_path loads on first use.
 //   - request.go, response.go, embed.go: the OpenAI bodies in and out
 //     (shapes and limits from package wire).
 //   - fault.go: a panic in a step fails the request that caused it, not
@@ -37,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -100,18 +103,34 @@ type Config struct {
 	// DisablePrefixCache turns off reuse of cached prompt blocks (tests,
 	// benchmarks).
 	DisablePrefixCache bool
-	Logger             *slog.Logger
+	// AdapterRoot is the directory a request's lora_path is read under
+	// (relative paths are relative to it; symlinks leading out are
+	// refused); "" : adapters load only from Models[].Adapters.
+	AdapterRoot string
+	// MaxAdapters bounds each model's LoRA adapters, configured and loaded
+	// on first use together.
+	MaxAdapters int
+	Logger      *slog.Logger
 }
+
+// DefaultMaxAdapters is native.max_adapters' default.
+const DefaultMaxAdapters = 16
 
 // DefaultConfig returns the defaults; Models must still be set.
 func DefaultConfig() Config {
-	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256}
+	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256, MaxAdapters: DefaultMaxAdapters}
 }
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
 	if len(c.Models) == 0 {
 		return errors.New("native.models: at least one model is required (or --model PATH)")
+	}
+	if c.MaxAdapters < 1 {
+		return fmt.Errorf("native.max_adapters: must be at least 1, got %d", c.MaxAdapters)
+	}
+	if c.AdapterRoot != "" && !filepath.IsAbs(c.AdapterRoot) {
+		return fmt.Errorf("native.adapter_root: must be an absolute path, got %q", c.AdapterRoot)
 	}
 	seen := map[string]bool{}
 	for _, m := range c.Models {
@@ -136,6 +155,9 @@ func (c Config) Validate() error {
 				return fmt.Errorf("native.models[%d].adapters.%s: path required (a PEFT directory or a .safetensors file)", i, a)
 			}
 			seen[a] = true
+		}
+		if len(m.Adapters) > c.MaxAdapters {
+			return fmt.Errorf("native.models[%d].adapters: %d adapters, over native.max_adapters (%d): raise native.max_adapters", i, len(m.Adapters), c.MaxAdapters)
 		}
 		switch m.Pooling {
 		case "", PoolMean, PoolLast, PoolCLS:
@@ -183,6 +205,9 @@ type Engine struct {
 	runners map[string]*runner
 	order   []string
 	compute sync.Mutex // one forward pass at a time across models
+	// adapterLoadHook, when set (tests), runs as a load on first use
+	// starts, off the engine's locks.
+	adapterLoadHook func(name string)
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -211,6 +236,15 @@ func (e *Engine) Open(ctx context.Context) error {
 	if _, err := e.device(); err != nil {
 		e.Close(ctx)
 		return err
+	}
+	if root := e.cfg.AdapterRoot; root != "" {
+		if st, err := os.Stat(root); err != nil || !st.IsDir() {
+			e.Close(ctx)
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return fmt.Errorf("native.adapter_root %s: %w (a directory holding the LoRA adapters requests name by lora_path)", root, err)
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
@@ -296,6 +330,7 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 			w.Close()
 			return nil, fmt.Errorf("native.models[%s].adapters.%s: %w", mc.modelName(), name, err)
 		}
+		a.path = realPath(mc.Adapters[name])
 		r.adapters[name] = a
 		e.log.Info("lora adapter loaded", "model", mc.modelName(), "adapter", name, "path", mc.Adapters[name], "rank", a.rank)
 	}
@@ -439,11 +474,14 @@ func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*eng
 		done(resp, nil)
 		return
 	}
-	if p.adapter, resp = r.chooseAdapter(p, a); resp != nil {
-		done(resp, nil)
-		return
-	}
-	r.run(ctx, req, p, done)
+	r.chooseAdapter(p, a, func(ad *adapter, resp *engine.Response) {
+		if resp != nil {
+			done(resp, nil)
+			return
+		}
+		p.adapter = ad
+		r.run(ctx, req, p, done)
+	})
 }
 
 // pick chooses the runner for a model name, and the adapter when the name
@@ -453,7 +491,7 @@ func (e *Engine) pick(name string) (*runner, *adapter, *engine.Response) {
 		return r, nil, nil
 	}
 	for _, n := range e.order {
-		if a, ok := e.runners[n].adapters[name]; ok {
+		if a := e.runners[n].adapterByName(name); a != nil {
 			return e.runners[n], a, nil
 		}
 	}
@@ -465,22 +503,53 @@ func (e *Engine) pick(name string) (*runner, *adapter, *engine.Response) {
 		"invalid_request_error", "model", "model_not_found")}
 }
 
-// chooseAdapter resolves p's adapter on r: body.lora_name's, else byModel
-// (the adapter body.model named), else none.
-func (r *runner) chooseAdapter(p *params, byModel *adapter) (*adapter, *engine.Response) {
-	if p.loraName == "" {
-		return byModel, nil
-	}
-	a, ok := r.adapters[p.loraName]
-	if !ok {
-		return nil, badRequest(fmt.Sprintf("lora_name: the LoRA adapter %q is not loaded for model %q; its adapters: %s",
-			p.loraName, r.name, adapterNames(r.adapters)), "lora_name", "lora_not_found")
-	}
-	if byModel != nil && byModel != a {
-		return nil, badRequest(fmt.Sprintf("lora_name: %q conflicts with model %q, which names adapter %q: give one of them",
+// chooseAdapter resolves p's adapter on r: body.lora_name's (loaded from
+// body.lora_path on first use, see adapter_load.go), else byModel (the
+// adapter body.model named), else none; then cont runs with it, or with
+// the 400 that refuses the request: before chooseAdapter returns, or once
+// the adapter's load ends.
+func (r *runner) chooseAdapter(p *params, byModel *adapter, cont func(*adapter, *engine.Response)) {
+	conflict := func() *engine.Response {
+		return badRequest(fmt.Sprintf("lora_name: %q conflicts with model %q, which names adapter %q: give one of them",
 			p.loraName, p.model, byModel.name), "lora_name", "invalid_value")
 	}
-	return a, nil
+	if p.loraPath != "" {
+		if byModel != nil && byModel.name != p.loraName {
+			cont(nil, conflict())
+			return
+		}
+		r.dynamicAdapter(p, cont)
+		return
+	}
+	if p.loraName == "" {
+		cont(byModel, nil)
+		return
+	}
+	r.amu.Lock()
+	a, ok := r.adapters[p.loraName]
+	names := adapterNames(r.adapters)
+	r.amu.Unlock()
+	if !ok {
+		cont(nil, badRequest(fmt.Sprintf("lora_name: the LoRA adapter %q is not loaded for model %q; its adapters: %s",
+			p.loraName, r.name, names), "lora_name", "lora_not_found"))
+		return
+	}
+	if byModel != nil && byModel != a {
+		cont(nil, conflict())
+		return
+	}
+	cont(a, nil)
+}
+
+// realPath is path made absolute with symlinks followed, or as given when
+// that fails: an adapter's identity, to compare with a request's lora_path.
+func realPath(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		if abs, err := filepath.Abs(r); err == nil {
+			return abs
+		}
+	}
+	return path
 }
 
 // sortedKeys returns m's keys in order.

@@ -38,7 +38,10 @@ type loraPair struct {
 
 // adapter is a LoRA adapter uploaded to a model's device.
 type adapter struct {
-	name   string
+	name string
+	// path is its file or directory, absolute with symlinks followed: one
+	// name is one adapter (adapter_load.go).
+	path   string
 	rank   int
 	layers [][loraTargets]loraPair
 }
@@ -105,7 +108,7 @@ func (m *Model) applyLoRA(out, x kernels.Buf, outDim, inDim, li, t int, b *batch
 // adapterNames lists adapters' names, sorted, for messages.
 func adapterNames(as map[string]*adapter) string {
 	if len(as) == 0 {
-		return "none (configure them in native.models[].adapters)"
+		return "none (configure them in native.models[].adapters, or give lora_path with native.adapter_root set)"
 	}
 	names := make([]string, 0, len(as))
 	for n := range as {

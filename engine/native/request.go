@@ -20,6 +20,9 @@ type params struct {
 	// loraName is body.lora_name ("" : none); adapter is the adapter the
 	// engine resolved from it or from model (nil: the base model).
 	loraName string
+	// loraPath is body.lora_path: the adapter's file or directory under
+	// native.adapter_root, loaded on first use.
+	loraPath string
 	adapter  *adapter
 	messages json.RawMessage // chat
 	tools    json.RawMessage
@@ -60,6 +63,7 @@ type promptInput struct {
 type rawBody struct {
 	Model               string          `json:"model"`
 	LoraName            *string         `json:"lora_name"`
+	LoraPath            *string         `json:"lora_path"`
 	Messages            json.RawMessage `json:"messages"`
 	Tools               json.RawMessage `json:"tools"`
 	Prompt              json.RawMessage `json:"prompt"`
@@ -106,6 +110,9 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 	p := &params{model: b.Model, n: 1, ignoreEOS: b.IgnoreEOS, echo: b.Echo}
 	if b.LoraName != nil {
 		p.loraName = *b.LoraName
+	}
+	if b.LoraPath != nil {
+		p.loraPath = *b.LoraPath
 	}
 	switch {
 	case b.MaxCompletionTokens != nil:

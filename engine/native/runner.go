@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/batchd/batchd/engine"
@@ -24,8 +25,12 @@ type runner struct {
 	tmpl  *chat.Template
 	// pooling is how embeddings pool hidden states (PoolMean, PoolLast).
 	pooling string
-	// adapters are the model's LoRA adapters by name (set at load).
+	// adapters are the model's LoRA adapters by name: configured ones
+	// (set at load) and those loaded on first use (adapter_load.go), whose
+	// loads in flight are loading; both under amu.
+	amu      sync.Mutex
 	adapters map[string]*adapter
+	loading  map[string]*adapterLoad
 
 	wake  chan struct{}
 	sched scheduler
@@ -42,7 +47,7 @@ type runner struct {
 
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
 	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean,
-		adapters: map[string]*adapter{}}
+		adapters: map[string]*adapter{}, loading: map[string]*adapterLoad{}}
 	r.samp.cpu, r.samp.tok = e.cpu, tok
 	r.mr.model, r.mr.compute = m, &e.compute
 	r.sched.maxBatchTokens, r.sched.maxSeqs, r.sched.ctxLen = e.cfg.MaxBatchTokens, e.cfg.MaxSeqs, m.cfg.ContextLength

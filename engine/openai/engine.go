@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 	"github.com/hashicorp/go-retryablehttp"
 )
 
@@ -262,6 +263,15 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	defer e.active.Add(-1)
 
 	body := []byte(req.Body)
+	if inv := wire.CheckRemoteBody(body); inv != nil {
+		// Never forwarded: the server would ignore it, or read a path
+		// on its own disk.
+		return &engine.Response{
+			StatusCode: http.StatusBadRequest,
+			RequestID:  requestID(req.Endpoint, req.CustomID),
+			Body:       inv.Body(),
+		}, nil
+	}
 	if e.cfg.Model != "" {
 		b, err := replaceModel(body, e.cfg.Model)
 		if err != nil {

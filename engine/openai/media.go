@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/wire"
 )
 
@@ -164,25 +165,14 @@ func readMedia(root, loc string) ([]byte, error) {
 	if root == "" {
 		return nil, fmt.Errorf("local file %q: media_root is not set: set media_root in the daemon's config to a directory holding the media, or give an http, https or data URL", loc)
 	}
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return nil, fmt.Errorf("media_root %q: %w", root, err)
-	}
-	path := loc
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(root, path)
-	}
-	outside := fmt.Errorf("local file %q is outside media_root %s (symlinks followed); only files under media_root are read", loc, root)
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("local file %q: not found", loc)
-		}
-		return nil, fmt.Errorf("local file %q: %w", loc, err)
-	}
-	rel, err := filepath.Rel(realRoot, real)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
-		return nil, outside
+	realRoot, rel, err := fsx.Under(root, loc)
+	switch {
+	case errors.Is(err, fsx.ErrOutsideRoot):
+		return nil, fmt.Errorf("local file %q is outside media_root %s (symlinks followed); only files under media_root are read", loc, root)
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("local file %q: not found", loc)
+	case err != nil:
+		return nil, fmt.Errorf("local file %q under media_root: %w", loc, err)
 	}
 	r, err := os.OpenRoot(realRoot)
 	if err != nil {

@@ -216,3 +216,36 @@ func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// A body with lora_path (a requests document's available_lora_weights) is
+// refused, never forwarded: the server would ignore the path or read it on
+// its own disk.
+func TestLoraPathRefused(t *testing.T) {
+	srv, bodies := captureServer(t)
+	e, _ := newTestEngine(t, testConfig(srv.URL()))
+	body := `{"model":"test-model","lora_name":"ft","lora_path":"/adapters/ft","messages":[{"role":"user","content":"hi"}]}`
+	resp, err := do(t, e, &engine.Request{CustomID: "lora", Endpoint: engine.EndpointChat, Body: json.RawMessage(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb wire.ErrorBody
+	if resp.StatusCode != 400 || json.Unmarshal(resp.Body, &eb) != nil {
+		t.Fatalf("got %d %s, want a 400", resp.StatusCode, resp.Body)
+	}
+	if eb.Error.Code == nil || *eb.Error.Code != wire.CodeUnsupportedParameter || eb.Error.Param == nil || *eb.Error.Param != "lora_path" ||
+		!strings.Contains(eb.Error.Message, "--lora-modules") || !strings.Contains(eb.Error.Message, "model") {
+		t.Errorf("error %+v", eb.Error)
+	}
+	if resp.RequestID == "" {
+		t.Error("no request_id")
+	}
+	if n := len(bodies()); n != 0 {
+		t.Errorf("%d requests reached the server", n)
+	}
+	// lora_name alone is forwarded (a server may know the name).
+	resp, err = do(t, e, &engine.Request{CustomID: "name", Endpoint: engine.EndpointChat,
+		Body: json.RawMessage(`{"model":"test-model","lora_name":"ft","messages":[{"role":"user","content":"hi"}]}`)})
+	if err != nil || resp.StatusCode != 200 || len(bodies()) != 1 {
+		t.Fatalf("lora_name alone: %v %v, %d sent", err, resp, len(bodies()))
+	}
+}

@@ -1,6 +1,7 @@
 // Package fsx holds the few file operations batchd needs to be durable:
 // replacing a file atomically, copying one, and making a directory's
-// entries durable. RELIABILITY.md: write temp → fsync → rename → fsync the
+// entries durable; and resolving a path a request names inside a configured
+// root directory (Under). RELIABILITY.md: write temp → fsync → rename → fsync the
 // directory; an fsync error is final for that file.
 package fsx
 
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -136,4 +138,34 @@ func ReadRegular(path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return raw, nil
+}
+
+// ErrOutsideRoot is Under's error for a path that resolves outside its root.
+var ErrOutsideRoot = errors.New("outside the root directory")
+
+// Under resolves loc under root, as a daemon reads files a request names:
+// a relative loc is relative to root, symlinks are followed, and the result
+// must lie inside root (itself resolved). It returns root's real path and
+// loc's path relative to it, for os.OpenRoot(realRoot).Open(rel), which
+// also refuses a symlink swapped in after this check. A loc that does not
+// exist is an error wrapping fs.ErrNotExist; one outside root wraps
+// ErrOutsideRoot.
+func Under(root, loc string) (realRoot, rel string, err error) {
+	realRoot, err = filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", "", fmt.Errorf("root %s: %w", root, err)
+	}
+	path := loc
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", "", err
+	}
+	rel, err = filepath.Rel(realRoot, real)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return "", "", ErrOutsideRoot
+	}
+	return realRoot, rel, nil
 }

@@ -80,6 +80,7 @@ const (
 	fSaveSystemPromptKVCache
 	fDisableSpecDecode
 	fLoraName
+	fLoraPath
 	fNumLogprobs
 	fMaxGenerateLength
 	numFields
@@ -119,6 +120,7 @@ var fieldNames = [numFields]string{
 	fSaveSystemPromptKVCache: "save_system_prompt_kv_cache",
 	fDisableSpecDecode:       "disable_spec_decode",
 	fLoraName:                "lora_name",
+	fLoraPath:                "lora_path",
 	fNumLogprobs:             "num_logprobs",
 	fMaxGenerateLength:       "max_generate_length",
 }
@@ -160,6 +162,7 @@ var fieldEndpoints = [numFields]endpoint{
 	fSaveSystemPromptKVCache: epChat,
 	fDisableSpecDecode:       epGen,
 	fLoraName:                epAll,
+	fLoraPath:                epGen,
 	fNumLogprobs:             epAll, // refused: the document's names
 	fMaxGenerateLength:       epAll,
 }
@@ -227,6 +230,8 @@ func lookupField(key []byte) fieldID {
 		return fDisableSpecDecode
 	case "lora_name":
 		return fLoraName
+	case "lora_path":
+		return fLoraPath
 	case "num_logprobs":
 		return fNumLogprobs
 	case "max_generate_length":
@@ -267,6 +272,9 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 		}
 	}
 	// Rules between fields.
+	if given(f[fLoraPath]) && !given(f[fLoraName]) {
+		return badRequest(CodeInvalidValue, "lora_path", "requires lora_name, the name the adapter is known by")
+	}
 	if ep == epChat && given(f[fTopLogprobs]) && !isTrue(f[fLogprobs]) {
 		return fromWire(wire.TopLogprobsWithoutLogprobs())
 	}
@@ -292,6 +300,13 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 		}
 		if isTrue(v) {
 			return badRequest(CodeUnsupportedValue, name, "streaming is not supported in a batch: remove stream or set it to false")
+		}
+	case fLoraPath:
+		if !isString(v) {
+			return badRequest(CodeInvalidType, name, "must be a string, got "+typeName(v))
+		}
+		if string(v) == `""` {
+			return badRequest(CodeInvalidValue, name, "must not be empty: the adapter's path under native.adapter_root")
 		}
 	case fApplyChatTemplate, fAddGenerationPrompt, fEnableThinking, fSaveSystemPromptKVCache, fDisableSpecDecode:
 		if !isBool(v) {

@@ -85,6 +85,10 @@ func TestDocReaderFormatKeys(t *testing.T) {
 		{"available_lora_weights", `"available_lora_weights":{"french":"/a/f.safetensors"},`, ``, with()},
 		{"lora_name is forwarded to be refused", ``, `,"lora_name":"french"`, with("lora_name", "french")},
 		{"empty lora_name is no adapter", ``, `,"lora_name":""`, with()},
+		{"lora_name of available_lora_weights gets its path", `"available_lora_weights":{"french":"adapters/f.safetensors","de":"/a/de"},`, `,"lora_name":"french"`,
+			with("lora_name", "french", "lora_path", "adapters/f.safetensors")},
+		{"lora_name not in available_lora_weights goes alone", `"available_lora_weights":{"french":"/a/f"},`, `,"lora_name":"ft"`, with("lora_name", "ft")},
+		{"a request's own lora_path is kept", `"available_lora_weights":{"french":"/a/f"},`, `,"lora_name":"french","lora_path":"/b"`, with("lora_name", "french", "lora_path", "/b")},
 		{"save_system_prompt_kv_cache", `"save_system_prompt_kv_cache":true,`, `,"save_system_prompt_kv_cache":true`, with()},
 		{"disable_spec_decode", ``, `,"disable_spec_decode":true`, with()},
 		{"stop string", ``, `,"stop":"###"`, with("stop", "###")},
@@ -134,6 +138,9 @@ func TestDocReaderFormatErrors(t *testing.T) {
 		{`{"add_generation_prompt":"no","requests":[]}`, `"add_generation_prompt" must be a boolean, got a string`},
 		{`{"enable_thinking":null,"enable_thinking":true,"requests":[]}`, `repeated key "enable_thinking"`},
 		{`{"available_lora_weights":["a"],"requests":[]}`, `"available_lora_weights" must be an object mapping adapter names to paths, got an array`},
+		{`{"available_lora_weights":{"a":""},"requests":[]}`, `"available_lora_weights"."a" must be a non-empty string, the adapter's path, got ""`},
+		{`{"available_lora_weights":{"a":"x","b":7},"requests":[]}`, `"available_lora_weights"."b" must be a non-empty string, the adapter's path, got 7`},
+		{`{"available_lora_weights":{"":"x"},"requests":[]}`, `"available_lora_weights": an adapter has an empty name`},
 		{`{"temperature":0,"defaults":{"temperature":1},"requests":[]}`, `"temperature" is set both at the top level and in "defaults": keep one`},
 		{`{"max_generate_length":2,"defaults":{"max_tokens":1},"requests":[]}`, `"max_tokens" is set both at the top level and in "defaults": keep one`},
 		{`{"requests":[],"top_k":1}`, `"top_k" must come before "requests"`},
@@ -323,5 +330,16 @@ func TestDocReaderFormatExamples(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A full batch line's body gets the lora_path of its lora_name too; an
+// embeddings body never does (adapters serve generation only).
+func TestDocReaderLoraPathInFullLines(t *testing.T) {
+	got := docBodies(t, `{"available_lora_weights":{"fr":"fr.safetensors"},"requests":[`+
+		`{"custom_id":"a","url":"/v1/completions","body":{"prompt":"x","lora_name":"fr"}},`+
+		`{"custom_id":"b","url":"/v1/embeddings","body":{"input":"x","lora_name":"fr"}}]}`)
+	if len(got) != 2 || got[0]["lora_path"] != "fr.safetensors" || got[1]["lora_path"] != nil {
+		t.Fatalf("bodies %v", got)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 )
 
@@ -165,6 +167,9 @@ type DocReader struct {
 	noTemplate   bool       // apply_chat_template false
 	noGenPrompt  bool       // add_generation_prompt false
 	thinking     bool       // enable_thinking
+	// loraPaths is available_lora_weights: adapter name → its path as a
+	// JSON string, sent as lora_path with a request's lora_name.
+	loraPaths map[string]json.RawMessage
 
 	// Scratch, reused between requests.
 	el, out, shorthand, sysBuf, tmp []byte
@@ -404,9 +409,20 @@ func (d *DocReader) readFormatOption(key string, v []byte) error {
 			d.thinking = isTrue(v)
 		}
 	case docKeyLoraWeights:
-		var m map[string]string
+		var m map[string]json.RawMessage
 		if json.Unmarshal(v, &m) != nil {
 			return d.errorf("%q must be an object mapping adapter names to paths, got %s", key, typeName(v))
+		}
+		d.loraPaths = make(map[string]json.RawMessage, len(m))
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			var path string
+			if name == "" {
+				return d.errorf("%q: an adapter has an empty name", key)
+			}
+			if json.Unmarshal(m[name], &path) != nil || path == "" {
+				return d.errorf("%q.%q must be a non-empty string, the adapter's path, got %s", key, name, m[name])
+			}
+			d.loraPaths[name] = m[name]
 		}
 	default:
 		field := docOptionField[key]
@@ -753,6 +769,9 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 // prepareBody applies the system prompt and the document's defaults to a
 // body (a valid JSON object).
 func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
+	if ep != epEmbeddings && len(d.loraPaths) > 0 {
+		body = d.withLoraPath(body)
+	}
 	if ep == epChat && d.system != nil {
 		body = d.withSystemPrompt(body)
 	}
@@ -764,6 +783,37 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 		body = d.applyDefaults(body, ep, &d.chat)
 	}
 	return body
+}
+
+// withLoraPath adds "lora_path" to a body whose lora_name is an adapter of
+// available_lora_weights, with the path as written there; the engine loads
+// it on first use. A name not listed there goes as it is (the engine may
+// know it from its config), and a body with its own lora_path keeps it.
+func (d *DocReader) withLoraPath(body []byte) []byte {
+	var path json.RawMessage
+	for it := newMembers(body); ; {
+		k, vs, ve, ok := it.next()
+		if !ok {
+			break
+		}
+		switch key, _ := unquote(k); string(key) {
+		case "lora_path":
+			return body
+		case "lora_name":
+			if name, ok := unquote(body[vs:ve]); ok {
+				path = d.loraPaths[string(name)]
+			}
+		}
+	}
+	end := bytes.LastIndexByte(body, '}')
+	if path == nil || end < 0 {
+		return body
+	}
+	out := make([]byte, 0, len(body)+len(path)+16)
+	out = append(out, body[:end]...)
+	out = append(out, `,"lora_path":`...)
+	out = append(out, path...)
+	return append(out, body[end:]...)
 }
 
 // applyDefaults merges ds under body, into the scratch buffer that the
