@@ -158,8 +158,15 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // in done/, and returns its object.
 func (e *env) waitEnded(name, format string) *pipeline.BatchObject {
 	e.t.Helper()
+	return e.waitEndedWithin(name, format, 60*time.Second)
+}
+
+// waitEndedWithin is waitEnded with its own deadline, for batches that
+// generate many tokens on the native engine (slow under -race).
+func (e *env) waitEndedWithin(name, format string, timeout time.Duration) *pipeline.BatchObject {
+	e.t.Helper()
 	var o *pipeline.BatchObject
-	waitFor(e.t, 60*time.Second, "batch "+name+" to end", func() bool {
+	waitFor(e.t, timeout, "batch "+name+" to end", func() bool {
 		o = e.object(name)
 		if o == nil || !pipeline.Terminal(o.Status) {
 			return false
@@ -992,13 +999,19 @@ func TestExampleConfigLoads(t *testing.T) {
 // demoModel writes a tiny demo model for the native engine and returns its path.
 func demoModel(t *testing.T) string {
 	t.Helper()
-	model := filepath.Join(t.TempDir(), "demo.gguf")
+	return writeDemoModel(t, demomodel.Shapes["tiny"])
+}
+
+// writeDemoModel writes a demo model of shape and returns its path.
+func writeDemoModel(t *testing.T, shape demomodel.Shape) string {
+	t.Helper()
+	model := filepath.Join(t.TempDir(), "demo-"+shape.Name+".gguf")
 	f, err := os.Create(model)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 7); err != nil {
+	if err := demomodel.Write(f, shape, kernels.F32, 7); err != nil {
 		t.Fatal(err)
 	}
 	return model

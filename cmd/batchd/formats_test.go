@@ -3,52 +3,27 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// formatsDir is the published descriptions of the formats batchd's users
-// come from (BATCHD_FORMATS, set by .ci/run to ../shared/formats).
-func formatsDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("BATCHD_FORMATS")
-	if dir == "" {
-		t.Skip("BATCHD_FORMATS is not set: the published format descriptions (../shared/formats) are not available")
-	}
-	return dir
-}
+	"github.com/batchd/batchd/internal/formatdocs"
+)
 
 // formatExamples returns every batch line a format description shows, as
 // written: one-line examples ({"custom_id": ... on one line) and
-// pretty-printed ones (an object over several lines with a custom_id),
-// compacted to one line each.
+// pretty-printed ones (an object over several lines with a custom_id and a
+// method), compacted to one line each.
 func formatExamples(t *testing.T, path string) []string {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	var obj []string
-	depth := 0
-	for _, line := range strings.Split(string(raw), "\n") {
-		trimmed := strings.TrimSpace(line)
-		if depth == 0 && strings.HasPrefix(trimmed, `{"custom_id"`) {
-			out = append(out, trimmed)
+	for _, text := range formatdocs.Objects(t, path) {
+		if !strings.Contains(text, "\n") {
+			if strings.HasPrefix(text, `{"custom_id"`) {
+				out = append(out, text)
+			}
 			continue
 		}
-		if depth == 0 && trimmed != "{" {
-			continue
-		}
-		obj = append(obj, line)
-		depth += strings.Count(line, "{") - strings.Count(line, "}")
-		if depth > 0 {
-			continue
-		}
-		text := strings.Join(obj, "\n")
-		obj, depth = nil, 0
 		var probe struct {
 			CustomID *string `json:"custom_id"`
 			Method   *string `json:"method"`
@@ -68,7 +43,6 @@ func formatExamples(t *testing.T, path string) []string {
 // Every request example of BatchGen's and Doubleword's format descriptions
 // is a valid batch line to batchd, as written.
 func TestFormatExamplesValidate(t *testing.T) {
-	dir := formatsDir(t)
 	for _, tc := range []struct {
 		file     string
 		examples int
@@ -77,7 +51,7 @@ func TestFormatExamplesValidate(t *testing.T) {
 		{"doubleword-jsonl.txt", 3},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			lines := formatExamples(t, filepath.Join(dir, tc.file))
+			lines := formatExamples(t, formatdocs.Path(t, tc.file))
 			if len(lines) != tc.examples {
 				t.Fatalf("found %d request examples in %s, want %d: %q", len(lines), tc.file, tc.examples, lines)
 			}

@@ -30,6 +30,7 @@ var rules = []struct {
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},
 	{"internal/miniotest", "a real MinIO server for tests", nil},
+	{"internal/formatdocs", "the published format descriptions' examples, for tests", nil},
 	{"internal/archtest", "this test", nil},
 
 	// The engine boundary and its implementations: they never see the
