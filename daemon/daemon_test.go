@@ -181,11 +181,12 @@ func (e *env) waitEndedWithin(name, format string, timeout time.Duration) *pipel
 func (e *env) check(name, format string) *pipeline.CheckReport {
 	e.t.Helper()
 	rep, err := pipeline.Check(pipeline.CheckInput{
-		Input:  filepath.Join(e.dirs.Done, name+"."+format),
-		Format: format,
-		Output: filepath.Join(e.dirs.Outbox, name+".output.jsonl"),
-		Errors: filepath.Join(e.dirs.Outbox, name+".errors.jsonl"),
-		Object: filepath.Join(e.dirs.Outbox, name+".batch.json"),
+		Input:   filepath.Join(e.dirs.Done, name+"."+format),
+		Format:  format,
+		Output:  filepath.Join(e.dirs.Outbox, name+".output.jsonl"),
+		Errors:  filepath.Join(e.dirs.Outbox, name+".errors.jsonl"),
+		Object:  filepath.Join(e.dirs.Outbox, name+".batch.json"),
+		Results: filepath.Join(e.dirs.Outbox, name+".results.json"),
 	})
 	if err != nil {
 		e.t.Fatalf("check %s: %v", name, err)

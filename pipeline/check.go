@@ -16,7 +16,11 @@ import (
 type CheckInput struct {
 	Input, Format          string // the input file and its format (jsonl or json)
 	Output, Errors, Object string // NAME.output.jsonl, NAME.errors.jsonl, NAME.batch.json
-	MaxLineBytes           int
+	// Results is NAME.results.json, which must exist exactly when the
+	// input is a requests document whose requests ran; empty skips that
+	// check.
+	Results      string
+	MaxLineBytes int
 }
 
 // CheckReport is what Check found. OK is true when the exactly-once
@@ -45,9 +49,11 @@ func (r *CheckReport) addf(format string, args ...any) {
 
 // Check verifies a finished batch against its input: every input line has
 // exactly one result line across output ∪ errors, each result line's
-// custom_id is its input line's, every result line is whole JSON, and the
-// batch object's counts agree. It is the offline oracle for the
-// exactly-once guarantee (like `bbolt check` for bbolt).
+// custom_id is its input line's, every result line is whole JSON, the
+// batch object's counts agree, and a requests document's NAME.results.json
+// has one entry per request, in order, that agrees with its result line.
+// It is the offline oracle for the exactly-once guarantee (like `bbolt
+// check` for bbolt).
 func Check(in CheckInput) (*CheckReport, error) {
 	if in.MaxLineBytes == 0 {
 		in.MaxLineBytes = 32 << 20
@@ -101,18 +107,33 @@ func Check(in CheckInput) (*CheckReport, error) {
 
 	if obj.Status == StatusFailed && obj.Errors != nil {
 		// Rejected before anything ran: there must be no results.
-		if _, err := os.Stat(in.Output); err == nil {
-			rep.addf("batch failed validation but %s exists", in.Output)
+		for _, p := range []string{in.Output, in.Results} {
+			if _, err := os.Stat(p); p != "" && err == nil {
+				rep.addf("batch failed validation but %s exists", p)
+			}
 		}
 		return rep, nil
 	}
 
 	seen := make(map[int]int)
+	var expect map[int]*docExpect // the results entries the result lines call for
+	if in.Results != "" {
+		if in.Format == "json" {
+			expect = make(map[int]*docExpect)
+		} else if _, err := os.Stat(in.Results); err == nil {
+			rep.addf("%s exists, but the input is not a requests document: only a requests document's batch has one", in.Results)
+		}
+	}
 	var err1, err2 error
-	rep.OutputLines, err1 = scanResults(in.Output, false, ids, lineOf, seen, rep)
-	rep.ErrorLines, err2 = scanResults(in.Errors, true, ids, lineOf, seen, rep)
+	rep.OutputLines, err1 = scanResults(in.Output, false, ids, lineOf, seen, expect, rep)
+	rep.ErrorLines, err2 = scanResults(in.Errors, true, ids, lineOf, seen, expect, rep)
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
+	}
+	if expect != nil {
+		if err := checkDocResults(in, rep.Lines, expect, rep); err != nil {
+			return nil, err
+		}
 	}
 	var missing, dup []int
 	for n := range ids {
@@ -148,8 +169,10 @@ func Check(in CheckInput) (*CheckReport, error) {
 	return rep, nil
 }
 
-// scanResults reads one result file, counting result lines per input line.
-func scanResults(path string, isErrors bool, ids map[int]string, lineOf map[string]int, seen map[int]int, rep *CheckReport) (int, error) {
+// scanResults reads one result file, counting result lines per input line;
+// with expect it records what each request's NAME.results.json entry must
+// be (of several result lines, the first, as the pipeline builds it).
+func scanResults(path string, isErrors bool, ids map[int]string, lineOf map[string]int, seen map[int]int, expect map[int]*docExpect, rep *CheckReport) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("open results: %w", err)
@@ -168,7 +191,10 @@ func scanResults(path string, isErrors bool, ids map[int]string, lineOf map[stri
 			if jerr := json.Unmarshal(raw, &l); jerr != nil {
 				rep.addf("%s:%d: not a JSON result line: %v", path, i, jerr)
 			} else {
-				checkResultLine(path, i, &l, isErrors, ids, lineOf, seen, rep)
+				n := checkResultLine(path, i, &l, isErrors, ids, lineOf, seen, rep)
+				if expect != nil && n > 0 && expect[n] == nil {
+					expect[n] = expectDoc(n, raw, isErrors, i)
+				}
 			}
 		}
 		if err == io.EOF {
@@ -180,23 +206,25 @@ func scanResults(path string, isErrors bool, ids map[int]string, lineOf map[stri
 	}
 }
 
-func checkResultLine(path string, i int, l *OutputLine, isErrors bool, ids map[int]string, lineOf map[string]int, seen map[int]int, rep *CheckReport) {
+// checkResultLine checks result line i of path and returns the input line
+// it answers, or 0 when it names none.
+func checkResultLine(path string, i int, l *OutputLine, isErrors bool, ids map[int]string, lineOf map[string]int, seen map[int]int, rep *CheckReport) int {
 	n := l.Line
 	if n == 0 {
 		if l.CustomID == nil {
 			rep.addf("%s:%d: no custom_id and no line number", path, i)
-			return
+			return 0
 		}
 		var ok bool
 		if n, ok = lineOf[*l.CustomID]; !ok {
 			rep.addf("%s:%d: custom_id %q is not in the input", path, i, *l.CustomID)
-			return
+			return 0
 		}
 	}
 	want, ok := ids[n]
 	if !ok {
 		rep.addf("%s:%d: line %d is not an input line", path, i, n)
-		return
+		return 0
 	}
 	got := ""
 	if l.CustomID != nil {
@@ -213,4 +241,5 @@ func checkResultLine(path string, i int, l *OutputLine, isErrors bool, ids map[i
 		rep.addf("%s:%d: a %s line in the wrong file", path, i, map[bool]string{true: "success", false: "failure"}[success])
 	}
 	seen[n]++
+	return n
 }

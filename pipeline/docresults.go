@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,8 +38,8 @@ type DocResult struct {
 	// Error is null on success; else the engine's error object with its
 	// status_code, or batchd's {code, message}.
 	Error any `json:"error"`
-	// Logprobs, when the request asked for them (chat): per generated
-	// token its top alternatives, best first.
+	// Logprobs, when the request asked for them (chat or completions):
+	// per generated token its top alternatives, best first.
 	Logprobs [][]DocLogprob `json:"logprobs,omitempty"`
 }
 
@@ -313,21 +314,49 @@ func answerInto(r *DocResult, body []byte) {
 	r.Logprobs = docLogprobs(c.Logprobs)
 }
 
-// docLogprobs turns a chat choice's logprobs into the document's: per
-// token its top_logprobs, sorted best first. Nil when there are none (not
-// asked, or a text completion's legacy shape, which has no bytes).
+// docLogprobs turns a choice's logprobs into the document's: per generated
+// token its top alternatives, best first. Chat's top_logprobs carry token
+// ids (the native engine's) and bytes; a text completion's carry them in
+// batchd's top_tokens (the native engine), else only top_logprobs, keyed by
+// text: those have no token_id and their bytes are the text's. Nil when
+// there are none (not asked).
 func docLogprobs(raw json.RawMessage) [][]DocLogprob {
 	var lp struct {
 		Content []struct {
 			Top []DocLogprob `json:"top_logprobs"`
 		} `json:"content"`
+		Tokens    []json.RawMessage    `json:"tokens"`
+		TopByText []map[string]float64 `json:"top_logprobs"`
+		TopTokens [][]DocLogprob       `json:"top_tokens"`
 	}
-	if len(raw) == 0 || json.Unmarshal(raw, &lp) != nil || lp.Content == nil {
+	if len(raw) == 0 || json.Unmarshal(raw, &lp) != nil {
 		return nil
 	}
-	out := make([][]DocLogprob, len(lp.Content))
-	for i, c := range lp.Content {
-		top := c.Top
+	var out [][]DocLogprob
+	switch {
+	case lp.Content != nil:
+		out = make([][]DocLogprob, len(lp.Content))
+		for i, c := range lp.Content {
+			out[i] = c.Top
+		}
+	case lp.Tokens != nil && len(lp.TopTokens) == len(lp.Tokens):
+		out = lp.TopTokens
+	case lp.Tokens != nil:
+		out = make([][]DocLogprob, len(lp.Tokens))
+		for i := range out {
+			if i >= len(lp.TopByText) {
+				break
+			}
+			// Keys in order first, so that equal logprobs come out the
+			// same way every time the file is built.
+			for _, text := range slices.Sorted(maps.Keys(lp.TopByText[i])) {
+				out[i] = append(out[i], DocLogprob{Token: text, Logprob: lp.TopByText[i][text]})
+			}
+		}
+	default:
+		return nil
+	}
+	for i, top := range out {
 		if top == nil {
 			top = []DocLogprob{}
 		}

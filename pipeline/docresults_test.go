@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,26 +100,7 @@ func TestDocumentResultsAfterShutdownMidway(t *testing.T) {
 // from a length limit and an invalid request, in order, and gives the
 // asked-for logprobs with token ids, best first.
 func TestDocumentResultsOnNativeEngine(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "demo-tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	cfg := native.DefaultConfig()
-	cfg.Models = []native.ModelConfig{{Path: path}}
-	eng, err := native.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Open(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close(context.Background()) })
-	e := newEnvOn(t, eng, nil)
+	e := newEnvOn(t, demoEngine(t), nil)
 
 	// Sampled texts of a few seeds (the demo model's random weights make
 	// greedy text mostly broken bytes), with 3 logprobs a token.
@@ -197,4 +179,92 @@ func TestDocumentResultsOnNativeEngine(t *testing.T) {
 		t.Fatalf("invalid request: %s", raw)
 	}
 	e.check("mixed", "json")
+}
+
+// demoEngine opens the native engine on the tiny demo model.
+func demoEngine(t *testing.T) *native.Engine {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "demo-tiny.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg := native.DefaultConfig()
+	cfg.Models = []native.ModelConfig{{Path: path}}
+	eng, err := native.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close(context.Background()) })
+	return eng
+}
+
+// A document's completions request with logprobs gets them in
+// results.json as chat's do: per generated token the alternatives with the
+// native engine's token ids and exact bytes, best first.
+func TestDocumentResultsCompletionsLogprobs(t *testing.T) {
+	e := newEnvOn(t, demoEngine(t), nil)
+	doc := `{"requests":[
+		{"custom_id":"c","method":"POST","url":"/v1/completions","body":{"prompt":"Once upon a time","max_tokens":6,"ignore_eos":true,"logprobs":3,"seed":7}},
+		{"custom_id":"none","method":"POST","url":"/v1/completions","body":{"prompt":"Once upon a time","max_tokens":2,"ignore_eos":true}}
+	]}`
+	if o := e.run(e.drop("comp", "json", doc, "")); o.RequestCounts.Completed != 2 {
+		t.Fatalf("comp: %s %+v", o.Status, o.RequestCounts)
+	}
+	e.check("comp", "json")
+	rs, raw := e.readDocResults("comp")
+	if len(rs) != 2 || rs[1].Logprobs != nil {
+		t.Fatalf("results: %s", raw)
+	}
+	// What the engine answered: its token ids and top_tokens.
+	var line struct {
+		CustomID string `json:"custom_id"`
+		Response struct {
+			Body struct {
+				Choices []struct {
+					Logprobs struct {
+						TokenIDs  []int32                 `json:"token_ids"`
+						TopTokens [][]pipeline.DocLogprob `json:"top_tokens"`
+					} `json:"logprobs"`
+				} `json:"choices"`
+			} `json:"body"`
+		} `json:"response"`
+	}
+	for _, l := range readLines(t, filepath.Join(e.outbox, "comp.output.jsonl")) {
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatal(err)
+		}
+		if line.CustomID == "c" {
+			break
+		}
+	}
+	if line.CustomID != "c" || len(line.Response.Body.Choices) != 1 {
+		t.Fatalf("no output line for c: %+v", line)
+	}
+	answer := line.Response.Body.Choices[0].Logprobs
+	lp := rs[0].Logprobs
+	if len(lp) != 6 || len(answer.TokenIDs) != 6 {
+		t.Fatalf("%d logprobs entries, %d token ids for 6 tokens: %s", len(lp), len(answer.TokenIDs), raw)
+	}
+	for k, top := range lp {
+		if len(top) != 3 {
+			t.Fatalf("token %d: %d alternatives, want 3: %s", k, len(top), raw)
+		}
+		for j, c := range top {
+			a := answer.TopTokens[k][j]
+			if c.TokenID == nil || a.TokenID == nil || *c.TokenID != *a.TokenID || !slices.Equal(c.Bytes, a.Bytes) || c.Logprob != a.Logprob || c.Token != a.Token {
+				t.Fatalf("token %d alternative %d: %+v, the engine gave %+v", k, j, c, a)
+			}
+			if j > 0 && c.Logprob > top[j-1].Logprob {
+				t.Fatalf("token %d: not best first: %+v", k, top)
+			}
+		}
+	}
 }

@@ -190,11 +190,12 @@ func (e *env) object(name string) *pipeline.BatchObject {
 func (e *env) check(name, format string) *pipeline.CheckReport {
 	e.t.Helper()
 	rep, err := pipeline.Check(pipeline.CheckInput{
-		Input:  filepath.Join(e.done, name+"."+format),
-		Format: format,
-		Output: filepath.Join(e.outbox, name+".output.jsonl"),
-		Errors: filepath.Join(e.outbox, name+".errors.jsonl"),
-		Object: filepath.Join(e.outbox, name+".batch.json"),
+		Input:   filepath.Join(e.done, name+"."+format),
+		Format:  format,
+		Output:  filepath.Join(e.outbox, name+".output.jsonl"),
+		Errors:  filepath.Join(e.outbox, name+".errors.jsonl"),
+		Object:  filepath.Join(e.outbox, name+".batch.json"),
+		Results: filepath.Join(e.outbox, name+".results.json"),
 	})
 	if err != nil {
 		e.t.Fatal(err)

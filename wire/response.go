@@ -136,12 +136,18 @@ type ChatTopLogprob struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-// TextLogprobs is a text completion choice's (legacy) logprobs.
+// TextLogprobs is a text completion choice's (legacy) logprobs. TokenIDs
+// and TopTokens are batchd's (left out by a server that does not give
+// them): each token's id, and each token's top alternatives as chat gives
+// them, with ids and exact bytes, best first (top_logprobs is keyed by
+// text, which merges tokens of the same text and loses partial bytes).
 type TextLogprobs struct {
-	Tokens        []string    `json:"tokens"`
-	TokenLogprobs []float64   `json:"token_logprobs"`
-	TopLogprobs   []TopByText `json:"top_logprobs"`
-	TextOffset    []int       `json:"text_offset"`
+	Tokens        []string           `json:"tokens"`
+	TokenLogprobs []float64          `json:"token_logprobs"`
+	TopLogprobs   []TopByText        `json:"top_logprobs"`
+	TextOffset    []int              `json:"text_offset"`
+	TokenIDs      []int32            `json:"token_ids,omitempty"`
+	TopTokens     [][]ChatTopLogprob `json:"top_tokens,omitempty"`
 }
 
 // TopByText is a legacy top_logprobs entry, {token text: logprob}, written

@@ -98,3 +98,26 @@ func TestUsageDetailsOnlyWhenCounted(t *testing.T) {
 		t.Errorf("with details: %s", b)
 	}
 }
+
+// NonTextPart names the first part that is not text, in either shape, and
+// leaves strings, text parts and undecodable messages alone.
+func TestNonTextPart(t *testing.T) {
+	for messages, param := range map[string]string{
+		`[{"role":"user","content":"hi"}]`:                         "",
+		`[{"role":"user","content":[{"type":"text","text":"a"}]}]`: "",
+		`[{"role":"user","content":null}]`:                         "",
+		`{"not":"an array"}`:                                       "",
+		``:                                                         "",
+		`[{"role":"user","content":[{"type":"text","text":"a"},{"type":"video","video":"v.mp4"}]}]`:                "messages[0].content[1]",
+		`[{"role":"user","content":"a"},{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]`: "messages[1].content[0]",
+		`[{"role":"user","content":[{"type":"audio","audio":"a.wav"},{"type":"image","image":"b.png"}]}]`:          "messages[0].content[0]",
+	} {
+		e := NonTextPart(json.RawMessage(messages))
+		switch {
+		case param == "" && e != nil:
+			t.Errorf("%s: refused %v, want nil", messages, e)
+		case param != "" && (e == nil || e.Param != param || e.Code != CodeUnsupportedContent):
+			t.Errorf("%s: got %+v, want %s naming %s", messages, e, CodeUnsupportedContent, param)
+		}
+	}
+}

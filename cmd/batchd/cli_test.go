@@ -135,6 +135,10 @@ func TestValidateExitCodes(t *testing.T) {
 		`{"custom_id":"l","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"lora_name":"sql","max_tokens":3}}`+"\n"+
 			`{"custom_id":"r","method":"POST","url":"/v1/completions","body":{"prompt":"hi","response_format":{"type":"json_object"}}}`+"\n"+
 			`{"custom_id":"n","method":"POST","url":"/v1/completions","body":{"prompt":"hi","num_logprobs":2}}`+"\n")
+	// Media parts are forwarded to a remote engine, refused by the native one.
+	media := writeFile(t, filepath.Join(dir, "media.jsonl"),
+		`{"custom_id":"i","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"text","text":"what?"},{"type":"image_url","image_url":{"url":"https://x/cat.png"}}]}],"max_tokens":3}}`+"\n"+
+			`{"custom_id":"t","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":3}}`+"\n")
 
 	tests := []struct {
 		name     string
@@ -183,6 +187,13 @@ func TestValidateExitCodes(t *testing.T) {
 				`custom_id "n": body.num_logprobs: is a requests-document name`,
 				"3 requests, 1 valid, 2 invalid",
 			}},
+		{name: "without --model, media parts pass", args: []string{media}, code: exitOK,
+			stdout: []string{"2 requests, 2 valid, 0 invalid"}},
+		{name: "--model refuses media parts as the native engine", args: []string{"--model", "demo", media}, code: exitFailure,
+			stdout: []string{
+				`custom_id "i": body.messages[0].content[1]: content part type "image_url" is not supported: the native engine is text only`,
+				"2 requests, 1 valid, 1 invalid",
+			}, stdoutN: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

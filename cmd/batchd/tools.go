@@ -413,9 +413,10 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		dirs := daemon.DataDirs(*data)
 		in = pipeline.CheckInput{
-			Output: filepath.Join(dirs.Outbox, name+watcher.SuffixOutput),
-			Errors: filepath.Join(dirs.Outbox, name+watcher.SuffixErrors),
-			Object: filepath.Join(dirs.Outbox, name+watcher.SuffixBatch),
+			Output:  filepath.Join(dirs.Outbox, name+watcher.SuffixOutput),
+			Errors:  filepath.Join(dirs.Outbox, name+watcher.SuffixErrors),
+			Object:  filepath.Join(dirs.Outbox, name+watcher.SuffixBatch),
+			Results: filepath.Join(dirs.Outbox, name+watcher.SuffixResults),
 		}
 		for _, dir := range []string{dirs.Done, dirs.Inbox} {
 			for _, format := range []string{watcher.FormatJSONL, watcher.FormatJSON} {

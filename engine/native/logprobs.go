@@ -118,13 +118,15 @@ func (r *runner) chatLogprobs(p *params, s *seq) any {
 // legacyLogprobs builds s's choices[i].logprobs for /v1/completions: text
 // is the choice's text, which starts with prompt when it is echoed.
 // text_offset counts characters (Unicode code points) into text, as Python
-// indexes it. Nil when the request did not ask.
+// indexes it; token_ids and top_tokens carry the ids and exact bytes, as
+// chat's logprobs do. Nil when the request did not ask.
 func (r *runner) legacyLogprobs(p *params, s *seq, text, prompt string) any {
 	if !p.logprobs {
 		return nil
 	}
 	prefixRunes, prefixBytes := utf8.RuneCountInString(prompt), len(prompt)
-	out := wire.TextLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []wire.TopByText{}, TextOffset: []int{}}
+	out := wire.TextLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []wire.TopByText{}, TextOffset: []int{},
+		TokenIDs: []int32{}, TopTokens: [][]wire.ChatTopLogprob{}}
 	if s.samp == nil {
 		return out
 	}
@@ -139,9 +141,12 @@ func (r *runner) legacyLogprobs(p *params, s *seq, text, prompt string) any {
 			at = off
 		}
 		top := make(wire.TopByText, 0, len(e.top)+1)
+		byID := make([]wire.ChatTopLogprob, 0, len(e.top))
 		chosenIn := false
 		for _, t := range e.top {
-			top = append(top, wire.TextLogprob{Text: string(r.tok.TokenBytes(t.id)), Logprob: finite(t.logprob)})
+			tb := r.tok.TokenBytes(t.id)
+			top = append(top, wire.TextLogprob{Text: string(tb), Logprob: finite(t.logprob)})
+			byID = append(byID, wire.ChatTopLogprob{TokenID: &t.id, Token: string(tb), Logprob: finite(t.logprob), Bytes: tokenBytes(tb)})
 			chosenIn = chosenIn || t.id == e.id
 		}
 		if !chosenIn {
@@ -152,6 +157,8 @@ func (r *runner) legacyLogprobs(p *params, s *seq, text, prompt string) any {
 		out.TokenLogprobs = append(out.TokenLogprobs, lp)
 		out.TopLogprobs = append(out.TopLogprobs, top)
 		out.TextOffset = append(out.TextOffset, runes)
+		out.TokenIDs = append(out.TokenIDs, e.id)
+		out.TopTokens = append(out.TopTokens, byID)
 		start = e.end
 	}
 	return out

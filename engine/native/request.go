@@ -166,8 +166,8 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 		if len(b.Messages) == 0 {
 			return nil, badRequest("messages is required", "messages", "missing_required_parameter")
 		}
-		if resp := refuseMedia(b.Messages); resp != nil {
-			return nil, resp
+		if e := wire.NonTextPart(b.Messages); e != nil {
+			return nil, refuse(e)
 		}
 		p.messages, p.tools = b.Messages, b.Tools
 	case engine.EndpointCompletions:

@@ -451,6 +451,13 @@ type legacyLP struct {
 	TokenLogprobs []float64            `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
+	TokenIDs      []int32              `json:"token_ids"`
+	TopTokens     [][]struct {
+		TokenID *int32  `json:"token_id"`
+		Token   string  `json:"token"`
+		Logprob float64 `json:"logprob"`
+		Bytes   []int   `json:"bytes"`
+	} `json:"top_tokens"`
 }
 
 // checkLegacy checks a completions choice's logprobs against the raw rows
@@ -461,15 +468,44 @@ func checkLegacy(t *testing.T, f ref, c genChoice, ids []int32, rows [][]float32
 	if err := json.Unmarshal(c.Logprobs, &keys); err != nil {
 		t.Fatalf("logprobs %s: %v", c.Logprobs, err)
 	}
-	for _, key := range []string{"tokens", "token_logprobs", "top_logprobs", "text_offset"} {
-		if _, ok := keys[key]; !ok || len(keys) != 4 {
-			t.Fatalf("legacy logprobs keys %v, want tokens, token_logprobs, top_logprobs, text_offset", keys)
+	for _, key := range []string{"tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids", "top_tokens"} {
+		if _, ok := keys[key]; !ok || len(keys) != 6 {
+			t.Fatalf("legacy logprobs keys %v, want tokens, token_logprobs, top_logprobs, text_offset and batchd's token_ids, top_tokens", keys)
 		}
 	}
 	var lp legacyLP
 	json.Unmarshal(c.Logprobs, &lp)
-	if len(lp.Tokens) != len(ids) || len(lp.TokenLogprobs) != len(ids) || len(lp.TopLogprobs) != len(ids) || len(lp.TextOffset) != len(ids) {
-		t.Fatalf("legacy logprobs lengths %d/%d/%d/%d, want %d", len(lp.Tokens), len(lp.TokenLogprobs), len(lp.TopLogprobs), len(lp.TextOffset), len(ids))
+	if len(lp.Tokens) != len(ids) || len(lp.TokenLogprobs) != len(ids) || len(lp.TopLogprobs) != len(ids) || len(lp.TextOffset) != len(ids) ||
+		len(lp.TokenIDs) != len(ids) || len(lp.TopTokens) != len(ids) {
+		t.Fatalf("legacy logprobs lengths %d/%d/%d/%d/%d/%d, want %d", len(lp.Tokens), len(lp.TokenLogprobs), len(lp.TopLogprobs), len(lp.TextOffset),
+			len(lp.TokenIDs), len(lp.TopTokens), len(ids))
+	}
+	for i, id := range ids {
+		// batchd's token_ids and top_tokens: ids, exact bytes, the raw
+		// logprobs, the k best, best first.
+		if lp.TokenIDs[i] != id {
+			t.Fatalf("token %d: token_ids says %d, the model chose %d", i, lp.TokenIDs[i], id)
+		}
+		if len(lp.TopTokens[i]) != k {
+			t.Fatalf("token %d: %d top_tokens for logprobs=%d", i, len(lp.TopTokens[i]), k)
+		}
+		ls := logSoftmax(rows[i])
+		for j, a := range lp.TopTokens[i] {
+			if a.TokenID == nil {
+				t.Fatalf("token %d alternative %d: no token_id", i, j)
+			}
+			want := f.r.tok.TokenBytes(*a.TokenID)
+			got := make([]byte, len(a.Bytes))
+			for b, v := range a.Bytes {
+				got[b] = byte(v)
+			}
+			if string(got) != string(want) || math.Abs(a.Logprob-ls[*a.TokenID]) > tol {
+				t.Fatalf("token %d alternative %d: %+v, want bytes %v logprob %v", i, j, a, want, ls[*a.TokenID])
+			}
+			if j > 0 && a.Logprob > lp.TopTokens[i][j-1].Logprob {
+				t.Fatalf("token %d: top_tokens not best first: %+v", i, lp.TopTokens[i])
+			}
+		}
 	}
 	for i, id := range ids {
 		ls := logSoftmax(rows[i])

@@ -746,7 +746,26 @@ func checkTokenIDs(param string, v []byte) *Problem {
 
 // CheckNative applies the native engine's body rules (wire's, which the
 // engine itself runs) to a valid request: the problem the engine would
-// answer for it, or nil. A remote engine forwards what these refuse.
+// answer for it, or nil. A remote engine forwards what these refuse, media
+// parts included.
 func CheckNative(r *Request) *Problem {
-	return fromWire(wire.CheckNativeBody(r.URL, r.Body))
+	if e := wire.CheckNativeBody(r.URL, r.Body); e != nil {
+		return fromWire(e)
+	}
+	if r.URL != engine.EndpointChat {
+		return nil
+	}
+	// The engine decodes the body with encoding/json: the last messages
+	// key wins, escaped or not.
+	var messages []byte
+	for it := newMembers(r.Body); ; {
+		k, vs, ve, ok := it.next()
+		if !ok {
+			break
+		}
+		if key, _ := unquote(k); string(key) == "messages" {
+			messages = r.Body[vs:ve]
+		}
+	}
+	return fromWire(wire.NonTextPart(messages))
 }

@@ -47,5 +47,11 @@ func FetchBatch(ctx context.Context, b *s3.Bucket, name, dir string) (pipeline.C
 			return in, err
 		}
 	}
+	// NAME.results.json is there only for a requests document: Check
+	// reports one missing, or one there for JSONL.
+	in.Results = filepath.Join(dir, name+watcher.SuffixResults)
+	if err := b.Download(ctx, b.OutboxKey(name+watcher.SuffixResults), "", in.Results); err != nil && !s3.IsNotFound(err) {
+		return in, err
+	}
 	return in, nil
 }
