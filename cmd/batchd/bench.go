@@ -32,7 +32,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchEngine(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -239,6 +239,8 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	output := fs.Int("output", 64, "--prefix-requests: output tokens per request")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
 	maxSeqs := fs.Int("max-seqs", 0, "--prefix-requests: sequences running at once (0: the default, native.max_seqs)")
+	loraRank := fs.Int("lora-rank", 0, "instead, measure each figure with no adapter, one random LoRA adapter of this rank on all 7 projections, and two alternating over the sequences")
+	rounds := fs.Int("rounds", 3, "--lora-rank: rounds of the cases, alternated")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -279,7 +281,16 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, res)
 		return exitOK
 	}
-	res, err := nativebench.Bench(path, nativebench.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts})
+	bo := nativebench.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts}
+	if *loraRank > 0 {
+		res, err := nativebench.BenchLoRA(path, nativebench.LoRABenchOptions{BenchOptions: bo, Rank: *loraRank, Rounds: *rounds})
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		return exitOK
+	}
+	res, err := nativebench.Bench(path, bo)
 	if err != nil {
 		return errorf(stderr, exitFailure, "bench engine: %v", err)
 	}

@@ -16,6 +16,8 @@ type ComputeProbe struct {
 	m   *Model
 	kv  *kvStore
 	s   scratch
+	// adapters are the LoRA adapters LoadAdapter loaded, by name.
+	adapters map[string]*adapter
 }
 
 // ProbeSeq is one sequence of a probe's forward pass: Tokens at positions
@@ -25,6 +27,8 @@ type ProbeSeq struct {
 	Table  []int32
 	Start  int
 	Tokens []int32
+	// Adapter names a LoRA adapter LoadAdapter loaded; "": the base model.
+	Adapter string
 }
 
 // OpenComputeProbe loads the model at path on a CPU of threads threads
@@ -46,7 +50,18 @@ func OpenComputeProbe(path string, threads int, kernelsName string, blocks int) 
 		w.Close()
 		return nil, err
 	}
-	return &ComputeProbe{w: w, cpu: cpu, m: m, kv: m.newKVStore(kvBlockSize, blocks)}, nil
+	return &ComputeProbe{w: w, cpu: cpu, m: m, kv: m.newKVStore(kvBlockSize, blocks), adapters: map[string]*adapter{}}, nil
+}
+
+// LoadAdapter loads the LoRA adapter at path (a PEFT directory or a
+// .safetensors file) as name, for ProbeSeq.Adapter.
+func (p *ComputeProbe) LoadAdapter(name, path string) error {
+	a, err := p.m.loadAdapter(name, path)
+	if err != nil {
+		return err
+	}
+	p.adapters[name] = a
+	return nil
 }
 
 // Kernels names the CPU code path and threads.
@@ -71,7 +86,7 @@ func (p *ComputeProbe) WeightBytes() int64 {
 }
 
 // Forward runs one forward pass over seqs, with logits for each one's
-// last token.
+// last token. It panics on an adapter LoadAdapter did not load.
 func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
 	b := batch{kv: p.kv}
 	for _, s := range seqs {
@@ -80,7 +95,14 @@ func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
 		for i := range s.Tokens {
 			b.pos = append(b.pos, int32(s.Start+i))
 		}
-		b.segs = append(b.segs, segment{blocks: s.Table, first: f, n: len(s.Tokens), start: s.Start})
+		var a *adapter
+		if s.Adapter != "" {
+			if a = p.adapters[s.Adapter]; a == nil {
+				panic(fmt.Sprintf("native: probe: no adapter %q (load it with LoadAdapter)", s.Adapter))
+			}
+			b.lora = true
+		}
+		b.segs = append(b.segs, segment{blocks: s.Table, first: f, n: len(s.Tokens), start: s.Start, adapter: a})
 		b.logitRows = append(b.logitRows, f+len(s.Tokens)-1)
 	}
 	p.m.forward(&b, &p.s)

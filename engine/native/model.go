@@ -190,8 +190,10 @@ type batch struct {
 type scratch struct {
 	x, h, q, k, v, att, o, gate, up, down kernels.Buf
 	last, logitsDev                       kernels.Buf
-	loraMid, loraOut                      kernels.Buf // applyLoRA's x·Aᵀ and its ·Bᵀ
-	rows                                  []int32     // b.logitRows
+	loraIn, loraMid, loraMidOne, loraOut  kernels.Buf // applyLoRA's gathered x, x·Aᵀ, one projection's part of it, its ·Bᵀ
+	lora                                  []loraRows  // the batch's rows by adapter (planLoRA)
+	loraIdx                               []int32
+	rows                                  []int32 // b.logitRows
 	logits                                []float32
 }
 
@@ -268,6 +270,9 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 	dev.Embed(x, m.embd, b.tokens)
 	kv := b.kv
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if b.lora {
+		planLoRA(b, s)
+	}
 	for li := range m.layers {
 		L := &m.layers[li]
 		dev.RMSNorm(h, x, L.attnNorm, T, dim, c.RMSEps)
@@ -275,9 +280,7 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 		dev.MatMul(k, h, T, L.wk)
 		dev.MatMul(v, h, T, L.wv)
 		if b.lora {
-			m.applyLoRA(q, h, qDim, dim, li, loraQ, b, s)
-			m.applyLoRA(k, h, kvDim, dim, li, loraK, b, s)
-			m.applyLoRA(v, h, kvDim, dim, li, loraV, b, s)
+			m.applyLoRA(s, li, loraQKV, h, dim, q, k, v)
 		}
 		if L.bq.Len() > 0 {
 			dev.AddBias(q, L.bq, T, qDim)
@@ -298,20 +301,19 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 		}
 		dev.MatMul(o, att, T, L.wo)
 		if b.lora {
-			m.applyLoRA(o, att, dim, qDim, li, loraO, b, s)
+			m.applyLoRA(s, li, loraAttnOut, att, qDim, o)
 		}
 		dev.Add(x, o)
 		dev.RMSNorm(h, x, L.ffnNorm, T, dim, c.RMSEps)
 		dev.MatMul(gate, h, T, L.wGate)
 		dev.MatMul(up, h, T, L.wUp)
 		if b.lora {
-			m.applyLoRA(gate, h, c.FFNDim, dim, li, loraGate, b, s)
-			m.applyLoRA(up, h, c.FFNDim, dim, li, loraUp, b, s)
+			m.applyLoRA(s, li, loraGateUp, h, dim, gate, up)
 		}
 		dev.SiLUMul(gate, up)
 		dev.MatMul(down, gate, T, L.wDown)
 		if b.lora {
-			m.applyLoRA(down, gate, dim, c.FFNDim, li, loraDown, b, s)
+			m.applyLoRA(s, li, loraFFNOut, gate, c.FFNDim, down)
 		}
 		dev.Add(x, down)
 	}

@@ -7,6 +7,8 @@
 //  - decode x1 after 256: one sequence after the 256-token prompt, 32 steps
 //
 // usage: node bench.mjs MODEL.gguf [reps=3] [threads=2] (scripts/llamacpp/compare.sh runs it)
+// LORA=ADAPTER.gguf applies that LoRA adapter to every sequence
+// (scripts/llamacpp/compare-lora.sh runs it so).
 import {getLlama} from "node-llama-cpp";
 import os from "node:os";
 
@@ -39,9 +41,11 @@ async function decode(raw, items) {
     await raw.decodeBatch();
 }
 
+const lora = process.env.LORA ? {lora: {adapters: [{filePath: process.env.LORA, scale: 1}]}} : {};
+if (process.env.LORA) console.log("lora adapter:", process.env.LORA);
 const R = {prefill: [], decode256: [], decode: Object.fromEntries(SEQS.map((n) => [n, []]))};
 {
-    const ctx = await model.createContext({sequences: 1, contextSize: 512, batchSize: 512, threads});
+    const ctx = await model.createContext({sequences: 1, contextSize: 512, batchSize: 512, threads, ...lora});
     const raw = ctx._ctx;
     raw.setThreads(threads);
     console.log(`context: n_ctx ${ctx.contextSize}/seq, batch ${ctx.batchSize}, threads ${raw.getThreads()}, flashAttention ${ctx.flashAttention}`);
@@ -61,7 +65,7 @@ const R = {prefill: [], decode256: [], decode: Object.fromEntries(SEQS.map((n) =
     await ctx.dispose();
 }
 for (const n of SEQS) {
-    const ctx = await model.createContext({sequences: n, contextSize: 128, batchSize: 512, threads});
+    const ctx = await model.createContext({sequences: n, contextSize: 128, batchSize: 512, threads, ...lora});
     const raw = ctx._ctx;
     raw.setThreads(threads);
     for (let r = 0; r < reps; r++) {

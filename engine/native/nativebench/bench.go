@@ -38,8 +38,41 @@ type BenchResult struct {
 // model's forward pass directly (no scheduler), so the numbers are the
 // engine's compute alone.
 func Bench(path string, o BenchOptions) (*BenchResult, error) {
-	// Each sequence gets its own run of blocks in one pool, sized for the
-	// longest measurement.
+	pr, err := openProber(path, o)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.p.Close()
+	res := &BenchResult{Model: path, Kernels: pr.p.Kernels(), WeightBytes: pr.p.WeightBytes(), DecodeTPS: map[int]float64{}}
+	res.PrefillTPS = pr.prefill(o.PromptTokens, "")
+	for _, n := range o.Seqs {
+		res.DecodeTPS[n] = pr.decode(n, o.DecodeSteps, noAdapter)
+	}
+	res.PeakRSS = peakRSS()
+	return res, nil
+}
+
+// prober lays out sequences for a ComputeProbe and times passes over them.
+type prober struct {
+	p      *native.ComputeProbe
+	perSeq int // KV blocks of each sequence
+	vocab  int
+	batch  []native.ProbeSeq
+}
+
+// benchSeq is one sequence of a measurement: its blocks and length.
+type benchSeq struct {
+	table   []int32
+	n       int
+	adapter string
+}
+
+func noAdapter(int) string { return "" }
+
+// openProber loads the model with a KV pool in which each of the most
+// sequences o measures gets its own run of blocks, sized for the longest
+// measurement, and runs one untimed pass.
+func openProber(path string, o BenchOptions) (*prober, error) {
 	maxSeqs := 1
 	for _, n := range o.Seqs {
 		maxSeqs = max(maxSeqs, n)
@@ -50,67 +83,71 @@ func Bench(path string, o BenchOptions) (*BenchResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
 	if p.BlockSize() != bs {
+		p.Close()
 		return nil, fmt.Errorf("bench: the engine's block size is %d, not %d", p.BlockSize(), bs)
 	}
-	res := &BenchResult{Model: path, Kernels: p.Kernels(), WeightBytes: p.WeightBytes(), DecodeTPS: map[int]float64{}}
-	vocab := p.VocabSize()
-	tok := func(i int) int32 { return int32((i*7919 + 13) % vocab) }
-	type benchSeq struct {
-		table []int32
-		n     int
-	}
-	newSeqs := func(n int) []*benchSeq {
-		out := make([]*benchSeq, n)
-		for i := range out {
-			out[i] = &benchSeq{table: make([]int32, perSeq)}
-			for j := range perSeq {
-				out[i].table[j] = int32(i*perSeq + j)
-			}
-		}
-		return out
-	}
-	var batch []native.ProbeSeq
-	// run computes per tokens of each of seqs.
-	run := func(seqs []*benchSeq, per int, first int) {
-		batch = batch[:0]
-		for si, c := range seqs {
-			toks := make([]int32, per)
-			for i := range per {
-				toks[i] = tok(first + si*31 + i)
-			}
-			batch = append(batch, native.ProbeSeq{Table: c.table, Start: c.n, Tokens: toks})
-		}
-		p.Forward(batch)
-		for _, c := range seqs {
-			c.n += per
-		}
-	}
-	run(newSeqs(1), 16, 0)
+	pr := &prober{p: p, perSeq: perSeq, vocab: p.VocabSize()}
+	pr.run(pr.newSeqs(1, noAdapter), 16, 0)
+	return pr, nil
+}
 
-	one := newSeqs(1)
+func (pr *prober) tok(i int) int32 { return int32((i*7919 + 13) % pr.vocab) }
+
+// newSeqs returns n empty sequences, sequence i with adapter(i).
+func (pr *prober) newSeqs(n int, adapter func(int) string) []*benchSeq {
+	out := make([]*benchSeq, n)
+	for i := range out {
+		out[i] = &benchSeq{table: make([]int32, pr.perSeq), adapter: adapter(i)}
+		for j := range pr.perSeq {
+			out[i].table[j] = int32(i*pr.perSeq + j)
+		}
+	}
+	return out
+}
+
+// run computes per tokens of each of seqs in one pass.
+func (pr *prober) run(seqs []*benchSeq, per int, first int) {
+	pr.batch = pr.batch[:0]
+	for si, c := range seqs {
+		toks := make([]int32, per)
+		for i := range per {
+			toks[i] = pr.tok(first + si*31 + i)
+		}
+		pr.batch = append(pr.batch, native.ProbeSeq{Table: c.table, Start: c.n, Tokens: toks, Adapter: c.adapter})
+	}
+	pr.p.Forward(pr.batch)
+	for _, c := range seqs {
+		c.n += per
+	}
+}
+
+// prefill times a prompt of tokens tokens, in chunks of 512, of one
+// sequence with adapter, and returns tokens per second.
+func (pr *prober) prefill(tokens int, adapter string) float64 {
+	one := pr.newSeqs(1, func(int) string { return adapter })
 	start := time.Now()
-	for done := 0; done < o.PromptTokens; {
-		n := min(512, o.PromptTokens-done)
-		run(one, n, done)
+	for done := 0; done < tokens; {
+		n := min(512, tokens-done)
+		pr.run(one, n, done)
 		done += n
 	}
-	res.PrefillTPS = float64(o.PromptTokens) / time.Since(start).Seconds()
+	return float64(tokens) / time.Since(start).Seconds()
+}
 
-	for _, n := range o.Seqs {
-		seqs := newSeqs(n)
-		for i := range seqs {
-			run(seqs[i:i+1], 32, i*97) // a short prompt each, not timed
-		}
-		start := time.Now()
-		for step := range o.DecodeSteps {
-			run(seqs, 1, step)
-		}
-		res.DecodeTPS[n] = float64(n*o.DecodeSteps) / time.Since(start).Seconds()
+// decode gives n sequences a short untimed prompt each, then times steps
+// decode steps of all of them together and returns their tokens per
+// second.
+func (pr *prober) decode(n, steps int, adapter func(int) string) float64 {
+	seqs := pr.newSeqs(n, adapter)
+	for i := range seqs {
+		pr.run(seqs[i:i+1], 32, i*97)
 	}
-	res.PeakRSS = peakRSS()
-	return res, nil
+	start := time.Now()
+	for step := range steps {
+		pr.run(seqs, 1, step)
+	}
+	return float64(n*steps) / time.Since(start).Seconds()
 }
 
 // peakRSS reads the process's peak resident set size (Linux; 0 elsewhere).
