@@ -93,6 +93,7 @@ var nativeFields = map[string]fieldSet{
 	"save_system_prompt_kv_cache": onChat,
 	"disable_spec_decode":         onGen,
 	"lora_name":                   onGen,
+	"speculative":                 onGen,
 }
 
 // nativeRefusals say why the native engine refuses a field it knows of.

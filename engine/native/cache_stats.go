@@ -12,6 +12,10 @@ type cacheCounters struct {
 	blocksPeak    atomic.Int64
 	blocksTotal   atomic.Int64
 	blockBytes    atomic.Int64
+	// specDraftTokens are draft tokens verified; specAcceptedTokens, those
+	// of them kept in the output.
+	specDraftTokens    atomic.Int64
+	specAcceptedTokens atomic.Int64
 }
 
 // CacheStats reports the KV cache of all models together.
@@ -25,6 +29,10 @@ type CacheStats struct {
 	CachedTokens      int64 // of those, served from the prefix cache
 	PrefillTokens     int64 // prompt (and preemption recompute) tokens computed
 	Preemptions       int64
+	// SpecDraftTokens are the draft tokens speculative decoding verified;
+	// SpecAcceptedTokens, those of them kept in the output.
+	SpecDraftTokens    int64
+	SpecAcceptedTokens int64
 }
 
 // HitRate is the fraction of admitted prompt tokens served from the cache.
@@ -50,6 +58,8 @@ func (e *Engine) CacheStats() CacheStats {
 		s.CachedTokens += c.cachedTokens.Load()
 		s.PrefillTokens += c.prefillTokens.Load()
 		s.Preemptions += c.preemptions.Load()
+		s.SpecDraftTokens += c.specDraftTokens.Load()
+		s.SpecAcceptedTokens += c.specAcceptedTokens.Load()
 	}
 	return s
 }

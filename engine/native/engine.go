@@ -22,6 +22,8 @@
 //     kernels.Device (device.go picks it: the CPU, or the plain-Go
 //     reference device that proves the interface).
 //   - sampler.go, logprobs.go: per-sequence sampling and logprobs.
+//   - speculative.go, drafter.go, ngram.go: speculative decoding (drafts
+//     verified in one forward pass, exact by coupling: see speculative.go).
 //   - request.go, response.go, embed.go: the OpenAI bodies in and out
 //     (shapes and limits from package wire).
 //   - fault.go: a panic in a step fails the request that caused it, not
@@ -100,12 +102,16 @@ type Config struct {
 	// DisablePrefixCache turns off reuse of cached prompt blocks (tests,
 	// benchmarks).
 	DisablePrefixCache bool
-	Logger             *slog.Logger
+	// Speculative is speculative decoding's default method and bounds
+	// (native.speculative); a request's speculative field overrides the
+	// method for that request.
+	Speculative SpeculativeConfig
+	Logger      *slog.Logger
 }
 
 // DefaultConfig returns the defaults; Models must still be set.
 func DefaultConfig() Config {
-	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256}
+	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256, Speculative: DefaultSpeculativeConfig()}
 }
 
 // Validate names the first bad field.
@@ -162,7 +168,7 @@ func (c Config) Validate() error {
 	if c.MaxSeqs < 1 {
 		return fmt.Errorf("native.max_seqs: must be at least 1, got %d", c.MaxSeqs)
 	}
-	return nil
+	return c.Speculative.validate()
 }
 
 func (m ModelConfig) modelName() string {
