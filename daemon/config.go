@@ -157,6 +157,10 @@ type NativeConfig struct {
 	// StrictModel makes a request naming an unknown model a model_not_found
 	// line instead of running on the only model.
 	StrictModel bool `yaml:"strict_model"`
+	// Speculative is speculative decoding's default method (off, ngram,
+	// draft), draft length k and prompt lookup's n-gram lengths; a
+	// request's speculative field overrides the method.
+	Speculative native.SpeculativeConfig `yaml:"speculative"`
 }
 
 // PipelineConfig tunes how batches run.
@@ -208,7 +212,8 @@ func DefaultConfig() Config {
 		Listen: "127.0.0.1:8080",
 		Engine: "native",
 		Native: NativeConfig{Kernels: native.DefaultConfig().Kernels,
-			MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs},
+			MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs,
+			Speculative: native.DefaultConfig().Speculative},
 		OpenAI: OpenAIConfig{
 			URLs:           []string{"http://127.0.0.1:8000/v1"},
 			MaxInFlight:    64,

@@ -129,6 +129,7 @@ func (c Config) nativeConfig() native.Config {
 	nc.StrictModel = c.Native.StrictModel
 	nc.KVCacheBytes = c.Native.KVCacheBytes
 	nc.DisablePrefixCache = c.Native.DisablePrefixCache
+	nc.Speculative = c.Native.Speculative
 	return nc
 }
 

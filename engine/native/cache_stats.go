@@ -43,6 +43,24 @@ func (s CacheStats) HitRate() float64 {
 	return float64(s.CachedTokens) / float64(s.PromptTokens)
 }
 
+// SpecStats is one model's speculative decoding so far.
+type SpecStats struct {
+	Model          string
+	DraftTokens    int64 // draft tokens verified
+	AcceptedTokens int64 // of those, kept in the output
+}
+
+// SpecStats reports speculative decoding per model, in the order the
+// models were configured.
+func (e *Engine) SpecStats() []SpecStats {
+	out := make([]SpecStats, 0, len(e.order))
+	for _, name := range e.order {
+		c := &e.runners[name].stats
+		out = append(out, SpecStats{Model: name, DraftTokens: c.specDraftTokens.Load(), AcceptedTokens: c.specAcceptedTokens.Load()})
+	}
+	return out
+}
+
 // CacheStats sums the runners' KV cache statistics.
 func (e *Engine) CacheStats() CacheStats {
 	s := CacheStats{BlockSize: kvBlockSize}
