@@ -164,6 +164,10 @@ type NativeConfig struct {
 	// MaxAdapters bounds each model's LoRA adapters, configured and loaded
 	// on first use together (default 16).
 	MaxAdapters int `yaml:"max_adapters"`
+	// Speculative is speculative decoding's default method (off, ngram,
+	// draft), draft length k and prompt lookup's n-gram lengths; a
+	// request's speculative field overrides the method.
+	Speculative native.SpeculativeConfig `yaml:"speculative"`
 }
 
 // PipelineConfig tunes how batches run.
@@ -216,7 +220,7 @@ func DefaultConfig() Config {
 		Engine: "native",
 		Native: NativeConfig{Kernels: native.DefaultConfig().Kernels,
 			MaxBatchTokens: native.DefaultConfig().MaxBatchTokens, MaxSeqs: native.DefaultConfig().MaxSeqs,
-			MaxAdapters: native.DefaultConfig().MaxAdapters},
+			MaxAdapters: native.DefaultConfig().MaxAdapters, Speculative: native.DefaultConfig().Speculative},
 		OpenAI: OpenAIConfig{
 			URLs:           []string{"http://127.0.0.1:8000/v1"},
 			MaxInFlight:    64,

@@ -131,6 +131,7 @@ func (c Config) nativeConfig() native.Config {
 	nc.DisablePrefixCache = c.Native.DisablePrefixCache
 	nc.AdapterRoot = c.Native.AdapterRoot
 	nc.MaxAdapters = c.Native.MaxAdapters
+	nc.Speculative = c.Native.Speculative
 	return nc
 }
 

@@ -782,6 +782,12 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"native.max_seqs", func(c *daemon.Config) {
 			c.Engine, c.Native.Models, c.Native.MaxSeqs = "native", []native.ModelConfig{{Path: "m.gguf"}}, 0
 		}},
+		{"native.speculative.method", func(c *daemon.Config) {
+			c.Engine, c.Native.Models, c.Native.Speculative.Method = "native", []native.ModelConfig{{Path: "m.gguf"}}, "eagle"
+		}},
+		{"native.speculative.k", func(c *daemon.Config) {
+			c.Engine, c.Native.Models, c.Native.Speculative.K = "native", []native.ModelConfig{{Path: "m.gguf"}}, 0
+		}},
 		{"native.max_batch_tokens", func(c *daemon.Config) {
 			c.Engine, c.Native.Models, c.Native.MaxBatchTokens = "native", []native.ModelConfig{{Path: "m.gguf"}}, -1
 		}},

@@ -49,6 +49,9 @@ func (s opsSource) Engine() ops.EngineView {
 		}
 		v.Kernels = ops.KernelsView{Backend: ne.Kernels(), Arch: runtime.GOARCH, Features: kernels.Features()}
 		v.KVBytesTotal = cs.BudgetBytes
+		for _, s := range ne.SpecStats() {
+			v.Spec = append(v.Spec, ops.SpecView{Model: s.Model, DraftTokens: s.DraftTokens, Accepted: s.AcceptedTokens})
+		}
 		if cs.Blocks > 0 {
 			v.KVBytesUsed = cs.BudgetBytes / int64(cs.Blocks) * int64(cs.BlocksUsed)
 		}

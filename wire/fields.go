@@ -94,6 +94,7 @@ var nativeFields = map[string]fieldSet{
 	"disable_spec_decode":         onGen,
 	"lora_name":                   onGen,
 	"lora_path":                   onGen,
+	"speculative":                 onGen,
 }
 
 // nativeRefusals say why the native engine refuses a field it knows of.

@@ -21,6 +21,16 @@ type Usage struct {
 	CompletionTokens    int           `json:"completion_tokens"`
 	TotalTokens         int           `json:"total_tokens"`
 	PromptTokensDetails *TokenDetails `json:"prompt_tokens_details,omitempty"`
+	// CompletionTokensDetails is set by an engine that speculates.
+	CompletionTokensDetails *CompletionTokenDetails `json:"completion_tokens_details,omitempty"`
+}
+
+// CompletionTokenDetails is usage.completion_tokens_details: of the draft
+// tokens speculative decoding proposed, those kept in the output and those
+// not (OpenAI's predicted-outputs names).
+type CompletionTokenDetails struct {
+	AcceptedPredictionTokens int `json:"accepted_prediction_tokens"`
+	RejectedPredictionTokens int `json:"rejected_prediction_tokens"`
 }
 
 // TokenDetails is usage.prompt_tokens_details.

@@ -67,6 +67,7 @@ type collector struct {
 	retries, kernelsInfo                                   *prometheus.Desc
 	dispatchInFlight, dispatchWaiting, dispatchWindow      *prometheus.Desc
 	diskFull, diskFullPauses                               *prometheus.Desc
+	specDraft, specAccepted                                *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -107,6 +108,10 @@ func newCollector(src Source) *collector {
 		diskFull: d("batchd_disk_full",
 			"1 while intake is paused because a write of the data directory failed with ENOSPC (no new batch starts; running ones stopped at their last commit), else 0.", nil, nil),
 		diskFullPauses: d("batchd_disk_full_pauses_total", "Times intake was paused for a full disk since the daemon started.", nil, nil),
+		specDraft: d("batchd_spec_draft_tokens_total",
+			"Draft tokens speculative decoding verified, per model; absent for an engine that does not speculate.", []string{"model"}, nil),
+		specAccepted: d("batchd_spec_accepted_tokens_total",
+			"Draft tokens speculative decoding kept in the output, per model (acceptance rate: this over batchd_spec_draft_tokens_total).", []string{"model"}, nil),
 	}
 }
 
@@ -115,7 +120,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.batches, c.requests, c.tokens, c.tokensPerSecond,
 		c.inFlight, c.queueDepth, c.paused, c.hung, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
 		c.dispatchInFlight, c.dispatchWaiting, c.dispatchWindow,
-		c.diskFull, c.diskFullPauses,
+		c.diskFull, c.diskFullPauses, c.specDraft, c.specAccepted,
 	} {
 		ch <- d
 	}
@@ -191,6 +196,10 @@ func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(e.Retries))
 	if k := e.Kernels; k.Backend != "" {
 		gauge(c.kernelsInfo, 1, k.Backend, k.Arch, strings.Join(k.Features, ","))
+	}
+	for _, s := range e.Spec {
+		ch <- prometheus.MustNewConstMetric(c.specDraft, prometheus.CounterValue, float64(s.DraftTokens), s.Model)
+		ch <- prometheus.MustNewConstMetric(c.specAccepted, prometheus.CounterValue, float64(s.Accepted), s.Model)
 	}
 }
 

@@ -77,7 +77,8 @@ func TestMetrics(t *testing.T) {
 		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true, Hung: true,
 			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3,
 			Kernels:  KernelsView{Backend: "avx2", Arch: "amd64", Features: []string{"avx", "avx2", "fma", "f16c"}},
-			Dispatch: DispatchView{InFlight: 500, Waiting: 256, Window: 512}},
+			Dispatch: DispatchView{InFlight: 500, Waiting: 256, Window: 512},
+			Spec:     []SpecView{{Model: "m", DraftTokens: 40, Accepted: 30}}},
 		intake: IntakeView{DiskFull: true, DiskFullSince: 2000, DiskFullPauses: 2},
 	}
 	fams := scrape(t, NewMetrics(src).Handler())
@@ -109,6 +110,8 @@ func TestMetrics(t *testing.T) {
 		{"batchd_kernels_info", []string{"backend", "avx2", "arch", "amd64", "features", "avx,avx2,fma,f16c"}, 1, dto.MetricType_GAUGE},
 		{"batchd_disk_full", nil, 1, dto.MetricType_GAUGE},
 		{"batchd_disk_full_pauses_total", nil, 2, dto.MetricType_COUNTER},
+		{"batchd_spec_draft_tokens_total", []string{"model", "m"}, 40, dto.MetricType_COUNTER},
+		{"batchd_spec_accepted_tokens_total", []string{"model", "m"}, 30, dto.MetricType_COUNTER},
 	}
 	for _, tt := range tests {
 		got, ok := value(fams, tt.name, tt.labels...)
@@ -144,7 +147,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsOmitUnknownEngineValues(t *testing.T) {
 	src := &fakeSource{engine: EngineView{Name: "openai", PrefixCacheHitRate: -1}}
 	fams := scrape(t, NewMetrics(src).Handler())
-	for _, name := range []string{"batchd_prefix_cache_hit_ratio", "batchd_kv_cache_bytes", "batchd_kernels_info"} {
+	for _, name := range []string{"batchd_prefix_cache_hit_ratio", "batchd_kv_cache_bytes", "batchd_kernels_info", "batchd_spec_draft_tokens_total"} {
 		if _, ok := fams[name]; ok {
 			t.Errorf("%s reported though the engine does not know it", name)
 		}

@@ -32,6 +32,9 @@ type EngineView struct {
 	KVBytesUsed, KVBytesTotal int64   // 0 when unknown
 	Retries                   int64   // remote-engine retries so far
 	Kernels                   KernelsView
+	// Spec is speculative decoding per model (nil: an engine that does
+	// not speculate).
+	Spec []SpecView
 	// Dispatch is what the pipeline holds for the engine.
 	Dispatch DispatchView
 }
@@ -41,6 +44,12 @@ type DispatchView struct {
 	InFlight int // handed to the engine, not answered (running or waiting inside it)
 	Waiting  int // validated, waiting in the pipeline for room in the engine's window
 	Window   int // how many the engine takes at once
+}
+
+// SpecView is one model's speculative decoding so far.
+type SpecView struct {
+	Model                 string
+	DraftTokens, Accepted int64 // draft tokens verified, and of those kept
 }
 
 // KernelsView is the CPU code path an in-process engine runs; the zero value

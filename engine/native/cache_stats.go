@@ -12,6 +12,10 @@ type cacheCounters struct {
 	blocksPeak    atomic.Int64
 	blocksTotal   atomic.Int64
 	blockBytes    atomic.Int64
+	// specDraftTokens are draft tokens verified; specAcceptedTokens, those
+	// of them kept in the output.
+	specDraftTokens    atomic.Int64
+	specAcceptedTokens atomic.Int64
 }
 
 // CacheStats reports the KV cache of all models together.
@@ -25,6 +29,10 @@ type CacheStats struct {
 	CachedTokens      int64 // of those, served from the prefix cache
 	PrefillTokens     int64 // prompt (and preemption recompute) tokens computed
 	Preemptions       int64
+	// SpecDraftTokens are the draft tokens speculative decoding verified;
+	// SpecAcceptedTokens, those of them kept in the output.
+	SpecDraftTokens    int64
+	SpecAcceptedTokens int64
 }
 
 // HitRate is the fraction of admitted prompt tokens served from the cache.
@@ -33,6 +41,24 @@ func (s CacheStats) HitRate() float64 {
 		return 0
 	}
 	return float64(s.CachedTokens) / float64(s.PromptTokens)
+}
+
+// SpecStats is one model's speculative decoding so far.
+type SpecStats struct {
+	Model          string
+	DraftTokens    int64 // draft tokens verified
+	AcceptedTokens int64 // of those, kept in the output
+}
+
+// SpecStats reports speculative decoding per model, in the order the
+// models were configured.
+func (e *Engine) SpecStats() []SpecStats {
+	out := make([]SpecStats, 0, len(e.order))
+	for _, name := range e.order {
+		c := &e.runners[name].stats
+		out = append(out, SpecStats{Model: name, DraftTokens: c.specDraftTokens.Load(), AcceptedTokens: c.specAcceptedTokens.Load()})
+	}
+	return out
 }
 
 // CacheStats sums the runners' KV cache statistics.
@@ -50,6 +76,8 @@ func (e *Engine) CacheStats() CacheStats {
 		s.CachedTokens += c.cachedTokens.Load()
 		s.PrefillTokens += c.prefillTokens.Load()
 		s.Preemptions += c.preemptions.Load()
+		s.SpecDraftTokens += c.specDraftTokens.Load()
+		s.SpecAcceptedTokens += c.specAcceptedTokens.Load()
 	}
 	return s
 }

@@ -24,6 +24,8 @@
 //   - sampler.go, logprobs.go: per-sequence sampling and logprobs.
 //   - lora.go, adapter_load.go: LoRA adapters applied per row, and those
 //     a request's lora_path loads on first use.
+//   - speculative.go, drafter.go, ngram.go: speculative decoding (drafts
+//     verified in one forward pass, exact by coupling: see speculative.go).
 //   - request.go, response.go, embed.go: the OpenAI bodies in and out
 //     (shapes and limits from package wire).
 //   - fault.go: a panic in a step fails the request that caused it, not
@@ -110,6 +112,10 @@ type Config struct {
 	// MaxAdapters bounds each model's LoRA adapters, configured and loaded
 	// on first use together.
 	MaxAdapters int
+	// Speculative is speculative decoding's default method and bounds
+	// (native.speculative); a request's speculative field overrides the
+	// method for that request.
+	Speculative SpeculativeConfig
 	Logger      *slog.Logger
 }
 
@@ -118,7 +124,8 @@ const DefaultMaxAdapters = 16
 
 // DefaultConfig returns the defaults; Models must still be set.
 func DefaultConfig() Config {
-	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256, MaxAdapters: DefaultMaxAdapters}
+	return Config{Kernels: kernels.BackendAuto, MaxBatchTokens: 512, MaxSeqs: 256, MaxAdapters: DefaultMaxAdapters,
+		Speculative: DefaultSpeculativeConfig()}
 }
 
 // Validate names the first bad field.
@@ -184,7 +191,7 @@ func (c Config) Validate() error {
 	if c.MaxSeqs < 1 {
 		return fmt.Errorf("native.max_seqs: must be at least 1, got %d", c.MaxSeqs)
 	}
-	return nil
+	return c.Speculative.validate()
 }
 
 func (m ModelConfig) modelName() string {

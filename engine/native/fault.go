@@ -80,7 +80,7 @@ func (r *runner) recoverStep(v any, stack []byte) {
 	}
 	var jobs []*job
 	for _, s := range step {
-		s.chunk = 0
+		s.chunk, s.draft = 0, nil
 		if !slices.Contains(jobs, s.job) {
 			jobs = append(jobs, s.job)
 		}
@@ -125,6 +125,7 @@ func (sc *scheduler) fail(j *job) {
 	for _, s := range j.seqs {
 		switch s.status {
 		case seqRunning:
+			sc.releaseDraft(s)
 			sc.bm.deallocate(s)
 			sc.running = slices.DeleteFunc(sc.running, func(x *seq) bool { return x == s })
 		case seqWaiting, seqPreempted:

@@ -49,11 +49,11 @@ func logSumExp(cpu *kernels.CPU, x []float32) float64 {
 // piece being the text the decoder gave for it.
 func (r *runner) noteToken(s *seq, tok int32, piece string) {
 	st := s.samp
-	if st == nil || !st.hasPending || st.pending.id != tok {
+	if st == nil || st.pendingAt >= len(st.pending) || st.pending[st.pendingAt].id != tok {
 		return
 	}
-	e := st.pending
-	st.hasPending = false
+	e := st.pending[st.pendingAt]
+	st.pendingAt++
 	e.end = s.text.Len()
 	e.complete = strings.HasSuffix(piece, string(r.tok.TokenBytes(tok)))
 	st.lp = append(st.lp, e)

@@ -52,6 +52,9 @@ type params struct {
 	// alternatives (chat top_logprobs, completions logprobs).
 	logprobs    bool
 	topLogprobs int
+	// spec is body.speculative (or disable_spec_decode): specDefault when
+	// neither is given, specOff, specOn, specNgram or specDraft.
+	spec specMethod
 }
 
 // promptInput is a completions prompt: text or token ids.
@@ -90,6 +93,8 @@ type rawBody struct {
 	EnableThinking      *bool           `json:"enable_thinking"`
 	ApplyChatTemplate   *bool           `json:"apply_chat_template"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+	Speculative         json.RawMessage `json:"speculative"`
+	DisableSpecDecode   *bool           `json:"disable_spec_decode"`
 }
 
 // parseRequest reads the fields the engine uses. Bodies arrive validated by
@@ -159,6 +164,9 @@ func parseRequest(req *engine.Request) (*params, *engine.Response) {
 		}
 	}
 	if resp := parseTemplateControls(&b, p); resp != nil {
+		return nil, resp
+	}
+	if resp := parseSpeculative(&b, p); resp != nil {
 		return nil, resp
 	}
 	switch req.Endpoint {
@@ -451,5 +459,40 @@ func (j *jsonInt) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("%s is not an integer", n)
 	}
 	*j = jsonInt(f)
+	return nil
+}
+
+// parseSpeculative reads speculative (false, true, "ngram" or "draft") and
+// the requests document's disable_spec_decode, which means speculative:
+// false and contradicts a speculative that turns it on.
+func parseSpeculative(b *rawBody, p *params) *engine.Response {
+	if given(b.Speculative) {
+		var on bool
+		var method string
+		switch {
+		case json.Unmarshal(b.Speculative, &on) == nil:
+			p.spec = specOff
+			if on {
+				p.spec = specOn
+			}
+		case json.Unmarshal(b.Speculative, &method) == nil:
+			switch method {
+			case SpecNgram:
+				p.spec = specNgram
+			case SpecDraft:
+				p.spec = specDraft
+			default:
+				return badRequest(fmt.Sprintf(`speculative: must be false, true, "ngram" or "draft", got %q`, method), "speculative", wire.CodeInvalidValue)
+			}
+		default:
+			return badRequest(fmt.Sprintf(`speculative: must be false, true, "ngram" or "draft", got %s`, wire.TypeName(b.Speculative)), "speculative", wire.CodeInvalidType)
+		}
+	}
+	if b.DisableSpecDecode != nil && *b.DisableSpecDecode {
+		if p.spec != specDefault && p.spec != specOff {
+			return badRequest("disable_spec_decode: true contradicts speculative, which turns speculative decoding on: remove one", "disable_spec_decode", wire.CodeInvalidValue)
+		}
+		p.spec = specOff
+	}
 	return nil
 }

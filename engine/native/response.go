@@ -15,8 +15,13 @@ import (
 func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 	u := wire.Usage{PromptTokensDetails: &wire.TokenDetails{}}
 	counted := map[int]bool{}
+	spec := false
+	var cd wire.CompletionTokenDetails
 	for _, s := range j.seqs {
 		u.CompletionTokens += len(s.tokens) - s.promptLen
+		spec = spec || s.spec.method != specOff
+		cd.AcceptedPredictionTokens += s.spec.accepted
+		cd.RejectedPredictionTokens += s.spec.rejected
 		if !counted[s.index/j.p.n] {
 			counted[s.index/j.p.n] = true
 			u.PromptTokens += s.promptLen
@@ -24,6 +29,9 @@ func (r *runner) response(req *engine.Request, j *job) *engine.Response {
 		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if spec {
+		u.CompletionTokensDetails = &cd // a request that speculated says how it went
+	}
 	id := requestHash(req)
 	created := time.Now().Unix()
 	model := r.name

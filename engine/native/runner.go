@@ -40,6 +40,9 @@ type runner struct {
 	// tasks is work for the loop goroutine between steps (embeddings),
 	// under sched.mu.
 	tasks []func()
+	// specDefault is the speculative method of a request that names none
+	// (native.speculative.method).
+	specDefault specMethod
 	// inStep is the sequences of the step being run, for recovery from a
 	// panic in it (fault.go).
 	inStep []*seq
@@ -52,6 +55,12 @@ func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl 
 	r.mr.model, r.mr.compute = m, &e.compute
 	r.sched.maxBatchTokens, r.sched.maxSeqs, r.sched.ctxLen = e.cfg.MaxBatchTokens, e.cfg.MaxSeqs, m.cfg.ContextLength
 	r.sched.tok, r.sched.stats, r.sched.onToken = tok, &r.stats, r.noteToken
+	spec := e.cfg.Speculative
+	r.specDefault, r.sched.specK = spec.method(), spec.K
+	// Prompt lookup needs nothing of the model: every model has it. A
+	// draft model's drafter goes in drafters[specDraft] when one is
+	// configured (native.models[].draft).
+	r.sched.drafters[specNgram] = newNgramDrafter(spec.NgramMin, spec.NgramMax)
 	r.initKV()
 	return r
 }
@@ -144,6 +153,10 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 	if resp := p.checkVocab(r.model.cfg.VocabSize); resp != nil {
 		return nil, resp
 	}
+	method, resp := r.specMethod(p.spec)
+	if resp != nil {
+		return nil, resp
+	}
 	j := &job{p: p, stream: req.Stream, onStart: req.Started}
 	for pi, pr := range prompts {
 		if len(pr) == 0 {
@@ -158,7 +171,8 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 		// The requests document's save_system_prompt_kv_cache needs nothing
 		// more: the prefix cache keeps every full block of a shared prompt.
 		for k := range p.n {
-			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder(), adapter: p.adapter}
+			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder(), adapter: p.adapter,
+				spec: specState{method: method}}
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
 			// Room for the whole output, but never more than the cache
 			// could hold: max_tokens may be 2^31-1.
@@ -167,6 +181,25 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 		}
 	}
 	return j, nil
+}
+
+// specMethod resolves a request's speculative field to the method its
+// sequences draft with, or refuses a method the model does not have.
+func (r *runner) specMethod(m specMethod) (specMethod, *engine.Response) {
+	switch m {
+	case specDefault:
+		return r.specDefault, nil
+	case specOn:
+		if r.specDefault == specOff {
+			return specNgram, nil // every model has prompt lookup
+		}
+		return r.specDefault, nil
+	case specDraft:
+		if r.sched.drafters[specDraft] == nil {
+			return 0, badRequest(fmt.Sprintf(`speculative: model %s has no draft model (native.models[].draft): use "ngram", true or false`, r.name), "speculative", wire.CodeUnsupportedValue)
+		}
+	}
+	return m, nil
 }
 
 // run answers a generation request through done (engine.Queue's Submit).

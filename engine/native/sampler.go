@@ -368,57 +368,96 @@ func growF64(b *[]float64, n int) []float64 {
 type seqSampling struct {
 	hist *history // nil unless the request has penalties
 	mask []int32  // ids min_tokens masks (nil until needed)
-	// pending is the logprobs of the token just sampled, kept if advance
-	// appends it (an EOS or stop token is not part of the output).
-	pending    tokenLogprob
-	hasPending bool
-	lp         []tokenLogprob
+	// pending is the logprobs of the tokens just sampled for the sequence,
+	// in order (several when drafts were verified); advance appends them
+	// one by one and noteToken keeps each one's entry from pendingAt on (an
+	// EOS or stop token is not part of the output).
+	pending   []tokenLogprob
+	pendingAt int
+	lp        []tokenLogprob
 }
 
-// sample chooses the next token of each of p.sample from logits, row i
-// for p.sample[i] (rows it may modify): next[i] holds one token.
+// sample chooses the next token of each of p.sample from logits (rows it
+// may modify), in order: one row and one token for a sequence, or for one
+// verifying drafts 1+len(s.draft) rows and the drafts kept then the token
+// sampled after them (verify).
 func (sc *sampler) sample(p plan, logits []float32, vocab int) (next [][]int32) {
-	sc.flat = slices.Grow(sc.flat[:0], len(p.sample))[:len(p.sample)]
+	rows := 0
+	for _, s := range p.sample {
+		rows += 1 + len(s.draft)
+	}
+	sc.flat = slices.Grow(sc.flat[:0], rows)
 	sc.next = sc.next[:0]
-	for i, s := range p.sample {
-		sc.flat[i] = sc.pick(s, logits[i*vocab:(i+1)*vocab])
-		sc.next = append(sc.next, sc.flat[i:i+1])
+	row := 0
+	for _, s := range p.sample {
+		st := s.samp
+		if st == nil {
+			st = &seqSampling{}
+			s.samp = st
+		}
+		clear(st.pending)
+		st.pending, st.pendingAt = st.pending[:0], 0
+		first := len(sc.flat)
+		if len(s.draft) == 0 {
+			sc.flat = append(sc.flat, sc.pick(s, s.tokens, logits[row*vocab:(row+1)*vocab]))
+			row++
+		} else {
+			sc.verify(s, logits[row*vocab:], vocab)
+			row += 1 + len(s.draft)
+		}
+		sc.next = append(sc.next, sc.flat[first:len(sc.flat):len(sc.flat)])
 	}
 	return sc.next
 }
 
-// pick chooses s's next token from row, its raw logits (which it may
-// modify), and notes the token's raw logprobs when the request asks.
-func (sc *sampler) pick(s *seq, row []float32) int32 {
+// verify samples s's rows as plain decoding would sample each position,
+// with the sequence's tokens extended by the drafts before it, and appends
+// to sc.flat the drafts up to the first one that differs from the token
+// sampled at its position, then that token (or, all kept, the token
+// sampled after the last draft). It stops at a token that ends s.
+func (sc *sampler) verify(s *seq, logits []float32, vocab int) {
+	d := s.draft
+	// The view writes the drafts into s.tokens' spare capacity, past its
+	// length, where nothing reads: no copy of the sequence per step.
+	view := s.tokens
+	for i := 0; i <= len(d); i++ {
+		t := sc.pick(s, view, logits[i*vocab:(i+1)*vocab])
+		sc.flat = append(sc.flat, t)
+		if i == len(d) || t != d[i] || endsSeq(s, t, sc.tok.IsEOG) {
+			return
+		}
+		view = append(view, t)
+	}
+}
+
+// pick chooses the token after tokens (s's tokens, or them and the drafts
+// before the row) from row, its raw logits (which it may modify), and
+// queues the token's raw logprobs when the request asks.
+func (sc *sampler) pick(s *seq, tokens []int32, row []float32) int32 {
 	kernels.AfterSIMD() // the forward pass's vector code ran last
 	p := s.job.p
 	sp := &p.sampling
 	st := s.samp
-	if st == nil {
-		st = &seqSampling{}
-		s.samp = st
-	}
-	generated := len(s.tokens) - s.promptLen
+	generated := len(tokens) - s.promptLen
 	var mask []int32
 	if generated < p.minTokens {
 		mask = sc.minTokensMask(st, p, len(row))
 	}
 	modifies := len(sp.bias) > 0 || sp.penalized() || len(mask) > 0
 	raw := row
-	st.hasPending = false
 	var lse float64
+	var entry tokenLogprob
 	if p.logprobs {
 		if modifies {
 			sc.raw = append(sc.raw[:0], row...)
 			raw = sc.raw
 		}
 		lse = logSumExp(sc.cpu, raw)
-		st.pending = tokenLogprob{}
 		if p.topLogprobs > 0 {
 			sc.top = topCandidates(raw, p.topLogprobs, sc.top[:0])
-			st.pending.top = make([]idLogprob, len(sc.top))
+			entry.top = make([]idLogprob, len(sc.top))
 			for i, c := range sc.top {
-				st.pending.top[i] = idLogprob{id: c.id, logprob: float64(c.logit) - lse}
+				entry.top[i] = idLogprob{id: c.id, logprob: float64(c.logit) - lse}
 			}
 		}
 	}
@@ -427,7 +466,7 @@ func (sc *sampler) pick(s *seq, row []float32) int32 {
 		if st.hist == nil {
 			st.hist = &history{}
 		}
-		st.hist.absorb(s.tokens, s.promptLen, sp.repeats())
+		st.hist.absorb(tokens, s.promptLen, sp.repeats())
 		applyPenalties(row, st.hist, sp)
 	}
 	for _, id := range mask {
@@ -436,13 +475,13 @@ func (sc *sampler) pick(s *seq, row []float32) int32 {
 	var u float64
 	if !sp.greedy() {
 		// Each of the n choices has its own stream: seed + choice (vLLM's).
-		u = counterUniform(sp.seed+uint64(s.index%p.n), len(s.tokens))
+		u = counterUniform(sp.seed+uint64(s.index%p.n), len(tokens))
 	}
 	tok := sc.choose(row, sp, u)
 	if p.logprobs {
-		st.pending.id = tok
-		st.pending.logprob = float64(raw[tok]) - lse
-		st.hasPending = true
+		entry.id = tok
+		entry.logprob = float64(raw[tok]) - lse
+		st.pending = append(st.pending, entry)
 	}
 	return tok
 }

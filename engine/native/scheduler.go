@@ -33,6 +33,13 @@ type scheduler struct {
 	bm             *blockManager
 	tok            *tokenizer.Tokenizer // end-of-generation ids
 	stats          *cacheCounters
+	// drafters are the speculative drafters by method (nil: unavailable),
+	// specK the most drafts a sequence verifies in a step; specSeqs and
+	// specKs are proposeDrafts' buffers.
+	drafters [specMethods]drafter
+	specK    int
+	specSeqs []*seq
+	specKs   []int
 	// onToken, when set, sees each token postprocess appends and the text
 	// it decoded to (the logprobs' bookkeeping).
 	onToken func(s *seq, tok int32, piece string)
@@ -49,6 +56,7 @@ type scheduler struct {
 	// The rest belongs to the scheduler goroutine.
 	waiting []*seq
 	running []*seq
+	decodes []*seq // schedule's buffer
 	// quarantine is set while suspect jobs may be queued (fault.go).
 	quarantine bool
 }
@@ -117,6 +125,7 @@ func (sc *scheduler) schedule() plan {
 		if !s.job.cancelled.Load() {
 			return false
 		}
+		sc.releaseDraft(s)
 		sc.bm.deallocate(s)
 		sc.drop(s, "cancelled")
 		return true
@@ -127,7 +136,7 @@ func (sc *scheduler) schedule() plan {
 	add := func(s *seq, n int) {
 		s.chunk = n
 		p.seqs = append(p.seqs, s)
-		if s.n+n == len(s.tokens) {
+		if s.sampled() {
 			p.sample = append(p.sample, s)
 		}
 		p.tokens += n
@@ -135,15 +144,35 @@ func (sc *scheduler) schedule() plan {
 	}
 	// Decodes first, oldest first: each costs one token and keeps its
 	// sequence moving.
+	// A speculating one verifies its drafts with it, in the tokens the
+	// budget has left after one for every decode.
 	iso := sc.isolated()
-	for _, s := range slices.Clone(sc.running) {
-		if iso != nil && s.job != iso {
+	decodes := sc.decodes[:0]
+	for _, s := range sc.running {
+		if (iso == nil || s.job == iso) && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n == 1 {
+			decodes = append(decodes, s)
+		}
+	}
+	sc.decodes = decodes
+	if spare := budget - len(decodes); spare > 0 {
+		sc.proposeDrafts(decodes, spare)
+	}
+	for _, s := range decodes {
+		if budget <= 0 || s.status != seqRunning || s.chunk != 0 {
+			s.draft = nil // preempted for an earlier decode's block
 			continue
 		}
-		if budget > 0 && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n == 1 {
-			if sc.grow(s, 1, false) == 1 {
-				add(s, 1)
+		if d := len(s.draft); d > 0 {
+			// Blocks for the drafts only if free: drafts never preempt.
+			if sc.bm.mayAppend(s, 1+d, false) == 1+d {
+				sc.bm.appendSlots(s, 1+d)
+				add(s, 1+d)
+				continue
 			}
+			s.draft = nil
+		}
+		if sc.grow(s, 1, false) == 1 {
+			add(s, 1)
 		}
 	}
 	// Then prompt (or recompute) chunks with what the budget leaves.
@@ -208,6 +237,9 @@ func (sc *scheduler) schedule() plan {
 // retires finished sequences.
 func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
 	for _, s := range p.seqs {
+		if len(s.draft) > 0 {
+			continue // verified: takeVerified moves it on by the drafts kept
+		}
 		if decode := s.chunk == 1 && s.n >= s.promptLen; !decode {
 			sc.stats.prefillTokens.Add(int64(s.chunk))
 		}
@@ -216,11 +248,15 @@ func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
 		sc.bm.hashBlocks(s)
 	}
 	for i, s := range p.sample {
+		before := len(s.tokens)
 		for _, t := range tokens[i] {
 			if s.finished() {
 				break
 			}
 			sc.advance(s, t)
+		}
+		if len(s.draft) > 0 {
+			sc.takeVerified(s, tokens[i], before)
 		}
 	}
 	sc.retire()
@@ -231,7 +267,7 @@ func (sc *scheduler) advance(s *seq, tok int32) {
 	defer s.emit()
 	p := s.job.p
 	generated := len(s.tokens) - s.promptLen
-	if (sc.tok.IsEOG(tok) && !p.ignoreEOS) || p.isStopID(tok) {
+	if endsSeq(s, tok, sc.tok.IsEOG) {
 		s.end("stop") // the token is not part of the output
 		return
 	}
@@ -268,6 +304,7 @@ func (sc *scheduler) retire() {
 		if !s.finished() {
 			return false
 		}
+		sc.releaseDraft(s)
 		sc.bm.deallocate(s)
 		sc.active.Add(-1)
 		s.job.retireSeq()
@@ -277,6 +314,7 @@ func (sc *scheduler) retire() {
 
 // preempt frees v's blocks and puts it back at the front of the queue.
 func (sc *scheduler) preempt(v *seq) {
+	sc.releaseDraft(v)
 	sc.bm.deallocate(v)
 	v.status = seqPreempted
 	sc.running = slices.DeleteFunc(sc.running, func(x *seq) bool { return x == v })

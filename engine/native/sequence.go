@@ -46,12 +46,20 @@ type seq struct {
 	registered int         // leading blocks entered in the prefix cache
 	cached     int         // prompt tokens found in the prefix cache at first admission
 	chunk      int         // its tokens in the step being planned or run; 0: not in it
-	waitSteps  int         // steps spent waiting since it arrived (orderWaiting)
-	order      int         // orderWaiting's sort key for this step
+	// draft is the drafts this step verifies after its last token (chunk
+	// is then 1+len(draft)); nil: none (speculative.go).
+	draft     []int32
+	spec      specState
+	waitSteps int // steps spent waiting since it arrived (orderWaiting)
+	order     int // orderWaiting's sort key for this step
 }
 
 // finished says whether s is done.
 func (s *seq) finished() bool { return s.status == seqFinished }
+
+// sampled says whether the step being planned or run computes s's last
+// token, and so samples s's next token(s).
+func (s *seq) sampled() bool { return s.n+s.chunk-len(s.draft) == len(s.tokens) }
 
 // end finishes s for reason.
 func (s *seq) end(reason string) {
