@@ -79,6 +79,7 @@ const (
 	fChatTemplateKwargs
 	fSaveSystemPromptKVCache
 	fDisableSpecDecode
+	fSpeculative
 	fLoraName
 	fNumLogprobs
 	fMaxGenerateLength
@@ -118,6 +119,7 @@ var fieldNames = [numFields]string{
 	fChatTemplateKwargs:      "chat_template_kwargs",
 	fSaveSystemPromptKVCache: "save_system_prompt_kv_cache",
 	fDisableSpecDecode:       "disable_spec_decode",
+	fSpeculative:             "speculative",
 	fLoraName:                "lora_name",
 	fNumLogprobs:             "num_logprobs",
 	fMaxGenerateLength:       "max_generate_length",
@@ -159,6 +161,7 @@ var fieldEndpoints = [numFields]endpoint{
 	fChatTemplateKwargs:      epChat,
 	fSaveSystemPromptKVCache: epChat,
 	fDisableSpecDecode:       epGen,
+	fSpeculative:             epGen,
 	fLoraName:                epAll,
 	fNumLogprobs:             epAll, // refused: the document's names
 	fMaxGenerateLength:       epAll,
@@ -225,6 +228,8 @@ func lookupField(key []byte) fieldID {
 		return fSaveSystemPromptKVCache
 	case "disable_spec_decode":
 		return fDisableSpecDecode
+	case "speculative":
+		return fSpeculative
 	case "lora_name":
 		return fLoraName
 	case "num_logprobs":
@@ -267,6 +272,12 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 		}
 	}
 	// Rules between fields.
+	if given(f[fSpeculative]) && isTrue(f[fDisableSpecDecode]) {
+		mode, _ := wire.ParseSpeculative(f[fSpeculative])
+		if p := fromWire(wire.SpeculativeConflict(mode, true)); p != nil {
+			return p
+		}
+	}
 	if ep == epChat && given(f[fTopLogprobs]) && !isTrue(f[fLogprobs]) {
 		return fromWire(wire.TopLogprobsWithoutLogprobs())
 	}
@@ -299,6 +310,9 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 		}
 	case fChatTemplateKwargs:
 		return checkTemplateKwargs(v)
+	case fSpeculative:
+		_, e := wire.ParseSpeculative(v)
+		return fromWire(e)
 	case fNumLogprobs, fMaxGenerateLength:
 		return fromWire(wire.DocumentOnlyField(name))
 	case fTemperature:
