@@ -50,6 +50,9 @@ type Options struct {
 	RepetitionPenalty *float64 `json:"repetition_penalty,omitempty" yaml:"repetition_penalty"`
 	Seed              *int64   `json:"seed,omitempty" yaml:"seed"`
 	Stop              []string `json:"stop,omitempty" yaml:"stop"`
+	// Speculative fills in body.speculative (false, true, "ngram" or
+	// "draft") on the lines that lack it.
+	Speculative SpecOption `json:"speculative,omitempty" yaml:"speculative"`
 }
 
 // Merge returns o with every field set in over replacing o's.
@@ -86,6 +89,9 @@ func (o Options) Merge(over Options) Options {
 	if over.Stop != nil {
 		o.Stop = over.Stop
 	}
+	if over.Speculative != "" {
+		o.Speculative = over.Speculative
+	}
 	return o
 }
 
@@ -99,7 +105,7 @@ func setIf[T any](dst **T, v *T) {
 func (o Options) HasSampling() bool {
 	return o.Temperature != nil || o.TopP != nil || o.TopK != nil || o.MinP != nil ||
 		o.PresencePenalty != nil || o.FrequencyPenalty != nil || o.RepetitionPenalty != nil ||
-		o.Seed != nil || o.Stop != nil
+		o.Seed != nil || o.Stop != nil || o.Speculative != ""
 }
 
 // Window parses CompletionWindow; zero means none.
@@ -162,6 +168,9 @@ func (o Options) Defaults() map[string]json.RawMessage {
 	}
 	if o.Stop != nil {
 		put("stop", o.Stop)
+	}
+	if o.Speculative != "" {
+		put("speculative", o.Speculative)
 	}
 	return m
 }

@@ -79,6 +79,7 @@ const (
 	fChatTemplateKwargs
 	fSaveSystemPromptKVCache
 	fDisableSpecDecode
+	fSpeculative
 	fLoraName
 	fLoraPath
 	fNumLogprobs
@@ -119,6 +120,7 @@ var fieldNames = [numFields]string{
 	fChatTemplateKwargs:      "chat_template_kwargs",
 	fSaveSystemPromptKVCache: "save_system_prompt_kv_cache",
 	fDisableSpecDecode:       "disable_spec_decode",
+	fSpeculative:             "speculative",
 	fLoraName:                "lora_name",
 	fLoraPath:                "lora_path",
 	fNumLogprobs:             "num_logprobs",
@@ -161,6 +163,7 @@ var fieldEndpoints = [numFields]endpoint{
 	fChatTemplateKwargs:      epChat,
 	fSaveSystemPromptKVCache: epChat,
 	fDisableSpecDecode:       epGen,
+	fSpeculative:             epGen,
 	fLoraName:                epAll,
 	fLoraPath:                epGen,
 	fNumLogprobs:             epAll, // refused: the document's names
@@ -228,6 +231,8 @@ func lookupField(key []byte) fieldID {
 		return fSaveSystemPromptKVCache
 	case "disable_spec_decode":
 		return fDisableSpecDecode
+	case "speculative":
+		return fSpeculative
 	case "lora_name":
 		return fLoraName
 	case "lora_path":
@@ -275,6 +280,12 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 	if given(f[fLoraPath]) && !given(f[fLoraName]) {
 		return badRequest(CodeInvalidValue, "lora_path", "requires lora_name, the name the adapter is known by")
 	}
+	if given(f[fSpeculative]) && isTrue(f[fDisableSpecDecode]) {
+		mode, _ := wire.ParseSpeculative(f[fSpeculative])
+		if p := fromWire(wire.SpeculativeConflict(mode, true)); p != nil {
+			return p
+		}
+	}
 	if ep == epChat && given(f[fTopLogprobs]) && !isTrue(f[fLogprobs]) {
 		return fromWire(wire.TopLogprobsWithoutLogprobs())
 	}
@@ -314,6 +325,9 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 		}
 	case fChatTemplateKwargs:
 		return checkTemplateKwargs(v)
+	case fSpeculative:
+		_, e := wire.ParseSpeculative(v)
+		return fromWire(e)
 	case fNumLogprobs, fMaxGenerateLength:
 		return fromWire(wire.DocumentOnlyField(name))
 	case fTemperature:

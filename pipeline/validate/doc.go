@@ -39,8 +39,8 @@
 // repetition_penalty, seed, min_tokens, dimensions, encoding_format, the
 // chat template controls (apply_chat_template, add_generation_prompt,
 // enable_thinking, chat_template_kwargs), save_system_prompt_kv_cache,
-// disable_spec_decode, lora_name, and the refused num_logprobs and
-// max_generate_length; then
+// disable_spec_decode, speculative, lora_name, and the refused num_logprobs
+// and max_generate_length; then speculative against disable_spec_decode,
 // top_logprobs against logprobs, the output length and min_tokens against it.
 // A field is checked only on the endpoints it belongs to (elsewhere it is an
 // unknown field), null counts as not set, and unknown fields pass through

@@ -727,10 +727,16 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 		switch string(key) {
 		case "custom_id", "method", "url":
 			continue
-		case docKeySaveKV, "disable_spec_decode":
-			// Accepted: prefix caching is always on, and there is no
-			// speculative decoding to disable.
+		case docKeySaveKV:
+			// Accepted: prefix caching is always on.
 			if isBool(v) || isNull(v) {
+				continue
+			}
+		case "disable_spec_decode":
+			// true turns speculative decoding off for this request alone
+			// (the format's tool turns it off for the whole batch); false
+			// is the default.
+			if (isBool(v) && !isTrue(v)) || isNull(v) {
 				continue
 			}
 		case "lora_name":
