@@ -26,6 +26,9 @@ type runner struct {
 	pooling string
 	// adapters are the model's LoRA adapters by name (set at load).
 	adapters map[string]*adapter
+	// draftModel drafts tokens for speculative decoding with the model
+	// native.models[].draft names (draft_model.go); nil when none does.
+	draftModel drafter
 
 	wake  chan struct{}
 	sched scheduler
