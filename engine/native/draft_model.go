@@ -19,7 +19,10 @@ import (
 // token budget, many sequences per pass), then runs k greedy steps, one
 // forward pass per step for all its sequences. Draft K/V are a pure
 // function of the tokens before them and the forward pass is batch
-// invariant, so a sequence's drafts do not depend on its batch.
+// invariant, so a sequence's drafts do not depend on its batch. The draft
+// runs without LoRA adapters: a sequence with one is drafted for by the
+// base draft model (verification keeps the output exact; fewer drafts may
+// be accepted).
 type draftModel struct {
 	name   string // the draft model's name, for logs and errors
 	model  *Model

@@ -259,3 +259,30 @@ func TestDraftConfig(t *testing.T) {
 		t.Fatalf("drafts %v, want %v", got, want)
 	}
 }
+
+// BenchmarkDraftPropose measures one drafting step of eight sequences
+// (k=4) in steady state: each step's drafts were all accepted, so the
+// draft catches up two tokens and runs four greedy passes.
+func BenchmarkDraftPropose(b *testing.B) {
+	e := openEngine(b, ModelConfig{Path: storiesPath(b)})
+	r := e.runners[e.order[0]]
+	d, err := newDraftModel(r, r, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var seqs []*seq
+	ks := make([]int, 8)
+	for i := range ks {
+		seqs = append(seqs, &seq{tokens: r.tok.Encode(fmt.Sprintf("Once upon a time there were %d cats", i), true, false)})
+		ks[i] = 4
+	}
+	for b.Loop() {
+		for i, dr := range d.propose(seqs, ks) {
+			seqs[i].tokens = append(seqs[i].tokens, append(dr, 1)...)
+			if len(seqs[i].tokens) > 400 {
+				d.release(seqs[i])
+				seqs[i].tokens = seqs[i].tokens[:10]
+			}
+		}
+	}
+}

@@ -18,6 +18,9 @@
 //     block hashes, the LRU free list, and the policy beside it (can
 //     allocate, allocate, may append, cached prefix).
 //   - model_runner.go: a plan → the model's batch → logits.
+//   - drafter.go, draft_model.go: speculative decoding's drafters; the
+//     draft model (native.models[].draft) drafts greedily from its own
+//     paged KV cache.
 //   - model.go, kvcache.go: the decoder and its K/V pools, on a
 //     kernels.Device (device.go picks it: the CPU, or the plain-Go
 //     reference device that proves the interface).
