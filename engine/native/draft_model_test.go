@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/demomodel"
+	"github.com/batchd/batchd/kernels"
 )
 
 // engineGreedy decodes n tokens greedily from prompt through r's engine
@@ -58,39 +62,44 @@ func wantDrafts(r *runner, cont []int32, k int) []int32 {
 
 func propose1(d *draftModel, s *seq, k int) []int32 { return d.propose([]*seq{s}, []int{k})[0] }
 
-// A model drafting for itself proposes exactly its own greedy
-// continuation (so verification would accept every draft), also after
-// drafts were partly rejected and the sequence went another way.
-func testSelfDraftIsGreedy(t *testing.T, path, text string) {
-	e := openEngine(t, ModelConfig{Path: path})
-	r := e.runners[e.order[0]]
-	d, err := newDraftModel(r, r, 0)
+// A draft model proposes exactly its own greedy continuation (so a model
+// drafting for itself would have every draft accepted), also after drafts
+// were partly rejected and the sequence went another way. draftPath ""
+// makes the target draft for itself.
+func testDraftIsGreedy(t *testing.T, targetPath, draftPath, text string) {
+	models := []ModelConfig{{Path: targetPath}}
+	if draftPath != "" {
+		models = append(models, ModelConfig{Path: draftPath})
+	}
+	e := openEngine(t, models...)
+	r, dr := e.runners[e.order[0]], e.runners[e.order[len(e.order)-1]]
+	d, err := newDraftModel(r, dr, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const k = 4
 	s := &seq{tokens: r.tok.Encode(text, true, false)}
 	for round := range 8 {
-		cont := engineGreedy(t, r, s.tokens, k+1)
+		cont := engineGreedy(t, dr, s.tokens, k+1)
 		got := propose1(d, s, k)
-		if want := wantDrafts(r, cont, k); !slices.Equal(got, want) {
-			t.Fatalf("round %d: drafts %v, want the greedy continuation %v", round, got, want)
+		if want := wantDrafts(dr, cont, k); !slices.Equal(got, want) {
+			t.Fatalf("round %d: drafts %v, want the draft model's greedy continuation %v", round, got, want)
 		}
+		v := int32(r.model.cfg.VocabSize)
 		switch round % 4 {
 		case 0: // all accepted, plus the target's next token
 			s.tokens = append(s.tokens, cont[:k+1]...)
 		case 1: // 2 of 4 accepted, then a token the draft did not guess
-			other := (cont[2] + 7) % int32(r.model.cfg.VocabSize)
+			other := (cont[2] + 7) % v
 			for r.tok.IsEOG(other) || other == cont[2] {
-				other = (other + 1) % int32(r.model.cfg.VocabSize)
+				other = (other + 1) % v
 			}
 			s.tokens = append(s.tokens, cont[0], cont[1], other)
 		case 2: // none accepted
-			s.tokens = append(s.tokens, (cont[0]+3)%int32(r.model.cfg.VocabSize))
+			s.tokens = append(s.tokens, (cont[0]+3)%v)
 		case 3: // two plain decode steps with no drafting between: the
 			// draft cache holds drafts at positions the sequence now has
 			// other tokens at
-			v := int32(r.model.cfg.VocabSize)
 			s.tokens = append(s.tokens, (cont[0]+5)%v, (cont[1]+9)%v)
 		}
 	}
@@ -101,11 +110,26 @@ func testSelfDraftIsGreedy(t *testing.T, path, text string) {
 }
 
 func TestDraftSelfIsGreedyStories(t *testing.T) {
-	testSelfDraftIsGreedy(t, storiesPath(t), "Once upon a time there was a little girl named Lily. She")
+	testDraftIsGreedy(t, storiesPath(t), "", "Once upon a time there was a little girl named Lily. She")
 }
 
 func TestDraftSelfIsGreedyDemo(t *testing.T) {
-	testSelfDraftIsGreedy(t, demoPath(t), "Hello, world! How are you today?")
+	testDraftIsGreedy(t, demoPath(t), "", "Hello, world! How are you today?")
+}
+
+// Another model with the same tokenizer and other shapes (layers, KV
+// heads, architecture) drafts from a cache of its own shape.
+func TestDraftOtherModelIsGreedy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny-llama.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := demomodel.Write(f, demomodel.Shapes["tiny-llama"], kernels.F32, 5); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	testDraftIsGreedy(t, demoPath(t), path, "Once upon a time, there was a little girl named Lily.")
 }
 
 // Eight sequences drafted together, with catch-up chunks that mix them,
