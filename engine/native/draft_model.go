@@ -146,6 +146,17 @@ func (d *draftModel) propose(seqs []*seq, k []int) [][]int32 {
 	if len(jobs) == 0 {
 		return out
 	}
+	// A pass that panics (fault.go fails the culprit's request) leaves
+	// its sequences' draft state claiming positions never computed: the
+	// sequences that go on start their drafts afresh.
+	ok := false
+	defer func() {
+		if !ok {
+			for _, j := range jobs {
+				d.release(seqs[j.i])
+			}
+		}
+	}()
 	d.catchUp(seqs, jobs, out)
 	// Greedy steps: each job with fewer drafts than it wants feeds its
 	// last draft and takes the argmax.
@@ -162,6 +173,7 @@ func (d *draftModel) propose(seqs []*seq, k []int) [][]int32 {
 			step = append(step, j)
 		}
 		if len(step) == 0 {
+			ok = true
 			return out
 		}
 		logits := d.mr.forward(b)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -307,6 +308,46 @@ func BenchmarkDraftPropose(b *testing.B) {
 				d.release(seqs[i])
 				seqs[i].tokens = seqs[i].tokens[:10]
 			}
+		}
+	}
+}
+
+// A draft pass that panics (a bug in the model code: fault.go fails the
+// step's culprit) drops the draft state of the sequences in it, so that
+// those that go on draft from a cache that holds what it claims.
+func TestDraftPanicDropsState(t *testing.T) {
+	e := openEngine(t, ModelConfig{Path: storiesPath(t)})
+	r := e.runners[e.order[0]]
+	d, err := newDraftModel(r, r, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &seq{tokens: r.tok.Encode("Once upon a time there was a cat", true, false)}
+	b := &seq{tokens: r.tok.Encode("Once upon a time there was a dog", true, false)}
+	first := d.propose([]*seq{a, b}, []int{4, 4})
+	var armed atomic.Bool
+	setFaultHook(t, func([]int32) {
+		if armed.CompareAndSwap(true, false) {
+			panic("model bug")
+		}
+	})
+	a.tokens = append(a.tokens, first[0]...)
+	b.tokens = append(b.tokens, first[1][0], 7)
+	armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the draft pass's panic did not come through propose")
+			}
+		}()
+		d.propose([]*seq{a, b}, []int{4, 4})
+	}()
+	if d.bm.numFree() != d.bm.n || len(d.seqs) != 0 {
+		t.Fatalf("after a panic: %d of %d blocks free, %d sequences kept", d.bm.numFree(), d.bm.n, len(d.seqs))
+	}
+	for _, s := range []*seq{a, b} {
+		if got, want := propose1(d, s, 4), wantDrafts(r, engineGreedy(t, r, s.tokens, 4), 4); !slices.Equal(got, want) {
+			t.Fatalf("after a panic: drafts %v, want %v", got, want)
 		}
 	}
 }
