@@ -61,6 +61,19 @@ func wantDrafts(r *runner, cont []int32, k int) []int32 {
 	return out
 }
 
+// storiesSelfDraft opens an engine on stories260K and makes the model a
+// draft for itself.
+func storiesSelfDraft(t testing.TB) (*runner, *draftModel) {
+	t.Helper()
+	e := openEngine(t, ModelConfig{Path: storiesPath(t)})
+	r := e.runners[e.order[0]]
+	d, err := newDraftModel(r, r, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, d
+}
+
 func propose1(d *draftModel, s *seq, k int) []int32 { return d.propose([]*seq{s}, []int{k})[0] }
 
 // A draft model proposes exactly its own greedy continuation (so a model
@@ -137,12 +150,7 @@ func TestDraftOtherModelIsGreedy(t *testing.T) {
 // get exactly the drafts each gets alone; releasing them frees every
 // block.
 func TestDraftBatchedEqualsAlone(t *testing.T) {
-	e := openEngine(t, ModelConfig{Path: storiesPath(t)})
-	r := e.runners[e.order[0]]
-	batched, err := newDraftModel(r, r, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, batched := storiesSelfDraft(t)
 	batched.maxBatchTokens = 7 // catch-up passes split prompts and mix sequences
 	animals := []string{"cat", "dog", "girl", "boy", "bird", "tree", "king", "frog"}
 	var seqs, alone []*seq
@@ -155,6 +163,7 @@ func TestDraftBatchedEqualsAlone(t *testing.T) {
 	}
 	solo := make([]*draftModel, len(seqs))
 	for i := range solo {
+		var err error
 		if solo[i], err = newDraftModel(r, r, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -289,12 +298,7 @@ func TestDraftConfig(t *testing.T) {
 // (k=4) in steady state: each step's drafts were all accepted, so the
 // draft catches up two tokens and runs four greedy passes.
 func BenchmarkDraftPropose(b *testing.B) {
-	e := openEngine(b, ModelConfig{Path: storiesPath(b)})
-	r := e.runners[e.order[0]]
-	d, err := newDraftModel(r, r, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r, d := storiesSelfDraft(b)
 	var seqs []*seq
 	ks := make([]int, 8)
 	for i := range ks {
@@ -316,12 +320,7 @@ func BenchmarkDraftPropose(b *testing.B) {
 // step's culprit) drops the draft state of the sequences in it, so that
 // those that go on draft from a cache that holds what it claims.
 func TestDraftPanicDropsState(t *testing.T) {
-	e := openEngine(t, ModelConfig{Path: storiesPath(t)})
-	r := e.runners[e.order[0]]
-	d, err := newDraftModel(r, r, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, d := storiesSelfDraft(t)
 	a := &seq{tokens: r.tok.Encode("Once upon a time there was a cat", true, false)}
 	b := &seq{tokens: r.tok.Encode("Once upon a time there was a dog", true, false)}
 	first := d.propose([]*seq{a, b}, []int{4, 4})
