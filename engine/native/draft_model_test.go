@@ -134,16 +134,46 @@ func TestDraftSelfIsGreedyDemo(t *testing.T) {
 // Another model with the same tokenizer and other shapes (layers, KV
 // heads, architecture) drafts from a cache of its own shape.
 func TestDraftOtherModelIsGreedy(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tiny-llama.gguf")
+	path := writeDemo(t, demomodel.Shapes["tiny-llama"])
+	testDraftIsGreedy(t, demoPath(t), path, "Once upon a time, there was a little girl named Lily.")
+}
+
+// writeDemo writes a demo model of shape (the demo tokenizer) in a
+// temporary directory.
+func writeDemo(t *testing.T, shape demomodel.Shape) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), shape.Name+".gguf")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := demomodel.Write(f, demomodel.Shapes["tiny-llama"], kernels.F32, 5); err != nil {
+	defer f.Close()
+	if err := demomodel.Write(f, shape, kernels.F32, 5); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	testDraftIsGreedy(t, demoPath(t), path, "Once upon a time, there was a little girl named Lily.")
+	return path
+}
+
+// A draft model with a shorter context than its target's drafts only up
+// to its own context length, and not at all beyond it.
+func TestDraftShortContext(t *testing.T) {
+	shape := demomodel.Shapes["tiny-llama"]
+	shape.Name, shape.Context = "short", 64
+	e := openEngine(t, ModelConfig{Path: demoPath(t)}, ModelConfig{Path: writeDemo(t, shape)})
+	d, err := newDraftModel(e.runners["demo-tiny"], e.runners["short"], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.runners["demo-tiny"].tok
+	fits := &seq{tokens: tok.Encode(strings.Repeat("red ", 200), true, false)[:61]}
+	over := &seq{tokens: tok.Encode(strings.Repeat("red ", 200), true, false)[:65]}
+	got := d.propose([]*seq{fits, over}, []int{8, 8})
+	if len(got[0]) == 0 || len(got[0]) > 4 {
+		t.Fatalf("61 tokens in a context of 64: %d drafts, want 1 to 4 (positions up to 63)", len(got[0]))
+	}
+	if len(got[1]) != 0 {
+		t.Fatalf("65 tokens in a context of 64: drafts %v", got[1])
+	}
 }
 
 // Eight sequences drafted together, with catch-up chunks that mix them,
