@@ -220,3 +220,22 @@ func TestNativeAdaptersInConfig(t *testing.T) {
 		t.Fatalf("validate: %v", err)
 	}
 }
+
+// native.models[].draft comes through the YAML; it must name a model of
+// native.models.
+func TestNativeDraftInConfig(t *testing.T) {
+	cfg, err := daemon.LoadFile(writeConfig(t, "engine: native\nnative:\n  models:\n    - {name: big, path: /models/big.gguf, draft: small}\n    - {name: small, path: /models/small.gguf}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Native.Models[0].Draft; got != "small" {
+		t.Fatalf("draft %q", got)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	cfg.Native.Models[0].Draft = "tiny"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `native.models[0].draft: "tiny" is not the name of a model`) {
+		t.Fatalf("validate: %v", err)
+	}
+}

@@ -18,6 +18,9 @@
 //     block hashes, the LRU free list, and the policy beside it (can
 //     allocate, allocate, may append, cached prefix).
 //   - model_runner.go: a plan → the model's batch → logits.
+//   - drafter.go, draft_model.go: speculative decoding's drafters; the
+//     draft model (native.models[].draft) drafts greedily from its own
+//     paged KV cache.
 //   - model.go, kvcache.go: the decoder and its K/V pools, on a
 //     kernels.Device (device.go picks it: the CPU, or the plain-Go
 //     reference device that proves the interface).
@@ -77,6 +80,13 @@ type ModelConfig struct {
 	// or with body.model set to its name (as vLLM does). Names must differ
 	// from every model's and adapter's name.
 	Adapters map[string]string `yaml:"adapters"`
+	// Draft names another entry of native.models (by name) that drafts
+	// tokens for this one in speculative decoding: a smaller model with
+	// the same tokenizer, checked at start. It has its own KV cache (a
+	// quarter of this model's). A model may name itself: every draft is
+	// then accepted under greedy decoding, which measures the ceiling of
+	// the verify path (benchmarks), not a speed-up.
+	Draft string `yaml:"draft"`
 }
 
 // Config configures the engine.
@@ -140,8 +150,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("native.adapter_root: must be an absolute path, got %q", c.AdapterRoot)
 	}
 	seen := map[string]bool{}
+	models := map[string]bool{}
 	for _, m := range c.Models {
 		seen[m.modelName()] = false
+		models[m.modelName()] = true
 	}
 	for i, m := range c.Models {
 		if m.Path == "" {
@@ -165,6 +177,9 @@ func (c Config) Validate() error {
 		}
 		if len(m.Adapters) > c.MaxAdapters {
 			return fmt.Errorf("native.models[%d].adapters: %d adapters, over native.max_adapters (%d): raise native.max_adapters", i, len(m.Adapters), c.MaxAdapters)
+		}
+		if m.Draft != "" && !models[m.Draft] {
+			return fmt.Errorf("native.models[%d].draft: %q is not the name of a model in native.models (a draft model is loaded as its own entry)", i, m.Draft)
 		}
 		switch m.Pooling {
 		case "", PoolMean, PoolLast, PoolCLS:
@@ -264,6 +279,24 @@ func (e *Engine) Open(ctx context.Context) error {
 		name := mc.modelName()
 		e.runners[name] = r
 		e.order = append(e.order, name)
+	}
+	// Draft models are other entries, all loaded now; each runner's drafter
+	// is set before its loop starts.
+	for i, mc := range e.cfg.Models {
+		if mc.Draft == "" {
+			continue
+		}
+		r := e.runners[mc.modelName()]
+		d, err := newDraftModel(r, e.runners[mc.Draft], 0)
+		if err != nil {
+			e.Close(ctx)
+			return fmt.Errorf("native.models[%d].draft: %w", i, err)
+		}
+		r.draftModel = d
+		e.log.Info("draft model ready", "model", r.name, "draft", mc.Draft, "draft_kv_blocks", d.bm.n)
+	}
+	for _, name := range e.order {
+		r := e.runners[name]
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()

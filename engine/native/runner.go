@@ -31,6 +31,9 @@ type runner struct {
 	amu      sync.Mutex
 	adapters map[string]*adapter
 	loading  map[string]*adapterLoad
+	// draftModel drafts tokens for speculative decoding with the model
+	// native.models[].draft names (draft_model.go); nil when none does.
+	draftModel drafter
 
 	wake  chan struct{}
 	sched scheduler
