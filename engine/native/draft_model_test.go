@@ -311,9 +311,9 @@ func TestDraftConfig(t *testing.T) {
 
 	e := openEngine(t, ModelConfig{Path: demoPath(t), Draft: "demo-tiny"})
 	r := e.runners["demo-tiny"]
-	d, ok := r.draftModel.(*draftModel)
+	d, ok := r.sched.drafters[specDraft].(*draftModel)
 	if !ok || d.model != r.model {
-		t.Fatalf("runner's drafter is %T, want the demo model drafting for itself", r.draftModel)
+		t.Fatalf("runner's drafter is %T, want the demo model drafting for itself", r.sched.drafters[specDraft])
 	}
 	if want := r.mr.kv.nBlocks / draftKVFraction; d.bm.n != want {
 		t.Fatalf("draft cache of %d blocks, want a quarter of the target's %d", d.bm.n, r.mr.kv.nBlocks)

@@ -206,6 +206,9 @@ func (c Config) Validate() error {
 	if c.MaxSeqs < 1 {
 		return fmt.Errorf("native.max_seqs: must be at least 1, got %d", c.MaxSeqs)
 	}
+	if c.Speculative.Method == SpecDraft && !slices.ContainsFunc(c.Models, func(m ModelConfig) bool { return m.Draft != "" }) {
+		return errors.New("native.speculative.method: draft needs a draft model: name one in native.models[].draft, or use ngram")
+	}
 	return c.Speculative.validate()
 }
 
@@ -292,8 +295,18 @@ func (e *Engine) Open(ctx context.Context) error {
 			e.Close(ctx)
 			return fmt.Errorf("native.models[%d].draft: %w", i, err)
 		}
-		r.draftModel = d
+		r.sched.drafters[specDraft] = d
 		e.log.Info("draft model ready", "model", r.name, "draft", mc.Draft, "draft_kv_blocks", d.bm.n)
+	}
+	// With method draft, a model that has no draft model of its own does
+	// not speculate unless a request asks for prompt lookup.
+	if e.cfg.Speculative.method() == specDraft {
+		for _, name := range e.order {
+			if r := e.runners[name]; r.sched.drafters[specDraft] == nil {
+				r.specDefault = specOff
+				e.log.Info("no draft model: speculative decoding off by default for this model", "model", name)
+			}
+		}
 	}
 	for _, name := range e.order {
 		r := e.runners[name]

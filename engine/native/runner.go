@@ -31,9 +31,6 @@ type runner struct {
 	amu      sync.Mutex
 	adapters map[string]*adapter
 	loading  map[string]*adapterLoad
-	// draftModel drafts tokens for speculative decoding with the model
-	// native.models[].draft names (draft_model.go); nil when none does.
-	draftModel drafter
 
 	wake  chan struct{}
 	sched scheduler
@@ -62,7 +59,7 @@ func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl 
 	r.specDefault, r.sched.specK = spec.method(), spec.K
 	// Prompt lookup needs nothing of the model: every model has it. A
 	// draft model's drafter goes in drafters[specDraft] when one is
-	// configured (native.models[].draft).
+	// configured (native.models[].draft; Open sets it).
 	r.sched.drafters[specNgram] = newNgramDrafter(spec.NgramMin, spec.NgramMax)
 	r.initKV()
 	return r

@@ -78,10 +78,7 @@ func DefaultSpeculativeConfig() SpeculativeConfig {
 // validate names the first bad field of native.speculative.
 func (c SpeculativeConfig) validate() error {
 	switch c.Method {
-	case "", SpecOff, SpecNgram:
-	case SpecDraft:
-		// The draft-model drafter plugs in here (runner.drafters[specDraft]).
-		return fmt.Errorf("native.speculative.method: draft needs a draft model (native.models[].draft), which this build does not support yet: use ngram or off")
+	case "", SpecOff, SpecNgram, SpecDraft:
 	default:
 		return fmt.Errorf("native.speculative.method: must be off, ngram or draft, got %q", c.Method)
 	}

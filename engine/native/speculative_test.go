@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -14,27 +12,11 @@ import (
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/demomodel"
-	"github.com/batchd/batchd/kernels"
 )
 
 // Speculative decoding against the real models: every test runs the same
 // requests with speculation off and on and asserts the answers are the
 // same, and that drafts were accepted (so speculation did run).
-
-// writeDemo writes demomodel shape to a temporary file.
-func writeDemo(t *testing.T, shape string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), shape+".gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := demomodel.Write(f, demomodel.Shapes[shape], kernels.F32, 3); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // specAnswer is what must not change with speculation: the choices
 // (text, finish and stop reasons, logprobs) and the token counts.
@@ -110,7 +92,7 @@ func TestSpecGreedyIdenticalStories(t *testing.T) {
 func TestSpecGreedyIdenticalArchitectures(t *testing.T) {
 	for _, shape := range []string{"tiny", "tiny-qwen3", "tiny-llama"} {
 		t.Run(shape, func(t *testing.T) {
-			e := openEngineWith(t, func(*Config) {}, ModelConfig{Path: writeDemo(t, shape)})
+			e := openEngineWith(t, func(*Config) {}, ModelConfig{Path: writeDemo(t, demomodel.Shapes[shape])})
 			var bodies []string
 			for i := range 3 {
 				bodies = append(bodies, fmt.Sprintf(`{"messages":[{"role":"user","content":"story %d: the red ball, the red ball, the red ball"}],"max_tokens":40,"ignore_eos":true}`, i))
@@ -218,7 +200,7 @@ func TestSpecBatchedMixedPerRequest(t *testing.T) {
 			if c.path == "" {
 				path = storiesPath(t)
 			} else {
-				path = writeDemo(t, c.path)
+				path = writeDemo(t, demomodel.Shapes[c.path])
 			}
 			e := openEngineWith(t, func(cfg *Config) { cfg.Speculative.Method = SpecNgram }, ModelConfig{Path: path})
 			bodies := eightBodies(40, 0.8, "")
@@ -368,4 +350,80 @@ func TestSpeculativeConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sameWithDraft runs each body with speculation off and with the model's
+// draft model, asserts equal answers, and returns the drafts accepted.
+func sameWithDraft(t *testing.T, e *Engine, bodies []string) (accepted, rejected float64) {
+	t.Helper()
+	for i, b := range bodies {
+		off := answer(t, e, engine.EndpointCompletions, withSpec(b, "false"))
+		on := answer(t, e, engine.EndpointCompletions, withSpec(b, `"draft"`))
+		if off.choices != on.choices || off.completionTokens != on.completionTokens {
+			t.Errorf("request %d %s:\nwithout speculation %s\nwith the draft model %s", i, b, off.choices, on.choices)
+		}
+		accepted += on.accepted
+		rejected += on.rejected
+	}
+	return accepted, rejected
+}
+
+// A draft model's drafts, verified, give the same output as plain
+// decoding: stories260K drafting for itself (every greedy draft is
+// accepted), and a demo model drafted for by another shape with the same
+// tokenizer (drafts often wrong), greedy and sampled, alone and batched.
+func TestSpecDraftModelIdentical(t *testing.T) {
+	t.Run("self", func(t *testing.T) {
+		e := openEngineWith(t, func(c *Config) { c.Speculative.Method = SpecDraft },
+			ModelConfig{Name: "s", Path: storiesPath(t), Draft: "s"})
+		var bodies []string
+		for _, p := range storiesPrompts {
+			bodies = append(bodies, fmt.Sprintf(`{"prompt":%q,"max_tokens":48}`, p))
+		}
+		acc, rej := sameWithDraft(t, e, bodies)
+		if acc == 0 || rej != 0 {
+			t.Fatalf("greedy self-drafting: %v accepted, %v rejected; want some and none", acc, rej)
+		}
+		// The configured method applies to a request that names none.
+		if a := answer(t, e, engine.EndpointCompletions, bodies[0]); a.accepted == 0 {
+			t.Fatalf("method draft by default: %+v", a)
+		}
+	})
+	t.Run("other", func(t *testing.T) {
+		draft := writeDemo(t, demomodel.Shapes["tiny-llama"])
+		e := openEngineWith(t, func(*Config) {}, ModelConfig{Name: "target", Path: demoPath(t), Draft: "tiny-llama"},
+			ModelConfig{Name: "tiny-llama", Path: draft})
+		bodies := []string{
+			`{"model":"target","prompt":"Once upon a time, there was a little girl named Lily.","max_tokens":40}`,
+			`{"model":"target","prompt":"Hello, world! Hello, world!","max_tokens":40,"temperature":0.9,"seed":4}`,
+			`{"model":"target","prompt":"a b c a b c a b","max_tokens":40,"logprobs":2}`,
+		}
+		if acc, rej := sameWithDraft(t, e, bodies); acc+rej == 0 {
+			t.Fatal("the draft model proposed nothing")
+		} else {
+			t.Logf("tiny-llama drafting for the demo model: %v accepted, %v rejected", acc, rej)
+		}
+		// Batched: all at once, each as it was alone.
+		want := make([]specAnswer, len(bodies))
+		for i, b := range bodies {
+			want[i] = answer(t, e, engine.EndpointCompletions, withSpec(b, "false"))
+		}
+		got := make([]specAnswer, len(bodies))
+		var wg sync.WaitGroup
+		for i, b := range bodies {
+			wg.Go(func() { got[i] = answer(t, e, engine.EndpointCompletions, withSpec(b, `"draft"`)) })
+		}
+		wg.Wait()
+		for i := range bodies {
+			if got[i].choices != want[i].choices {
+				t.Errorf("batched request %d: %s, alone without speculation %s", i, got[i].choices, want[i].choices)
+			}
+		}
+		// The draft model itself has no draft model.
+		resp, err := e.Do(context.Background(), &engine.Request{CustomID: "t", Endpoint: engine.EndpointCompletions,
+			Body: json.RawMessage(`{"model":"tiny-llama","prompt":"a","max_tokens":2,"speculative":"draft"}`)})
+		if err != nil || resp.StatusCode != 400 || !strings.Contains(string(resp.Body), "unsupported_value") {
+			t.Fatalf("speculative draft on a model without a draft model: %v %+v", err, resp)
+		}
+	})
 }
