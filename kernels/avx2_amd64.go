@@ -303,6 +303,38 @@ func (a acc16) fma(w0, w1, x0, x1 archsimd.Float32x8) acc16 {
 
 func (a acc16) sum() float32 { return hsum8(a.lo.Add(a.hi)) }
 
+// tail16 describes the partial last 16-lane chunk of a vector, m < 16
+// floats, as two 8-lane masks for its halves.
+type tail16 struct {
+	m      int
+	lo, hi archsimd.Mask32x8
+}
+
+func newTail16(m int) tail16 {
+	return tail16{m: m, lo: tailMask8(min(m, 8)), hi: tailMask8(max(m-8, 0))}
+}
+
+// load is the chunk at p+4i, zero-padded.
+func (t tail16) load(p unsafe.Pointer, i int) acc16 {
+	var v acc16
+	v.lo = loadMasked8(p, i, t.lo)
+	if t.m > 8 {
+		v.hi = loadMasked8(p, i+8, t.hi)
+	}
+	return v
+}
+
+// fmaTail is a.fma with the zero-padded chunks q and (at x+4i) x. When the
+// high half is all padding its product is skipped: adding 0·0 to a lane
+// changes nothing (the lanes are never -0, starting from +0).
+func (a acc16) fmaTail(q acc16, x unsafe.Pointer, i int, t tail16) acc16 {
+	a.lo = q.lo.MulAdd(loadMasked8(x, i, t.lo), a.lo)
+	if t.m > 8 {
+		a.hi = q.hi.MulAdd(loadMasked8(x, i+8, t.hi), a.hi)
+	}
+	return a
+}
+
 // hsum4acc16 is [a.sum(), b.sum(), c.sum(), d.sum()], the same additions
 // with the horizontal adds shared (as hsum4x16).
 func hsum4acc16(a, b, c, d acc16) archsimd.Float32x4 {
@@ -447,11 +479,8 @@ func avx2Dot(a, b []float32) float32 {
 			archsimd.LoadFloat32x8(f32x8At(pb, i)), archsimd.LoadFloat32x8(f32x8At(pb, i+8)))
 	}
 	if i < n {
-		var ta, tb [16]float32
-		copy(ta[:], a[i:])
-		copy(tb[:], b[i:])
-		acc = acc.fma(archsimd.LoadFloat32x8Slice(ta[:8]), archsimd.LoadFloat32x8Slice(ta[8:]),
-			archsimd.LoadFloat32x8Slice(tb[:8]), archsimd.LoadFloat32x8Slice(tb[8:]))
+		t := newTail16(n - i)
+		acc = acc.fmaTail(t.load(pa, i), pb, i, t)
 	}
 	return acc.sum()
 }
@@ -660,23 +689,31 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
 	scores := w.scores[:n]
 	p := 0
-	if hd%16 == 0 {
-		// Four positions at a time share the query loads; each position's
-		// dot product is avx2Dot's, chunk by chunk.
-		qp, kp := f32ptr(q), f32ptr(a.k)
-		for ; p+4 <= n; p += 4 {
-			k0, k1 := unsafe.Add(kp, 4*a.rowOff(p, g)), unsafe.Add(kp, 4*a.rowOff(p+1, g))
-			k2, k3 := unsafe.Add(kp, 4*a.rowOff(p+2, g)), unsafe.Add(kp, 4*a.rowOff(p+3, g))
-			var c0, c1, c2, c3 acc16
-			for d := 0; d < hd; d += 16 {
-				q0, q1 := archsimd.LoadFloat32x8(f32x8At(qp, d)), archsimd.LoadFloat32x8(f32x8At(qp, d+8))
-				c0 = c0.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k0, d)), archsimd.LoadFloat32x8(f32x8At(k0, d+8)))
-				c1 = c1.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k1, d)), archsimd.LoadFloat32x8(f32x8At(k1, d+8)))
-				c2 = c2.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k2, d)), archsimd.LoadFloat32x8(f32x8At(k2, d+8)))
-				c3 = c3.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k3, d)), archsimd.LoadFloat32x8(f32x8At(k3, d+8)))
-			}
-			hsum4acc16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(a.scale)).Store((*[4]float32)(scores[p : p+4]))
+	// Four positions at a time share the query loads; each position's dot
+	// product is avx2Dot's, chunk by chunk, a partial last chunk masked.
+	full := hd &^ 15
+	qp, kp := f32ptr(q), f32ptr(a.k)
+	t := newTail16(hd - full)
+	var qt acc16
+	if full < hd {
+		qt = t.load(qp, full)
+	}
+	for ; p+4 <= n; p += 4 {
+		k0, k1 := unsafe.Add(kp, 4*a.rowOff(p, g)), unsafe.Add(kp, 4*a.rowOff(p+1, g))
+		k2, k3 := unsafe.Add(kp, 4*a.rowOff(p+2, g)), unsafe.Add(kp, 4*a.rowOff(p+3, g))
+		var c0, c1, c2, c3 acc16
+		for d := 0; d < full; d += 16 {
+			q0, q1 := archsimd.LoadFloat32x8(f32x8At(qp, d)), archsimd.LoadFloat32x8(f32x8At(qp, d+8))
+			c0 = c0.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k0, d)), archsimd.LoadFloat32x8(f32x8At(k0, d+8)))
+			c1 = c1.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k1, d)), archsimd.LoadFloat32x8(f32x8At(k1, d+8)))
+			c2 = c2.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k2, d)), archsimd.LoadFloat32x8(f32x8At(k2, d+8)))
+			c3 = c3.fma(q0, q1, archsimd.LoadFloat32x8(f32x8At(k3, d)), archsimd.LoadFloat32x8(f32x8At(k3, d+8)))
 		}
+		if full < hd {
+			c0, c1 = c0.fmaTail(qt, k0, full, t), c1.fmaTail(qt, k1, full, t)
+			c2, c3 = c2.fmaTail(qt, k2, full, t), c3.fmaTail(qt, k3, full, t)
+		}
+		hsum4acc16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(a.scale)).Store((*[4]float32)(scores[p : p+4]))
 	}
 	for ; p < n; p++ {
 		scores[p] = avx2Dot(q, a.kRow(p, g)) * a.scale
@@ -705,12 +742,20 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		}
 		return
 	}
-	for ; d < hd; d += 8 {
-		m := min(8, hd-d)
+	vp := f32ptr(a.v)
+	for ; d+8 <= hd; d += 8 {
 		var acc archsimd.Float32x8
 		for p, e := range scores {
-			acc = loadF32x8Tail(a.v[a.rowOff(p, g)+d:][:m]).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+			acc = archsimd.LoadFloat32x8(f32x8At(vp, a.rowOff(p, g)+d)).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
 		}
-		storeF32x8Tail(acc.Mul(inv), o[d:d+m])
+		acc.Mul(inv).Store(f32x8At(f32ptr(o), d))
+	}
+	if d < hd {
+		tm := tailMask8(hd - d)
+		var acc archsimd.Float32x8
+		for p, e := range scores {
+			acc = loadMasked8(vp, a.rowOff(p, g)+d, tm).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+		}
+		storeF32x8Tail(acc.Mul(inv), o[d:])
 	}
 }

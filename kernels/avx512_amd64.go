@@ -633,8 +633,6 @@ func avx512ExpSum(x []float32, m float32) float32 {
 	return hsum16(acc)
 }
 
-func tailMask16(n int) archsimd.Mask32x16 { return archsimd.Mask32x16FromBits(uint16(1)<<n - 1) }
-
 func avx512Scale(x []float32, s float32) {
 	n := len(x)
 	px := f32ptr(x)
@@ -686,7 +684,8 @@ const attnBlock = 64
 
 // avx512Attention computes token i's heads [h0,h1) (one kv group). Per head
 // the arithmetic is: scores by the canonical dot product (four positions at
-// a time when headDim is a multiple of 16), scaled; softmax with the max
+// a time; a headDim that is not a multiple of 16, such as 8, ends in a
+// masked chunk), scaled; softmax with the max
 // subtracted, its sum by avx512ExpSum; then Σ_p e_p·v_p in position order by
 // fused multiply-add, times 1/Σe. Blocking positions across the heads
 // changes where intermediate values live, never the operations.
@@ -699,7 +698,7 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	for p0 := 0; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
 		j := 0
-		for ; j+2 <= nh && hd%16 == 0; j += 2 {
+		for ; j+2 <= nh; j += 2 {
 			qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
 			sa, sb := w.scores[j*n:(j+1)*n], w.scores[(j+1)*n:(j+2)*n]
 			if p := attnScores2x512(sa, sb, qa, qb, &rows, p0, p1, a.scale); p < p1 {
@@ -717,14 +716,11 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 		s := w.scores[j*n : (j+1)*n]
 		inv[j] = 1 / avx512ExpSum(s, avx512Max(s))
 	}
-	if hd%16 != 0 {
-		for j := range nh {
-			attnOutTail512(a, w.scores[j*n:(j+1)*n], g, i, h0+j, inv[j])
-		}
-		return
-	}
-	w.acc = growF32(w.acc, nh*hd)
-	acc := w.acc[:nh*hd]
+	// Each head's accumulators are hp wide, headDim rounded up to 16
+	// lanes; a partial last chunk loads V masked and stores masked.
+	hp := (hd + 15) &^ 15
+	w.acc = growF32(w.acc, nh*hp)
+	acc := w.acc[:nh*hp]
 	clear(acc)
 	ap, sp := f32ptr(acc), f32ptr(w.scores)
 	vrows := a.kvRows(a.v, g)
@@ -732,17 +728,21 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 		p1 := min(p0+attnBlock, n)
 		j := 0
 		for ; j+2 <= nh && hd%64 == 0; j += 2 {
-			attnAccumulate2x512(f32ptr(acc[j*hd:]), f32ptr(acc[(j+1)*hd:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), &vrows, hd, p0, p1)
+			attnAccumulate2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), &vrows, hd, p0, p1)
 		}
 		for ; j < nh; j++ {
-			attnAccumulate512(f32ptr(acc[j*hd:]), unsafe.Add(sp, 4*j*n), &vrows, hd, p0, p1)
+			attnAccumulate512(f32ptr(acc[j*hp:]), unsafe.Add(sp, 4*j*n), &vrows, hd, p0, p1)
 		}
 	}
 	for j := range nh {
 		o := a.out[(i*a.nHeads+h0+j)*hd:][:hd]
 		iv := archsimd.BroadcastFloat32x16(inv[j])
-		for d := 0; d < hd; d += 16 {
-			archsimd.LoadFloat32x16(f32At(ap, j*hd+d)).Mul(iv).Store(f32At(f32ptr(o), d))
+		d := 0
+		for ; d+16 <= hd; d += 16 {
+			archsimd.LoadFloat32x16(f32At(ap, j*hp+d)).Mul(iv).Store(f32At(f32ptr(o), d))
+		}
+		if d < hd {
+			storeF32x16Tail(archsimd.LoadFloat32x16(f32At(ap, j*hp+d)).Mul(iv), o[d:])
 		}
 	}
 }
@@ -785,28 +785,38 @@ func (r *kvRows) at(p int) unsafe.Pointer {
 }
 
 // attnScores512 sets s[p] = dot(q, k_p)·scale for p in [p0,p1), p0 a
-// multiple of 4.
+// multiple of 4: four positions at a time, each the canonical dot product
+// (16-lane chunks, a partial last chunk zero-padded by a masked load).
 func attnScores512(s, q []float32, rows *kvRows, p0, p1 int, scale float32) {
 	hd := len(q)
+	full, tm := hd&^15, tailMask16(hd&15)
 	stride := rows.stride
+	qp := f32ptr(q)
+	var qt archsimd.Float32x16
+	if full < hd {
+		qt = loadF32x16Tail(q[full:])
+	}
 	p := p0
-	if hd%16 == 0 {
-		qp := f32ptr(q)
-		for p+4 <= p1 {
-			end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
-			for ; p+4 <= end; p += 4 {
-				k0 := unsafe.Add(rb, 4*(p-r0)*stride)
-				k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
-				var c0, c1, c2, c3 archsimd.Float32x16
-				for d := 0; d < hd; d += 16 {
-					qv := archsimd.LoadFloat32x16(f32At(qp, d))
-					c0 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k0, d)), c0)
-					c1 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k1, d)), c1)
-					c2 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k2, d)), c2)
-					c3 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k3, d)), c3)
-				}
-				hsum4x16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(scale)).Store((*[4]float32)(s[p : p+4]))
+	for p+4 <= p1 {
+		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
+		for ; p+4 <= end; p += 4 {
+			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
+			k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
+			var c0, c1, c2, c3 archsimd.Float32x16
+			for d := 0; d < full; d += 16 {
+				qv := archsimd.LoadFloat32x16(f32At(qp, d))
+				c0 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k0, d)), c0)
+				c1 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k1, d)), c1)
+				c2 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k2, d)), c2)
+				c3 = qv.MulAdd(archsimd.LoadFloat32x16(f32At(k3, d)), c3)
 			}
+			if full < hd {
+				c0 = qt.MulAdd(loadMasked16(k0, full, tm), c0)
+				c1 = qt.MulAdd(loadMasked16(k1, full, tm), c1)
+				c2 = qt.MulAdd(loadMasked16(k2, full, tm), c2)
+				c3 = qt.MulAdd(loadMasked16(k3, full, tm), c3)
+			}
+			hsum4x16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(scale)).Store((*[4]float32)(s[p : p+4]))
 		}
 	}
 	for ; p < p1; p++ {
@@ -814,12 +824,17 @@ func attnScores512(s, q []float32, rows *kvRows, p0, p1 int, scale float32) {
 	}
 }
 
-// attnScores2x512 scores two heads (hd a multiple of 16) four positions at
-// a time from p0, sharing the K loads, and returns where it stopped.
+// attnScores2x512 scores two heads four positions at a time from p0, as
+// attnScores512 does, sharing the K loads, and returns where it stopped.
 func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale float32) int {
 	hd := len(qa)
+	full, tm := hd&^15, tailMask16(hd&15)
 	stride := rows.stride
 	pa, pb := f32ptr(qa), f32ptr(qb)
+	var qat, qbt archsimd.Float32x16
+	if full < hd {
+		qat, qbt = loadF32x16Tail(qa[full:]), loadF32x16Tail(qb[full:])
+	}
 	sv := archsimd.BroadcastFloat32x4(scale)
 	p := p0
 	for p+4 <= p1 {
@@ -828,7 +843,7 @@ func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale f
 			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
 			k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
 			var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
-			for d := 0; d < hd; d += 16 {
+			for d := 0; d < full; d += 16 {
 				qav, qbv := archsimd.LoadFloat32x16(f32At(pa, d)), archsimd.LoadFloat32x16(f32At(pb, d))
 				kv := archsimd.LoadFloat32x16(f32At(k0, d))
 				a0, b0 = qav.MulAdd(kv, a0), qbv.MulAdd(kv, b0)
@@ -839,6 +854,16 @@ func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale f
 				kv = archsimd.LoadFloat32x16(f32At(k3, d))
 				a3, b3 = qav.MulAdd(kv, a3), qbv.MulAdd(kv, b3)
 			}
+			if full < hd {
+				kv := loadMasked16(k0, full, tm)
+				a0, b0 = qat.MulAdd(kv, a0), qbt.MulAdd(kv, b0)
+				kv = loadMasked16(k1, full, tm)
+				a1, b1 = qat.MulAdd(kv, a1), qbt.MulAdd(kv, b1)
+				kv = loadMasked16(k2, full, tm)
+				a2, b2 = qat.MulAdd(kv, a2), qbt.MulAdd(kv, b2)
+				kv = loadMasked16(k3, full, tm)
+				a3, b3 = qat.MulAdd(kv, a3), qbt.MulAdd(kv, b3)
+			}
 			hsum4x16(a0, a1, a2, a3).Mul(sv).Store((*[4]float32)(sa[p : p+4]))
 			hsum4x16(b0, b1, b2, b3).Mul(sv).Store((*[4]float32)(sb[p : p+4]))
 		}
@@ -847,7 +872,7 @@ func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale f
 }
 
 // attnAccumulate512 adds Σ_{p0<=p<p1} e_p·v_p to the hd accumulators at acc
-// (hd a multiple of 16), in position order.
+// (hd rounded up to a multiple of 16 of them), in position order.
 func attnAccumulate512(acc, e unsafe.Pointer, rows *kvRows, hd, p0, p1 int) {
 	stride := rows.stride
 	d := 0
@@ -871,13 +896,15 @@ func attnAccumulate512(acc, e unsafe.Pointer, rows *kvRows, hd, p0, p1 int) {
 		o3.Store(f32At(acc, d+48))
 	}
 	for ; d < hd; d += 16 {
+		// A partial last chunk loads V masked: its padding lanes stay 0.
+		tm := tailMask16(min(16, hd-d))
 		o := archsimd.LoadFloat32x16(f32At(acc, d))
 		for p := p0; p < p1; {
 			end, rb, r0 := rows.runEnd(p, p1), unsafe.Add(rows.at(p), 4*d), p
 			for ; p < end; p++ {
 				vp := unsafe.Add(rb, 4*(p-r0)*stride)
 				ev := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(e, 4*p)))
-				o = archsimd.LoadFloat32x16(f32At(vp, 0)).MulAdd(ev, o)
+				o = loadMasked16(vp, 0, tm).MulAdd(ev, o)
 			}
 		}
 		o.Store(f32At(acc, d))
@@ -907,21 +934,5 @@ func attnAccumulate2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, hd, p0
 		a1.Store(f32At(accA, d+16))
 		b0.Store(f32At(accB, d))
 		b1.Store(f32At(accB, d+16))
-	}
-}
-
-// attnOutTail512 is the output pass for a headDim that is not a multiple
-// of 16: one head, 16-dim chunks, the last one zero-padded.
-func attnOutTail512(a *attnArgs, scores []float32, g, i, h int, inv float32) {
-	hd := a.headDim
-	o := a.out[(i*a.nHeads+h)*hd:][:hd]
-	iv := archsimd.BroadcastFloat32x16(inv)
-	for d := 0; d < hd; d += 16 {
-		m := min(16, hd-d)
-		var acc archsimd.Float32x16
-		for p, e := range scores {
-			acc = loadF32x16Tail(a.v[a.rowOff(p, g)+d:][:m]).MulAdd(archsimd.BroadcastFloat32x16(e), acc)
-		}
-		storeF32x16Tail(acc.Mul(iv), o[d:d+m])
 	}
 }

@@ -243,7 +243,9 @@ func TestDotAndAdd(t *testing.T) {
 
 type attnCase struct{ heads, kv, hd int }
 
-var attnCases = []attnCase{{4, 2, 64}, {14, 2, 64}, {2, 1, 24}, {3, 3, 40}, {8, 8, 128}, {6, 2, 136}}
+var attnCases = []attnCase{{4, 2, 64}, {14, 2, 64}, {2, 1, 24}, {3, 3, 40}, {8, 8, 128}, {6, 2, 136},
+	// Heads narrower than a vector: stories260K's shape (8 wide), and 12, 20.
+	{8, 4, 8}, {3, 1, 12}, {4, 2, 20}}
 
 // attnRef is the float64 reference: softmax(scale·q·k) over positions 0..start+i.
 func attnRef(q, k, v []float32, nTok, start int, c attnCase, scale float64) []float64 {

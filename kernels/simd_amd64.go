@@ -105,32 +105,55 @@ func packRows(dst []float32, m *Matrix, rb, r0, r1 int, conv func(dst []float32,
 	}
 }
 
-// Partial vectors go through a full-size local copy: archsimd's *SlicePart
-// helpers convert the short slice to a full-array pointer, which checkptr
-// (on under -race) rejects at the end of an allocation.
+// Partial vectors are masked loads and stores: the masked-off lanes read
+// as zero and are neither read nor written in memory (AVX-512 and AVX2's
+// VPMASKMOVD suppress faults there), so a tail at the end of an
+// allocation is safe. The full-array pointer they take may reach past
+// that end, which checkptr (on under -race) would reject at the
+// conversion: hence go:nocheckptr on these helpers, which do nothing else.
+// len(s) must be 1..16 (1..8 for the 8-lane ones).
 
 func loadF32x16Tail(s []float32) archsimd.Float32x16 {
-	var t [16]float32
-	copy(t[:], s)
-	return archsimd.LoadFloat32x16(&t)
+	return loadMasked16(f32ptr(s), 0, tailMask16(len(s)))
 }
 
-func storeF32x16Tail(v archsimd.Float32x16, s []float32) {
-	var t [16]float32
-	v.Store(&t)
-	copy(s, t[:])
+// loadMasked16 loads the lanes of m from the 16 floats at p+4i.
+//
+//go:nocheckptr
+func loadMasked16(p unsafe.Pointer, i int, m archsimd.Mask32x16) archsimd.Float32x16 {
+	return archsimd.LoadMaskedFloat32x16((*[16]float32)(unsafe.Add(p, 4*i)), m)
 }
+
+//go:nocheckptr
+func storeF32x16Tail(v archsimd.Float32x16, s []float32) {
+	v.StoreMasked((*[16]float32)(unsafe.Pointer(unsafe.SliceData(s))), tailMask16(len(s)))
+}
+
+// tailMask16 enables lanes 0..n-1 (AVX-512: a mask register).
+func tailMask16(n int) archsimd.Mask32x16 { return archsimd.Mask32x16FromBits(uint16(1)<<n - 1) }
 
 func loadF32x8Tail(s []float32) archsimd.Float32x8 {
-	var t [8]float32
-	copy(t[:], s)
-	return archsimd.LoadFloat32x8(&t)
+	return loadMasked8(f32ptr(s), 0, tailMask8(len(s)))
 }
 
+// loadMasked8 loads the lanes of m from the 8 floats at p+4i.
+//
+//go:nocheckptr
+func loadMasked8(p unsafe.Pointer, i int, m archsimd.Mask32x8) archsimd.Float32x8 {
+	return archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(p, 4*i)), m)
+}
+
+//go:nocheckptr
 func storeF32x8Tail(v archsimd.Float32x8, s []float32) {
-	var t [8]float32
-	v.Store(&t)
-	copy(s, t[:])
+	v.StoreMasked((*[8]float32)(unsafe.Pointer(unsafe.SliceData(s))), tailMask8(len(s)))
+}
+
+var iota8 = [8]int32{0, 1, 2, 3, 4, 5, 6, 7}
+
+// tailMask8 enables lanes 0..n-1 by a vector compare, so that it needs
+// only AVX2 (Mask32x8FromBits is an AVX-512 instruction).
+func tailMask8(n int) archsimd.Mask32x8 {
+	return archsimd.LoadInt32x8(&iota8).Less(archsimd.BroadcastInt32x8(int32(n)))
 }
 
 // loadBytesTail loads n < 64 bytes at p, zero-padded.

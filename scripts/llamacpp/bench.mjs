@@ -30,7 +30,9 @@ console.log("system info:", llama.systemInfo);
 let t = now();
 const model = await llama.loadModel({modelPath, gpuLayers: 0});
 console.log(`loaded ${modelPath} in ${(now() - t).toFixed(2)} s`);
-const vocab = model.tokens.trimLeadingSpace ? 151936 : 151936;
+// The model's vocabulary (stories260K has 512 tokens), as batchd's bench takes it.
+const meta = model.fileInfo.metadata;
+const vocab = meta[meta.general?.architecture]?.vocab_size ?? meta.tokenizer?.ggml?.tokens?.length ?? 151936;
 const tok = (i) => (i * 7919 + 13) % vocab; // batchd bench's synthetic ids
 const toks = (first, n) => Uint32Array.from({length: n}, (_, i) => tok(first + i));
 
