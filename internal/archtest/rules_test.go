@@ -47,7 +47,8 @@ var rules = []struct {
 	{"engine/native/tokenizer", "tokenizers", nil},
 	{"engine/native/weights", "loading weights into kernels' types", []string{"engine/native/gguf", "kernels"}},
 	{"engine/native/demomodel", "random-weight demo models in GGUF, for benchmarks and tests", []string{"engine/native/chat", "engine/native/gguf", "kernels"}},
-	{"engine/native/nativebench", "the native engine's benchmarks (batchd bench engine)", []string{"engine", "engine/native", "engine/native/weights"}},
+	{"engine/native/nativebench", "the native engine's benchmarks (batchd bench engine)", []string{"engine", "engine/native",
+		"engine/native/demomodel", "engine/native/weights"}},
 
 	// Sources of batch files.
 	{"watcher", "the Job and Source types, the file names of the inbox/outbox contract", nil},
@@ -79,6 +80,10 @@ var rules = []struct {
 		"engine/native/demomodel", "engine/native/nativebench",
 		"engine/openai", "engine/openai/openaitest", "kernels",
 		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher"}},
+
+	// Benchmark aids beside the project, never imported by it.
+	{"scripts/llamacpp/loragguf", "writes a random LoRA GGUF for llama.cpp's side of the LoRA benchmark", []string{
+		"engine/native/demomodel", "engine/native/gguf", "engine/native/weights"}},
 }
 
 // TestImportRules checks every package's imports against rules, and that
