@@ -6,8 +6,10 @@ export GOEXPERIMENT ?= simd
 BIN     := bin/batchd
 DATA    ?= ./data
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+PREFIX  ?= /usr/local
+DESTDIR ?=
 
-.PHONY: build run test test-short bench fuzz vet clean
+.PHONY: build run test test-short bench fuzz vet clean install
 
 build:
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/batchd
@@ -36,6 +38,23 @@ bench: build
 FUZZTIME ?= 5m
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+# The binary, the systemd unit (ExecStart pointing at the binary), the
+# sysusers.d snippet for its user, and the example config, which never
+# replaces one already there. scripts/check-install.sh checks the layout.
+UNITDIR ?= /lib/systemd/system
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/batchd
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|^ExecStart=/usr/local/bin/batchd |ExecStart=$(PREFIX)/bin/batchd |' deploy/systemd/batchd.service \
+		> $(DESTDIR)$(UNITDIR)/batchd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/batchd.service
+	install -D -m 0644 deploy/systemd/batchd.sysusers.conf $(DESTDIR)/usr/lib/sysusers.d/batchd.conf
+	@if [ -e $(DESTDIR)/etc/batchd/config.yaml ]; then \
+		echo "keeping $(DESTDIR)/etc/batchd/config.yaml (the example is deploy/config.example.yaml)"; \
+	else \
+		install -D -m 0644 deploy/config.example.yaml $(DESTDIR)/etc/batchd/config.yaml; \
+	fi
 
 vet:
 	$(GO) vet ./...

@@ -72,6 +72,7 @@ type Daemon struct {
 	started time.Time
 	sampler *ops.Sampler
 	hooks   *webhook.Sender // nil without webhooks.urls
+	sd      *systemd        // notifies the service manager: see systemd.go
 	runCtx  context.Context
 
 	mu      sync.Mutex
@@ -93,7 +94,8 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool), again: make(map[string]delivery)}
+	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool), again: make(map[string]delivery),
+		sd: newSystemd()}
 	d.cond = sync.NewCond(&d.mu)
 	return d
 }
@@ -274,6 +276,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	}
 	d.log.Info("batchd running", "data", d.dirs.Root, "inbox", inbox, "outbox", outbox,
 		"engine", d.cfg.Engine, "listen", d.HTTPAddr())
+	d.notifyReady(runCtx)
 	return nil
 }
 
@@ -405,6 +408,7 @@ func (d *Daemon) enqueue(dl delivery) {
 	d.active[dl.ev.Name] = true
 	d.queue = append(d.queue, dl)
 	d.cond.Signal()
+	d.pokeStatus()
 }
 
 func (d *Daemon) next() (delivery, bool) {
@@ -418,6 +422,7 @@ func (d *Daemon) next() (delivery, bool) {
 	}
 	ev := d.queue[0]
 	d.queue = d.queue[1:]
+	d.pokeStatus()
 	return ev, true
 }
 
@@ -529,6 +534,7 @@ func (d *Daemon) finished(dl delivery) {
 	again, ok := d.again[dl.ev.Name]
 	delete(d.again, dl.ev.Name)
 	d.mu.Unlock()
+	d.pokeStatus()
 	dl.src.Forget(dl.ev)
 	if ok {
 		d.refuse(again)
@@ -613,6 +619,7 @@ func (d *Daemon) serveHTTP() error {
 // directory. Batches in progress stop at a commit point and resume on the
 // next Open.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.notifyStopping()
 	var errs []error
 	if d.http != nil {
 		errs = append(errs, d.http.Shutdown(ctx))

@@ -30,6 +30,7 @@ var rules = []struct {
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},
 	{"internal/miniotest", "a real MinIO server for tests", nil},
+	{"internal/sdnotify", "systemd's notification protocol (sd_notify)", nil},
 	{"internal/formatdocs", "the published format descriptions' examples, for tests", nil},
 	{"internal/archtest", "this test", nil},
 
@@ -75,7 +76,7 @@ var rules = []struct {
 	{"daemon", "config, lifecycle, HTTP: the wiring", []string{"daemon/ops", "daemon/webhook",
 		"engine", "engine/native", "engine/openai", "kernels", "wire",
 		"pipeline", "pipeline/ledger", "store/bucket", "store/folder",
-		"watcher", "watcher/dir", "watcher/s3", "internal/fsx"}},
+		"watcher", "watcher/dir", "watcher/s3", "internal/fsx", "internal/sdnotify"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",
 		"engine/openai", "engine/openai/openaitest", "kernels",
