@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/batchd/batchd/wire"
 )
@@ -55,7 +56,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // only; the status page and /metrics take that header or the status-page
 // cookie, which GET /?key=KEY sets for a browser. Keys and cookies are
 // compared in constant time through their SHA-256, and never logged.
-type access struct {
+// A reload (SIGHUP) swaps the keys under running handlers (set).
+type access struct{ cur atomic.Pointer[accessKeys] }
+
+type accessKeys struct {
 	keys    [][sha256.Size]byte // SHA-256 of each key
 	cookies [][sha256.Size]byte // SHA-256 of each key's cookie value
 }
@@ -67,11 +71,18 @@ const statusCookie = "batchd_status"
 
 func newAccess(keys []string) *access {
 	a := &access{}
-	for _, k := range keys {
-		a.keys = append(a.keys, sha256.Sum256([]byte(k)))
-		a.cookies = append(a.cookies, sha256.Sum256([]byte(statusCookieValue(k))))
-	}
+	a.set(keys)
 	return a
+}
+
+// set makes keys the accepted keys from the next request on.
+func (a *access) set(keys []string) {
+	k := &accessKeys{}
+	for _, key := range keys {
+		k.keys = append(k.keys, sha256.Sum256([]byte(key)))
+		k.cookies = append(k.cookies, sha256.Sum256([]byte(statusCookieValue(key))))
+	}
+	a.cur.Store(k)
 }
 
 func statusCookieValue(key string) string {
@@ -100,17 +111,19 @@ func bearer(r *http.Request) (string, bool) {
 // cookie is not accepted here, so that no other site can drive the API
 // through a browser that has it.
 func (a *access) api(h http.Handler) http.Handler {
-	if len(a.keys) == 0 {
-		return h
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := a.cur.Load()
+		if len(k.keys) == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
 		tok, ok := bearer(r)
 		if !ok {
 			writeAPIError(w, http.StatusUnauthorized, "missing_api_key", "",
 				"You didn't provide an API key. Provide it in the Authorization header as Bearer KEY.")
 			return
 		}
-		if !match(a.keys, tok) {
+		if !match(k.keys, tok) {
 			writeAPIError(w, http.StatusUnauthorized, "invalid_api_key", "", "Incorrect API key provided.")
 			return
 		}
@@ -123,13 +136,15 @@ func (a *access) api(h http.Handler) http.Handler {
 // SameSite=Strict, Secure over HTTPS, for the browser session) and
 // redirects to the page without the key in its address.
 func (a *access) page(h http.Handler) http.Handler {
-	if len(a.keys) == 0 {
-		return h
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := a.cur.Load()
+		if len(k.keys) == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
 		if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.Query().Has("key") {
 			key := r.URL.Query().Get("key")
-			if !match(a.keys, key) {
+			if !match(k.keys, key) {
 				a.refuse(w, "Incorrect API key provided.")
 				return
 			}
@@ -145,14 +160,14 @@ func (a *access) page(h http.Handler) http.Handler {
 			return
 		}
 		if tok, ok := bearer(r); ok {
-			if !match(a.keys, tok) {
+			if !match(k.keys, tok) {
 				a.refuse(w, "Incorrect API key provided.")
 				return
 			}
 			h.ServeHTTP(w, r)
 			return
 		}
-		if c, err := r.Cookie(statusCookie); err == nil && match(a.cookies, c.Value) {
+		if c, err := r.Cookie(statusCookie); err == nil && match(k.cookies, c.Value) {
 			h.ServeHTTP(w, r)
 			return
 		}

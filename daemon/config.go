@@ -57,6 +57,10 @@ type Config struct {
 	// outbox files and done/ inputs are yours and stay). 0 keeps them forever.
 	Retention time.Duration `yaml:"retention"`
 	Log       LogConfig     `yaml:"log"`
+	// ShutdownGrace is how long SIGTERM waits for the requests in flight
+	// to finish (intake stopped) before it stops them at a commit point;
+	// 0 stops at once. A second SIGTERM stops at once too.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// MediaRoot is the directory local files named by image and audio
 	// content parts ({"type":"image","image":PATH}) are read from, to be
 	// sent inline to the remote engine; anything outside it, a symlink
@@ -250,6 +254,8 @@ func DefaultConfig() Config {
 		Log:       LogConfig{Level: "info", Format: "text"},
 		API:       APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096},
 		Retention: 30 * 24 * time.Hour,
+
+		ShutdownGrace: 30 * time.Second,
 	}
 }
 
@@ -457,6 +463,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("webhooks: %w", err)
 		}
 	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("shutdown_grace: must not be negative (0 stops at once), got %s", c.ShutdownGrace)
+	}
 	if c.Retention < 0 {
 		return fmt.Errorf("retention: must not be negative, got %s", c.Retention)
 	}
@@ -537,8 +546,15 @@ func parseLevel(s string) (slog.Level, error) {
 
 // NewLogger builds the logger the config asks for.
 func (c Config) NewLogger(w *os.File) *slog.Logger {
+	return c.NewLoggerLevel(w, new(slog.LevelVar))
+}
+
+// NewLoggerLevel is NewLogger with its level in lv, set to the config's
+// now; setting lv later changes it (Daemon.SetLogLevel, a reload).
+func (c Config) NewLoggerLevel(w *os.File, lv *slog.LevelVar) *slog.Logger {
 	lvl, _ := parseLevel(c.Log.Level)
-	opts := &slog.HandlerOptions{Level: lvl}
+	lv.Set(lvl)
+	opts := &slog.HandlerOptions{Level: lv}
 	if c.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -74,6 +75,14 @@ type Daemon struct {
 	hooks   *webhook.Sender // nil without webhooks.urls
 	sd      *systemd        // notifies the service manager: see systemd.go
 	runCtx  context.Context
+
+	acc     *access        // the API keys HTTP checks (Reload swaps them)
+	level   *slog.LevelVar // the log level Reload sets (nil: not reloadable)
+	runners sync.WaitGroup // the runBatches goroutines (Drain waits for them)
+	// draining: intake stopped for a graceful shutdown (shutdown.go).
+	draining atomic.Bool
+	reloadMu sync.Mutex
+	live     *Config // the config in effect after reloads (reload.go)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -268,6 +277,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	}
 	for range d.cfg.Pipeline.MaxConcurrentBatches {
 		d.wg.Add(1)
+		d.runners.Add(1)
 		go d.runBatches(runCtx)
 	}
 	inbox, outbox := d.dirs.Inbox, d.dirs.Outbox
@@ -366,6 +376,10 @@ func (d *Daemon) receive(ctx context.Context, src Source) {
 func (d *Daemon) refuse(dl delivery) {
 	ev := dl.ev
 	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		return // draining: it is refused after the restart
+	}
 	if d.active[ev.Name] {
 		d.again[ev.Name] = dl
 		d.mu.Unlock()
@@ -400,6 +414,9 @@ func (d *Daemon) refuse(dl delivery) {
 func (d *Daemon) enqueue(dl delivery) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closing {
+		return // draining: the input stays in the source for the restart
+	}
 	if d.active[dl.ev.Name] {
 		// Running or queued already: its source delivers it again after
 		// Forget if it is still pending there.
@@ -445,6 +462,7 @@ func (d *Daemon) requeue(dl delivery, ran bool) {
 // waits first in the queue.
 func (d *Daemon) runBatches(ctx context.Context) {
 	defer d.wg.Done()
+	defer d.runners.Done()
 	for {
 		if d.pipe.WaitForSpace(ctx) != nil {
 			return
@@ -547,6 +565,10 @@ func (d *Daemon) serveHTTP() error {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if d.draining.Load() {
+			http.Error(w, "shutting down: no new work taken", http.StatusServiceUnavailable)
+			return
+		}
 		if sr, ok := d.eng.(engine.StatsReporter); ok {
 			switch st := sr.Stats(); {
 			case st.Paused:
@@ -560,7 +582,8 @@ func (d *Daemon) serveHTTP() error {
 		w.Write([]byte("ready\n"))
 	})
 	// Every other route needs a key when there are keys.
-	acc := newAccess(d.cfg.API.Keys)
+	d.acc = newAccess(d.cfg.API.Keys)
+	acc := d.acc
 	if d.bucket != nil {
 		// MinIO's webhook target sends s3.webhook_token when it is set
 		// (serveEvents checks it); otherwise it must send an API key.
@@ -598,7 +621,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)
 	})
-	mux.Handle("/v1/", acc.api(api))
+	mux.Handle("/v1/", acc.api(d.intake(api)))
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)

@@ -78,7 +78,9 @@ type dispatcher struct {
 	workers  int
 	// outstanding counts the tasks handed to the engine and not answered.
 	outstanding int
-	feed        feedState // engine.Queue only
+	// draining: tasks submitted are dropped at once (drain.go).
+	draining bool
+	feed     feedState // engine.Queue only
 }
 
 func newDispatcher(eng engine.Engine, log *slog.Logger, table *inflight, workers, perJob int) *dispatcher {
@@ -140,6 +142,13 @@ func (d *dispatcher) submit(ctx context.Context, q *queue, t task) error {
 		return ctx.Err()
 	}
 	d.mu.Lock()
+	if d.draining {
+		<-q.slots
+		d.answerLocked(q, dropped(t), false)
+		d.mu.Unlock()
+		notify(q)
+		return nil
+	}
 	q.items = append(q.items, t)
 	d.cond.Broadcast()
 	d.mu.Unlock()

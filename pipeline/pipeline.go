@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batchd/batchd/engine"
@@ -167,6 +168,8 @@ type Pipeline struct {
 	locks   map[string]*sync.Mutex // per batch id: one run at a time
 	running map[string]*run        // by name
 	cancels map[string]bool        // names asked to cancel before they ran
+	// draining: intake stopped for a graceful shutdown (drain.go).
+	draining atomic.Bool
 }
 
 // New returns a pipeline; it does no I/O.

@@ -74,6 +74,8 @@ type run struct {
 	track      bool
 	// ran counts the lines this run wrote (for rate, read by other goroutines).
 	ran atomic.Int64
+	// dropped: Drain took back a request of this run before the engine saw it.
+	dropped atomic.Bool
 }
 
 func (r *run) cancel(cause error) { r.cancelReq(cause) }
@@ -671,6 +673,8 @@ func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *m
 	case r.runCtx.Err() != nil:
 		// Stopped as at shutdown by something else (a full disk).
 		return nil, fmt.Errorf("run %s: %w", job.Name, context.Cause(r.runCtx))
+	case errors.Is(readErr, errDrained) || r.dropped.Load():
+		return nil, fmt.Errorf("run %s: drained: %w", job.Name, ErrShutdown)
 	case errors.Is(readErr, ErrInputChanged):
 		return b, r.failChanged(ctx, readErr)
 	case readErr != nil:
@@ -830,6 +834,9 @@ func (r *run) read() (err error) {
 		}
 		if r.reqCtx.Err() != nil {
 			return nil // shutting down: the line is left for the next run
+		}
+		if r.p.draining.Load() {
+			return errDrained // the line is left for the next run
 		}
 		line, cid := req.Line, req.CustomID
 		stops := suspects[line]
@@ -1004,6 +1011,8 @@ func (r *run) write() error {
 			for i, o := range answers {
 				if o.write {
 					add(o.res)
+				} else if errors.Is(o.err, errDrained) {
+					r.dropped.Store(true)
 				}
 				answers[i] = outcome{}
 				r.tasks.Done()

@@ -298,7 +298,7 @@ func (s *Sender) Notify(eventType, batchID string) error {
 	}
 	ev := &event{
 		id: id, typ: eventType, batch: batchID, created: time.Unix(created, 0),
-		body: body, pending: slices.Clone(s.cfg.URLs),
+		body: body,
 	}
 
 	// The lock makes Close wait for a Notify in progress, so an event that
@@ -311,6 +311,7 @@ func (s *Sender) Notify(eventType, batchID string) error {
 	case !s.started:
 		return ErrNotStarted
 	}
+	ev.pending = slices.Clone(s.cfg.URLs) // under s.mu: SetURLs may change them
 	if err := s.writeEvent(ev); err != nil {
 		return err
 	}
@@ -321,6 +322,20 @@ func (s *Sender) Notify(eventType, batchID string) error {
 		case <-s.stop: // unreachable while s.mu is held; kept for safety
 		}
 	}
+	return nil
+}
+
+// SetURLs replaces the URLs that later events go to (a config reload);
+// events already spooled keep the URLs they were addressed to.
+func (s *Sender) SetURLs(urls []string) error {
+	c := s.cfg
+	c.URLs = urls
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.URLs = slices.Clone(urls)
 	return nil
 }
 
