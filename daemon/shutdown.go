@@ -39,6 +39,7 @@ func (r DrainReport) Finished() int { return max(0, r.InFlight-r.Abandoned) }
 // Close follows either way; what did not finish is not done, and runs on
 // the restart.
 func (d *Daemon) Drain(ctx context.Context) DrainReport {
+	d.notifyStopping() // systemd: shutdown begins with the drain
 	d.draining.Store(true)
 	d.mu.Lock()
 	d.closing = true
