@@ -99,7 +99,7 @@ func TestBrokenManifestsFail(t *testing.T) {
 		name, file, old, new string
 		want                 []string
 	}{
-		{"unknown StatefulSet field", "base/statefulset.yaml", "  replicas: 3\n", "  replicas: 3\n  replicaz: 3\n",
+		{"unknown StatefulSet field", "base/statefulset.yaml", "  podManagementPolicy:", "  replicaz: 3\n  podManagementPolicy:",
 			[]string{"StatefulSet/batchd", "statefulset.yaml", `unknown field "replicaz"`}},
 		{"unknown container field", "base/statefulset.yaml", "          args: [", "          argz: [\"x\"]\n          args: [",
 			[]string{`unknown field "argz"`}},
