@@ -34,6 +34,12 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // stand-in server; both stop when the test ends.
 func startDaemon(t *testing.T, data string) *daemon.Daemon {
 	t.Helper()
+	return startDaemonWith(t, data, nil)
+}
+
+// startDaemonWith is startDaemon with the config adjusted by edit.
+func startDaemonWith(t *testing.T, data string, edit func(*daemon.Config)) *daemon.Daemon {
+	t.Helper()
 	logs := new(syncbuf.Buffer)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -55,6 +61,9 @@ func startDaemon(t *testing.T, data string) *daemon.Daemon {
 	cfg.Pipeline.ProgressInterval = 20 * time.Millisecond
 	cfg.Watcher.Settle = 50 * time.Millisecond
 	cfg.Watcher.Rescan = time.Second
+	if edit != nil {
+		edit(&cfg)
+	}
 	d := daemon.New(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err := d.Open(context.Background()); err != nil {
 		t.Fatalf("open daemon: %v", err)

@@ -42,6 +42,7 @@ func init() {
 		{"demo-model", "write a small random-weight model (GGUF, real tokenizer) to try the native engine", cmdDemoModel},
 		{"pull", "download a Hugging Face model repo into the local cache", cmdPull},
 		{"echo-server", "serve a stand-in OpenAI-compatible server that echoes (for trying batchd without a model)", cmdEchoServer},
+		{"healthcheck", "GET the daemon's /healthz; exit 0 if healthy (the container's HEALTHCHECK)", cmdHealthcheck},
 		{"version", "print the version, the CPU kernels and the CPU features found", cmdVersion},
 	}
 }
