@@ -91,7 +91,7 @@ func newCollector(src Source) *collector {
 		tokensPerSecond: d("batchd_tokens_per_second",
 			"Prompt plus completion tokens per second between the sampler's two latest samples.", nil, nil),
 		inFlight:   d("batchd_engine_in_flight", "Requests the engine is running now.", nil, nil),
-		queueDepth: d("batchd_engine_queue_depth", "Requests waiting for the engine.", nil, nil),
+		queueDepth: d("batchd_engine_queue_depth", "Inputs (batch files) delivered to this daemon and waiting for a batch runner, all sources together (despite the name, not requests: see batchd_requests_waiting, and batchd_inbox_waiting by source).", nil, nil),
 		paused:     d("batchd_engine_paused", "1 while the engine is paused, else 0.", nil, nil),
 		hung:       d("batchd_engine_hung", "1 while requests are in flight but the engine has answered nothing for hang_after, else 0.", nil, nil),
 		prefixHit: d("batchd_prefix_cache_hit_ratio",
