@@ -8,11 +8,15 @@ DATA    ?= ./data
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# batchd version prints these; without them it reads Go's vcs stamp (absent
+# in a build outside a checkout, e.g. a container build without .git).
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
 .PHONY: build run test test-short bench fuzz vet clean install
 
 build:
-	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/batchd
+	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)" -o $(BIN) ./cmd/batchd
 
 # The main job: starts the daemon on $(DATA), drops examples/ into the inbox
 # and shows where the results appear. See scripts/run.sh.

@@ -12,11 +12,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/batchd/batchd/daemon/ops"
@@ -322,27 +319,15 @@ func (d *Daemon) HTTPAddr() string {
 	return d.httpAddr.String()
 }
 
-// takeLock makes this process the data directory's only daemon. The lock is
-// an flock, so a killed daemon never leaves it held.
+// takeLock makes this process the data directory's only daemon.
 func (d *Daemon) takeLock() error {
-	path := filepath.Join(d.dirs.State, "batchd.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := LockDataDir(d.dirs)
 	if err != nil {
-		return fmt.Errorf("open lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		raw, _ := os.ReadFile(path)
-		f.Close()
-		pid := strings.TrimSpace(string(raw))
-		if pid == "" {
-			pid = "unknown"
-		}
-		return fmt.Errorf("%w: %s is in use by another batchd (pid %s)", ErrInUse, d.dirs.Root, pid)
-	}
-	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		return err
 	}
 	d.lock = f
+	// A previous run's address is stale; serveHTTP records this one's.
+	os.Remove(AddrFile(d.dirs))
 	return nil
 }
 
@@ -622,11 +607,16 @@ func (d *Daemon) serveHTTP() error {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)
 	})
 	mux.Handle("/v1/", acc.api(d.intake(api)))
+	mux.Handle("GET "+LedgerBackupPath, acc.admin(http.HandlerFunc(d.handleLedgerBackup)))
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", d.cfg.Listen, err)
 	}
 	d.httpAddr = ln.Addr()
+	if err := writeAddrFile(d.dirs, ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	d.wg.Add(1)
 	go func() {

@@ -7,6 +7,7 @@ import (
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/watcher"
 )
 
 // opsSource is what the metrics and the status page see of the daemon.
@@ -61,7 +62,7 @@ func (s opsSource) Engine() ops.EngineView {
 
 func (s opsSource) Intake() ops.IntakeView {
 	st := s.d.pipe.DiskState()
-	v := ops.IntakeView{DiskFull: st.Full, DiskFullPauses: st.Pauses}
+	v := ops.IntakeView{DiskFull: st.Full, DiskFullPauses: st.Pauses, InboxWaiting: s.d.inboxWaiting()}
 	if st.Full {
 		v.DiskFullSince = st.Since.Unix()
 	}
@@ -73,4 +74,31 @@ func (d *Daemon) queued() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.queue)
+}
+
+// inboxWaiting is batchd_inbox_waiting by source (ops.IntakeView): the
+// inputs queued here for a batch runner, and for a bucket its listing.
+func (d *Daemon) inboxWaiting() map[string]int {
+	out := map[string]int{"api": 0}
+	if d.bucket != nil {
+		if n := d.bucket.w.Inputs(); n >= 0 {
+			out["bucket"] = n
+		}
+	} else {
+		out["dir"] = 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dl := range d.queue {
+		if dl.ev.Kind != watcher.Input {
+			continue
+		}
+		switch dl.src.(type) {
+		case *folderSource:
+			out["dir"]++
+		case *apiSource:
+			out["api"]++
+		}
+	}
+	return out
 }

@@ -16,9 +16,19 @@ import (
 	"github.com/batchd/batchd/store/folder"
 )
 
-const ledgerUsage = "usage: batchd ledger check [--data DIR] [--timeout D]"
+const ledgerUsage = "usage: batchd ledger check [--data DIR] [--timeout D]\n" +
+	"       batchd ledger backup FILE [--data DIR] [--url HOST:PORT] [--key KEY]\n" +
+	"       batchd ledger compact [--data DIR]"
 
 func cmdLedger(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "backup":
+			return cmdLedgerBackup(ctx, args[1:], stdout, stderr)
+		case "compact":
+			return cmdLedgerCompact(ctx, args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 0 || args[0] != "check" {
 		fmt.Fprintln(stderr, ledgerUsage)
 		return exitUsage

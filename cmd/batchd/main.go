@@ -37,13 +37,13 @@ func init() {
 		{"submit", "place a batch file in the inbox (and --wait for it)", cmdSubmit},
 		{"status", "show every batch, or one", cmdStatus},
 		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},
-		{"ledger", "verify the ledger's own invariants offline (ledger check)", cmdLedger},
+		{"ledger", "check, back up or compact the ledger (ledger check|backup|compact)", cmdLedger},
 		{"bench", "measure the pipeline (bench pipeline)", cmdBench},
 		{"demo-model", "write a small random-weight model (GGUF, real tokenizer) to try the native engine", cmdDemoModel},
 		{"pull", "download a Hugging Face model repo into the local cache", cmdPull},
 		{"echo-server", "serve a stand-in OpenAI-compatible server that echoes (for trying batchd without a model)", cmdEchoServer},
 		{"healthcheck", "GET the daemon's /healthz; exit 0 if healthy (the container's HEALTHCHECK)", cmdHealthcheck},
-		{"version", "print the version, the CPU kernels and the CPU features found", cmdVersion},
+		{"version", "print the version, build, device, CPU kernels and CPU features", cmdVersion},
 	}
 }
 

@@ -6,21 +6,78 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/kernels"
 )
 
-// cmdVersion prints the version, the CPU kernels this binary has and this
-// machine can run, and the CPU features the choice was made from.
+// commit and buildDate may be set at build time (-ldflags "-X
+// main.commit=... -X main.buildDate=..."); otherwise they come from the
+// version control stamp Go puts in binaries built inside a checkout.
+var commit, buildDate string
+
+// cmdVersion prints the version, the build (commit, date, Go), the device
+// and engines the daemon uses by default, the CPU kernels this binary has
+// and this machine can run, and the CPU features the choice was made from.
 func cmdVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
 	raw, _ := os.ReadFile("/proc/cpuinfo") // absent on some systems: the model is then unknown
-	writeVersion(stdout, cpuModel(string(raw)))
+	bi, _ := debug.ReadBuildInfo()
+	writeVersion(stdout, buildOf(bi), os.Getenv("BATCHD_DEVICE"), cpuModel(string(raw)))
 	return exitOK
 }
 
-func writeVersion(w io.Writer, model string) {
+// build is what `batchd version` says of how the binary was built.
+type build struct {
+	commit, date, goVersion string
+	modified                bool // built from a checkout with uncommitted changes
+}
+
+// buildOf reads the build from the ldflags variables, falling back to bi's
+// vcs settings; "unknown" where neither says (go install of a module, a
+// build outside a checkout, -buildvcs=false).
+func buildOf(bi *debug.BuildInfo) build {
+	b := build{commit: commit, date: buildDate, goVersion: runtime.Version()}
+	if bi != nil {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				if b.commit == "" {
+					b.commit = s.Value
+				}
+			case "vcs.time":
+				if b.date == "" {
+					b.date = s.Value
+				}
+			case "vcs.modified":
+				b.modified = s.Value == "true"
+			}
+		}
+	}
+	if b.commit == "" {
+		b.commit = "unknown"
+	}
+	if b.date == "" {
+		b.date = "unknown"
+	}
+	return b
+}
+
+func writeVersion(w io.Writer, b build, envDevice, model string) {
 	fmt.Fprintln(w, "batchd", version)
+	dirty := ""
+	if b.modified {
+		dirty = " (modified)"
+	}
+	fmt.Fprintf(w, "build: commit %s%s, %s, %s\n", b.commit, dirty, b.date, b.goVersion)
+	device, why := native.DeviceCPU, "default; native.device or BATCHD_DEVICE chooses"
+	if envDevice != "" {
+		device, why = envDevice, "from BATCHD_DEVICE"
+	}
+	fmt.Fprintf(w, "device: %s (%s); built: %s, %s; cuda: not built yet (GPU support is to come)\n",
+		device, why, native.DeviceCPU, native.DeviceReference)
+	fmt.Fprintln(w, "engines: native (default, runs the models on the device), openai (a remote OpenAI-compatible server)")
 	var usable []string
 	for _, b := range kernels.Backends() {
 		if b.Usable() {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -19,12 +21,28 @@ func TestVersionNamesTheKernels(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	backends := kernels.Backends()
-	if len(lines) != 3+len(backends) {
-		t.Fatalf("version printed %d lines, want %d:\n%s", len(lines), 3+len(backends), stdout)
+	const head = 4 // version, build, device, engines
+	if len(lines) != head+2+len(backends) {
+		t.Fatalf("version printed %d lines, want %d:\n%s", len(lines), head+2+len(backends), stdout)
 	}
 	if lines[0] != "batchd "+version {
 		t.Errorf("first line %q, want %q", lines[0], "batchd "+version)
 	}
+	// The test binary is built by go test, which stamps no vcs settings:
+	// the commit is unknown, the Go version is this toolchain's.
+	if want := ", " + runtime.Version(); !strings.HasPrefix(lines[1], "build: commit ") || !strings.HasSuffix(lines[1], want) {
+		t.Errorf("build line %q, want build: commit C, DATE%s", lines[1], want)
+	}
+	if !strings.HasPrefix(lines[2], "device: cpu (default; ") && !strings.HasPrefix(lines[2], "device: "+os.Getenv("BATCHD_DEVICE")+" (from BATCHD_DEVICE)") {
+		t.Errorf("device line %q", lines[2])
+	}
+	if !strings.Contains(lines[2], "cuda: not built yet") {
+		t.Errorf("device line %q does not say CUDA is not built", lines[2])
+	}
+	if !strings.HasPrefix(lines[3], "engines: native (default") {
+		t.Errorf("engines line %q", lines[3])
+	}
+	lines = lines[head-1:] // the rest as before: kernels, backends, cpu
 	var usable []string
 	for i, b := range backends {
 		line := lines[2+i]
@@ -64,9 +82,37 @@ func TestVersionNamesTheKernels(t *testing.T) {
 
 	// Without /proc/cpuinfo (or a model line in it) the CPU is unknown.
 	var b bytes.Buffer
-	writeVersion(&b, cpuModel(""))
+	writeVersion(&b, buildOf(nil), "", cpuModel(""))
 	if !strings.Contains(b.String(), "cpu: unknown CPU ("+runtime.GOARCH+"): ") {
 		t.Errorf("no cpuinfo:\n%s", b.String())
+	}
+}
+
+// The commit and date come from the ldflags variables when the build set
+// them, else from Go's vcs stamp; a modified checkout says so; the device
+// named by BATCHD_DEVICE is the one reported.
+func TestVersionBuild(t *testing.T) {
+	stamped := &debug.BuildInfo{Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-30T10:00:00Z"}, {Key: "vcs.modified", Value: "true"},
+	}}
+	var b bytes.Buffer
+	writeVersion(&b, buildOf(stamped), "reference", "X")
+	for _, want := range []string{
+		"build: commit 0123abcd (modified), 2026-11-30T10:00:00Z, " + runtime.Version() + "\n",
+		"device: reference (from BATCHD_DEVICE); built: cpu, reference; cuda: not built yet",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("version lacks %q:\n%s", want, b.String())
+		}
+	}
+	commit, buildDate = "feedbeef", "2026-12-01"
+	t.Cleanup(func() { commit, buildDate = "", "" })
+	if got := buildOf(stamped); got.commit != "feedbeef" || got.date != "2026-12-01" {
+		t.Errorf("ldflags commit and date: %+v", got)
+	}
+	commit, buildDate = "", ""
+	if got := buildOf(&debug.BuildInfo{}); got.commit != "unknown" || got.date != "unknown" || got.modified {
+		t.Errorf("no stamp: %+v", got)
 	}
 }
 

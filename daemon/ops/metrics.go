@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/batchd/batchd/pipeline"
 )
 
 // Metrics exposes batchd's state in Prometheus text format. It reads Source
@@ -67,6 +69,7 @@ type collector struct {
 	retries, kernelsInfo                                   *prometheus.Desc
 	dispatchInFlight, dispatchWaiting, dispatchWindow      *prometheus.Desc
 	diskFull, diskFullPauses                               *prometheus.Desc
+	inboxWaiting, requestsWaiting                          *prometheus.Desc
 	specDraft, specAccepted                                *prometheus.Desc
 }
 
@@ -88,7 +91,7 @@ func newCollector(src Source) *collector {
 		tokensPerSecond: d("batchd_tokens_per_second",
 			"Prompt plus completion tokens per second between the sampler's two latest samples.", nil, nil),
 		inFlight:   d("batchd_engine_in_flight", "Requests the engine is running now.", nil, nil),
-		queueDepth: d("batchd_engine_queue_depth", "Requests waiting for the engine.", nil, nil),
+		queueDepth: d("batchd_engine_queue_depth", "Inputs (batch files) delivered to this daemon and waiting for a batch runner, all sources together (despite the name, not requests: see batchd_requests_waiting, and batchd_inbox_waiting by source).", nil, nil),
 		paused:     d("batchd_engine_paused", "1 while the engine is paused, else 0.", nil, nil),
 		hung:       d("batchd_engine_hung", "1 while requests are in flight but the engine has answered nothing for hang_after, else 0.", nil, nil),
 		prefixHit: d("batchd_prefix_cache_hit_ratio",
@@ -108,6 +111,11 @@ func newCollector(src Source) *collector {
 		diskFull: d("batchd_disk_full",
 			"1 while intake is paused because a write of the data directory failed with ENOSPC (no new batch starts; running ones stopped at their last commit), else 0.", nil, nil),
 		diskFullPauses: d("batchd_disk_full_pauses_total", "Times intake was paused for a full disk since the daemon started.", nil, nil),
+		inboxWaiting: d("batchd_inbox_waiting",
+			"Input files waiting, by source: dir and api, inputs this daemon has not started yet; bucket, input objects in the bucket's inbox at the latest listing (waiting or running on any daemon: the shared backlog, the same on every daemon). The metric to autoscale on.",
+			[]string{"source"}, nil),
+		requestsWaiting: d("batchd_requests_waiting",
+			"Requests of unfinished batches not dispatched to the engine yet: their lines not done as of the latest commit, less those in flight.", nil, nil),
 		specDraft: d("batchd_spec_draft_tokens_total",
 			"Draft tokens speculative decoding verified, per model; absent for an engine that does not speculate.", []string{"model"}, nil),
 		specAccepted: d("batchd_spec_accepted_tokens_total",
@@ -121,28 +129,36 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.inFlight, c.queueDepth, c.paused, c.hung, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
 		c.dispatchInFlight, c.dispatchWaiting, c.dispatchWindow,
 		c.diskFull, c.diskFullPauses, c.specDraft, c.specAccepted,
+		c.inboxWaiting, c.requestsWaiting,
 	} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	c.collectBatches(ch)
-	c.collectEngine(ch)
+	undone, err := c.collectBatches(ch)
+	e := c.collectEngine(ch)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.requestsWaiting, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.requestsWaiting, prometheus.GaugeValue, float64(max(0, undone-e.Dispatch.InFlight)))
+	}
 	c.collectIntake(ch)
 	if s := c.sampler.Load(); s != nil {
 		ch <- prometheus.MustNewConstMetric(c.tokensPerSecond, prometheus.GaugeValue, s.Rate())
 	}
 }
 
-func (c *collector) collectBatches(ch chan<- prometheus.Metric) {
+// collectBatches reports the batches and returns how many requests of the
+// unfinished ones are not done yet.
+func (c *collector) collectBatches(ch chan<- prometheus.Metric) (undone int, err error) {
 	batches, err := c.src.Batches()
 	if err != nil {
 		err = fmt.Errorf("listing batches: %w", err)
 		for _, d := range []*prometheus.Desc{c.batches, c.requests, c.tokens} {
 			ch <- prometheus.NewInvalidMetric(d, err)
 		}
-		return
+		return 0, err
 	}
 	byStatus := make(map[string]int, len(statuses))
 	for _, s := range statuses {
@@ -156,6 +172,9 @@ func (c *collector) collectBatches(ch chan<- prometheus.Metric) {
 		failed += b.Failed
 		prompt += b.InputTokens
 		completion += b.OutputTokens
+		if unfinished(b.Status) {
+			undone += max(0, b.Total-b.Completed-b.Failed)
+		}
 	}
 	for status, n := range byStatus {
 		ch <- prometheus.MustNewConstMetric(c.batches, prometheus.GaugeValue, float64(n), status)
@@ -164,9 +183,15 @@ func (c *collector) collectBatches(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(failed), "failed")
 	ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, float64(prompt), "prompt")
 	ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.GaugeValue, float64(completion), "completion")
+	return undone, nil
 }
 
-func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
+// unfinished tells whether a batch of status still has requests to run.
+func unfinished(status string) bool {
+	return status == pipeline.StatusValidating || status == pipeline.StatusInProgress
+}
+
+func (c *collector) collectEngine(ch chan<- prometheus.Metric) EngineView {
 	e := c.src.Engine()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -201,6 +226,7 @@ func (c *collector) collectEngine(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.specDraft, prometheus.CounterValue, float64(s.DraftTokens), s.Model)
 		ch <- prometheus.MustNewConstMetric(c.specAccepted, prometheus.CounterValue, float64(s.Accepted), s.Model)
 	}
+	return e
 }
 
 func (c *collector) collectIntake(ch chan<- prometheus.Metric) {
@@ -211,4 +237,7 @@ func (c *collector) collectIntake(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, full)
 	ch <- prometheus.MustNewConstMetric(c.diskFullPauses, prometheus.CounterValue, float64(in.DiskFullPauses))
+	for source, n := range in.InboxWaiting {
+		ch <- prometheus.MustNewConstMetric(c.inboxWaiting, prometheus.GaugeValue, float64(n), source)
+	}
 }

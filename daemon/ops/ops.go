@@ -69,6 +69,14 @@ type IntakeView struct {
 	DiskFullSince int64
 	// DiskFullPauses counts those pauses since the daemon started.
 	DiskFullPauses int64
+	// InboxWaiting is the inputs waiting in each source's inbox, by source
+	// ("dir", "bucket", "api"): for dir and api, inputs delivered to this
+	// daemon that no batch runner has started yet; for bucket, the input
+	// objects in the bucket's inbox at the latest listing, waiting or
+	// running on any daemon (an input leaves the inbox once done), so that
+	// every daemon on the bucket reports the same backlog. A source the
+	// daemon does not have is absent; a bucket not listed yet too.
+	InboxWaiting map[string]int
 }
 
 // Source is the daemon's state as package ops reads it. Its methods are

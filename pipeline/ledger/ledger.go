@@ -413,17 +413,8 @@ func CompactIfWorth(path string) (bool, error) {
 		return false, nil
 	}
 	tmp := path + ".compact"
-	os.Remove(tmp)
-	dst, err := bolt.Open(tmp, 0o600, nil)
-	if err != nil {
-		src.Close()
-		return false, fmt.Errorf("compact ledger: %w", err)
-	}
-	err = bolt.Compact(dst, src, 64<<20)
+	_, err = compactInto(src, tmp)
 	src.Close()
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		os.Remove(tmp)
 		return false, fmt.Errorf("compact ledger: %w", err)

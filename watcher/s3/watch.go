@@ -42,6 +42,7 @@ type Watcher struct {
 
 	mu        sync.Mutex
 	delivered map[string]string // key → ETag delivered
+	inputs    int               // input objects in the inbox at the latest listing; -1 before the first
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -49,7 +50,17 @@ type Watcher struct {
 
 // NewWatcher returns a watcher of b's inbox; Open starts it.
 func NewWatcher(b *Bucket) *Watcher {
-	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}}
+	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}, inputs: -1}
+}
+
+// Inputs is how many input objects (NAME.jsonl, NAME.json) the inbox held
+// at the latest listing: waiting for a daemon or running on one, since an
+// input leaves the inbox only once its batch is done. -1 before the first
+// listing.
+func (w *Watcher) Inputs() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inputs
 }
 
 // Events delivers inputs and cancel requests; it is closed by Close.
@@ -110,10 +121,17 @@ func (w *Watcher) list(ctx context.Context) error {
 		found = append(found, obj)
 	}
 	seen := make(map[string]bool, len(found))
+	inputs := 0
 	for _, o := range found {
 		seen[o.Key] = true
+		if rest := strings.TrimPrefix(o.Key, prefix); !strings.Contains(rest, "/") {
+			if kind, _, _, ok := watcher.Classify(rest); ok && kind == watcher.Input {
+				inputs++
+			}
+		}
 	}
 	w.mu.Lock()
+	w.inputs = inputs
 	for k := range w.delivered {
 		if !seen[k] {
 			delete(w.delivered, k)
