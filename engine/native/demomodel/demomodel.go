@@ -210,6 +210,16 @@ func (s *Rand) Normal() float32 {
 	return float32(math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2))
 }
 
+// NormalF32 returns k draws of scale·Normal() as little-endian float32
+// bytes: the data of an F32 tensor (random LoRA adapters for benchmarks).
+func (s *Rand) NormalF32(k int, scale float32) []byte {
+	b := make([]byte, 4*k)
+	for i := range k {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(scale*s.Normal()))
+	}
+	return b
+}
+
 func (d Shape) String() string {
 	return fmt.Sprintf("%s (dim %d, %d layers, %d/%d heads, ffn %d)", d.Name, d.Dim, d.Layers, d.Heads, d.KVHeads, d.FFNDim)
 }

@@ -1,9 +1,7 @@
 package nativebench
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,13 +98,6 @@ func writeBenchAdapters(path, dir string, r, n int) ([]string, error) {
 	}
 	defer w.Close()
 	rng := demomodel.Rand(7)
-	draw := func(k int, s float32) []byte {
-		b := make([]byte, 4*k)
-		for i := range k {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(s*rng.Normal()))
-		}
-		return b
-	}
 	var files []string
 	for a := range n {
 		ts := map[string]weights.SafeTensor{}
@@ -121,8 +112,8 @@ func writeBenchAdapters(path, dir string, r, n int) ([]string, error) {
 					block = "mlp"
 				}
 				name := fmt.Sprintf("base_model.model.model.layers.%d.%s.%s.lora_", li, block, t.Module)
-				ts[name+"A.weight"] = weights.SafeTensor{DType: "F32", Shape: []int{r, m.Cols}, Data: draw(r*m.Cols, 0.05)}
-				ts[name+"B.weight"] = weights.SafeTensor{DType: "F32", Shape: []int{m.Rows, r}, Data: draw(m.Rows*r, 0.01)}
+				ts[name+"A.weight"] = weights.SafeTensor{DType: "F32", Shape: []int{r, m.Cols}, Data: rng.NormalF32(r*m.Cols, 0.05)}
+				ts[name+"B.weight"] = weights.SafeTensor{DType: "F32", Shape: []int{m.Rows, r}, Data: rng.NormalF32(m.Rows*r, 0.01)}
 			}
 		}
 		f := filepath.Join(dir, fmt.Sprintf("adapter%d.safetensors", a))

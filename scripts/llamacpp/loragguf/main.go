@@ -8,9 +8,7 @@ package main
 
 import (
 	"bufio"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 
@@ -40,13 +38,6 @@ func run(args []string) error {
 	}
 	defer w.Close()
 	rng := demomodel.Rand(7)
-	draw := func(k int, s float32) []byte {
-		b := make([]byte, 4*k)
-		for i := range k {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(s*rng.Normal()))
-		}
-		return b
-	}
 	var ts []gguf.TensorData
 	for li := range w.Config.Layers {
 		for _, t := range weights.LoRATargets {
@@ -56,8 +47,8 @@ func run(args []string) error {
 				return fmt.Errorf("%s has no %s", args[0], name)
 			}
 			ts = append(ts,
-				gguf.TensorData{Name: name + ".lora_a", Type: gguf.F32, Dims: []uint64{uint64(m.Cols), uint64(r)}, Data: draw(r*m.Cols, 0.05)},
-				gguf.TensorData{Name: name + ".lora_b", Type: gguf.F32, Dims: []uint64{uint64(r), uint64(m.Rows)}, Data: draw(m.Rows*r, 0.01)})
+				gguf.TensorData{Name: name + ".lora_a", Type: gguf.F32, Dims: []uint64{uint64(m.Cols), uint64(r)}, Data: rng.NormalF32(r*m.Cols, 0.05)},
+				gguf.TensorData{Name: name + ".lora_b", Type: gguf.F32, Dims: []uint64{uint64(r), uint64(m.Rows)}, Data: rng.NormalF32(m.Rows*r, 0.01)})
 		}
 	}
 	meta := []gguf.KV{
