@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -32,7 +33,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchEngine(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -236,11 +237,14 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	prefixReqs := fs.Int("prefix-requests", 0, "instead, run this many requests sharing a system prompt through the engine, with and without prefix caching")
 	system := fs.Int("system", 200, "--prefix-requests: shared system prompt tokens")
 	user := fs.Int("user", 50, "--prefix-requests: per-request prompt tokens")
-	output := fs.Int("output", 64, "--prefix-requests: output tokens per request")
+	output := fs.Int("output", 0, "--prefix-requests, --speculative: output tokens per request (0: 64 and 128)")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
 	maxSeqs := fs.Int("max-seqs", 0, "--prefix-requests: sequences running at once (0: the default, native.max_seqs)")
 	loraRank := fs.Int("lora-rank", 0, "instead, measure each figure with no adapter, one random LoRA adapter of this rank on all 7 projections, and two alternating over the sequences")
-	rounds := fs.Int("rounds", 3, "--lora-rank: rounds of the cases, alternated")
+	rounds := fs.Int("rounds", 3, "--lora-rank, --speculative: rounds of the cases, alternated")
+	speculative := fs.String("speculative", "", "instead, run requests through the engine with each of these speculative methods (off, ngram, draft: the model drafting for itself), the first as the baseline, at each of --seqs concurrent sequences")
+	specK := fs.Int("spec-k", 4, "--speculative: the most draft tokens verified per step (native.speculative.k)")
+	workload := fs.String("workload", nativebench.SpecWorkloadRepetitive, "--speculative: repetitive (greedy, prompts whose continuations repeat), openings (greedy, plain story openings) or random (temperature 1, token prompts)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -274,7 +278,16 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	if *prefixReqs > 0 {
 		res, err := nativebench.BenchPrefix(path, nativebench.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
-			SystemTokens: *system, UserTokens: *user, OutputTokens: *output, KVCacheBytes: *kvBytes, MaxSeqs: *maxSeqs})
+			SystemTokens: *system, UserTokens: *user, OutputTokens: cmp.Or(*output, 64), KVCacheBytes: *kvBytes, MaxSeqs: *maxSeqs})
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		return exitOK
+	}
+	if *speculative != "" {
+		res, err := nativebench.BenchSpec(path, nativebench.SpecBenchOptions{Threads: *threads, Kernels: *kernelsName,
+			Cases: strings.Split(*speculative, ","), K: *specK, Seqs: counts, Rounds: *rounds, Workload: *workload, OutputTokens: cmp.Or(*output, 128)})
 		if err != nil {
 			return errorf(stderr, exitFailure, "bench engine: %v", err)
 		}

@@ -596,3 +596,27 @@ func TestValidateWithAMissingOptionsFile(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit %d naming the file", code, stderr, exitUsage)
 	}
 }
+
+// bench engine --speculative runs each case through the engine and prints
+// its figures and, for a speculating case, its acceptance; a bad case is
+// refused by name.
+func TestBenchEngineSpeculative(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "demo.gguf")
+	if code, _, stderr := cli(t, "demo-model", "--out", model); code != exitOK {
+		t.Fatalf("demo-model: %s", stderr)
+	}
+	code, stdout, stderr := cli(t, "bench", "engine", "--model", model, "--threads", "1", "--speculative", "off,draft",
+		"--seqs", "1,2", "--rounds", "1", "--output", "8")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"x1   off", "x2   draft", "acceptance 100.0%"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, _, stderr = cli(t, "bench", "engine", "--model", model, "--speculative", "off,eagle", "--seqs", "1")
+	if code != exitFailure || !strings.Contains(stderr, `"eagle"`) {
+		t.Errorf("an unknown case: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -1,0 +1,67 @@
+package nativebench
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/batchd/batchd/engine/native/demomodel"
+	"github.com/batchd/batchd/kernels"
+)
+
+// BenchSpec runs every case it is given for every sequence count and
+// round, and reports the drafts of the speculating cases: a model drafting
+// for itself under greedy decoding keeps every draft.
+func TestBenchSpecCases(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []string{"off", "ngram", "draft"}
+	for _, wl := range []string{SpecWorkloadRepetitive, SpecWorkloadRandom} {
+		res, err := BenchSpec(path, SpecBenchOptions{Threads: 1, Cases: cases, K: 4, Seqs: []int{1, 3}, Rounds: 2, Workload: wl, OutputTokens: 24})
+		if err != nil {
+			t.Fatalf("%s: %v", wl, err)
+		}
+		for _, n := range []int{1, 3} {
+			for c, name := range cases {
+				if len(res.TPS[n][c]) != 2 {
+					t.Errorf("%s x%d %s: %d figures, want 2", wl, n, name, len(res.TPS[n][c]))
+				}
+				for _, x := range res.TPS[n][c] {
+					if !(x > 0) {
+						t.Errorf("%s x%d %s: %g tok/s", wl, n, name, x)
+					}
+				}
+				if want := int64(2 * n * 24); res.Tokens[n][c] != want {
+					t.Errorf("%s x%d %s: %d completion tokens, want %d", wl, n, name, res.Tokens[n][c], want)
+				}
+			}
+			if res.Drafts[n][0] != 0 {
+				t.Errorf("%s x%d off: %d drafts", wl, n, res.Drafts[n][0])
+			}
+			if res.Drafts[n][2] == 0 {
+				t.Errorf("%s x%d draft: no drafts", wl, n)
+			}
+			if wl == SpecWorkloadRepetitive && res.Acceptance(n, 2) != 1 {
+				t.Errorf("%s x%d: self-draft acceptance %g, want 1 under greedy", wl, n, res.Acceptance(n, 2))
+			}
+			if wl == SpecWorkloadRepetitive && res.Drafts[n][1] == 0 {
+				t.Errorf("%s x%d ngram: no drafts", wl, n)
+			}
+		}
+		if res.String() == "" {
+			t.Error("empty report")
+		}
+	}
+	if _, err := BenchSpec(path, SpecBenchOptions{Cases: []string{"eagle"}, Seqs: []int{1}, Workload: SpecWorkloadRandom}); err == nil {
+		t.Error("an unknown case was accepted")
+	}
+}
