@@ -80,7 +80,7 @@ var rules = []struct {
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",
 		"engine/openai", "engine/openai/openaitest", "kernels",
-		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher"}},
+		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher", "internal/fsx"}},
 
 	// Benchmark aids beside the project, never imported by it.
 	{"scripts/llamacpp/loragguf", "writes a random LoRA GGUF for llama.cpp's side of the LoRA benchmark", []string{
