@@ -363,7 +363,9 @@ func TestEmbeddingPoolingOverride(t *testing.T) {
 	if fmt.Sprint(mean) == fmt.Sprint(last) {
 		t.Fatal("last-token pooling gave the same vector as mean pooling")
 	}
-	if _, err := New(Config{Models: []ModelConfig{{Path: "x.gguf", Pooling: "max"}}, MaxBatchTokens: 1, MaxSeqs: 1}); err == nil || !strings.Contains(err.Error(), "pooling") {
+	bad := DefaultConfig()
+	bad.Models = []ModelConfig{{Path: "x.gguf", Pooling: "max"}}
+	if _, err := New(bad); err == nil || !strings.Contains(err.Error(), "pooling") {
 		t.Fatalf("a bad pooling name: %v", err)
 	}
 }
