@@ -19,7 +19,7 @@ type ngramDrafter struct {
 // far below one forward pass.
 const ngramWindow = 8192
 
-var _ drafter = (*ngramDrafter)(nil)
+var _ cheapDrafter = (*ngramDrafter)(nil)
 
 func newNgramDrafter(nmin, nmax int) *ngramDrafter {
 	return &ngramDrafter{min: nmin, max: nmax, window: ngramWindow}
@@ -43,9 +43,18 @@ func (d *ngramDrafter) propose(seqs []*seq, k []int) [][]int32 {
 			d.out = append(d.out, nil)
 			continue
 		}
+		// What followed the match, and past the sequence's end what
+		// follows with the draft appended: the match then recurs one
+		// period later, so a loop drafts k tokens, not just the rest of
+		// its last turn.
 		start := len(d.buf)
-		end := min(at+1+k[i], len(s.tokens))
-		d.buf = append(d.buf, s.tokens[at+1:end]...)
+		for j := range k[i] {
+			if p := at + 1 + j; p < len(s.tokens) {
+				d.buf = append(d.buf, s.tokens[p])
+			} else {
+				d.buf = append(d.buf, d.buf[start+p-len(s.tokens)])
+			}
+		}
 		d.out = append(d.out, d.buf[start:len(d.buf):len(d.buf)])
 	}
 	return d.out
@@ -78,6 +87,10 @@ func (d *ngramDrafter) match(tokens []int32) (at, n int) {
 	}
 	return at, n
 }
+
+// cheap: a lookup costs next to nothing, so the scheduler drafts before it
+// decides how many drafts to verify.
+func (d *ngramDrafter) cheap() {}
 
 // release: prompt lookup keeps no state per sequence.
 func (d *ngramDrafter) release(*seq) {}

@@ -15,7 +15,9 @@ func TestNgramDrafterProposes(t *testing.T) {
 	}{
 		{"copies what followed the last match", []int32{1, 2, 3, 4, 5, 9, 2, 3}, 1, 3, 3, []int32{4, 5, 9}},
 		{"caps at k", []int32{1, 2, 3, 4, 5, 9, 2, 3}, 1, 3, 1, []int32{4}},
-		{"stops at the sequence's end", []int32{7, 8, 7}, 1, 3, 4, []int32{8, 7}},
+		// Past the sequence's end the loop goes on: 7 8 7 | 8 7 8 7.
+		{"continues a loop past the sequence's end", []int32{7, 8, 7}, 1, 3, 4, []int32{8, 7, 8, 7}},
+		{"continues a longer loop", []int32{1, 2, 3, 1, 2, 3}, 1, 3, 5, []int32{1, 2, 3, 1, 2}},
 		{"no match", []int32{1, 2, 3, 4}, 1, 3, 4, nil},
 		{"below ngram_min", []int32{1, 2, 5, 3, 2}, 2, 3, 4, nil},
 		// 2,3 occurs at 1..2 (followed by 4) and 5 ends a later one-token

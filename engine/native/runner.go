@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/chat"
@@ -48,6 +49,11 @@ type runner struct {
 	inStep []*seq
 }
 
+// testStepCost, when set (by the package's tests), is every new runner's
+// step cost model: pinned, so that what speculation drafts does not depend
+// on the machine's timing.
+var testStepCost *stepCost
+
 func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
 	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean,
 		adapters: map[string]*adapter{}, loading: map[string]*adapterLoad{}}
@@ -61,6 +67,9 @@ func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl 
 	// draft model's drafter goes in drafters[specDraft] when one is
 	// configured (native.models[].draft; Open sets it).
 	r.sched.drafters[specNgram] = newNgramDrafter(spec.NgramMin, spec.NgramMax)
+	if testStepCost != nil {
+		r.sched.cost = *testStepCost
+	}
 	r.initKV()
 	return r
 }
@@ -281,6 +290,7 @@ func (r *runner) loop(ctx context.Context) {
 
 // step is one step of the engine: schedule, compute, sample, postprocess.
 func (r *runner) step() {
+	start := time.Now()
 	p := r.sched.schedule()
 	if p.tokens == 0 {
 		r.sched.postprocess(p, nil)
@@ -290,6 +300,9 @@ func (r *runner) step() {
 	logits := r.mr.run(p)
 	next := r.samp.sample(p, logits, r.model.cfg.VocabSize)
 	r.sched.postprocess(p, next)
+	// The step's time, drafting included, is what speculation weighs its
+	// drafts against (allocDrafts).
+	r.sched.cost.observe(len(p.seqs), p.tokens, time.Since(start).Seconds())
 	r.inStep = nil
 }
 

@@ -40,6 +40,12 @@ type scheduler struct {
 	specK    int
 	specSeqs []*seq
 	specKs   []int
+	// cost is the model's step time as the runner measures it; specSlots,
+	// specCaps and specAlloc are allocDrafts' buffers.
+	cost      stepCost
+	specSlots []draftSlot
+	specCaps  []int
+	specAlloc []int
 	// onToken, when set, sees each token postprocess appends and the text
 	// it decoded to (the logprobs' bookkeeping).
 	onToken func(s *seq, tok int32, piece string)

@@ -1,6 +1,11 @@
 package native
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
 
 // Speculative decoding: a drafter (drafter.go; ngram.go is prompt lookup)
 // guesses the next tokens of a decoding sequence; one forward pass computes
@@ -58,7 +63,7 @@ type SpeculativeConfig struct {
 	// overrides it for that request.
 	Method string `yaml:"method"`
 	// K is the most draft tokens a sequence verifies in one step (1..16);
-	// each sequence adapts its own k below it.
+	// how many a step verifies below it is decided by cost (allocDrafts).
 	K int `yaml:"k"`
 	// NgramMin and NgramMax bound the n-grams prompt lookup matches: the
 	// longest from NgramMax down to NgramMin that occurred before wins.
@@ -105,50 +110,71 @@ func (c SpeculativeConfig) method() specMethod {
 	return specOff
 }
 
-// specState is one sequence's speculation: its method, its adaptive k and
-// what its usage reports.
+// specState is one sequence's speculation: its method, its acceptance
+// estimate, its back-off and what its usage reports.
 type specState struct {
 	method specMethod // specOff, specNgram or specDraft once resolved
-	k      int        // drafts asked for next (0: not started: the config's k)
-	misses int        // verify steps in a row with every draft rejected
-	skip   int        // steps left without drafting (back-off)
-	pause  int        // the next back-off's length; doubles while drafts keep failing
+	// hits and fails are decayed counts of draft tokens verified right and
+	// of first wrong drafts: alpha estimates P(draft j right | drafts
+	// before it right).
+	hits, fails float64
+	misses      int // verify steps in a row with every draft rejected
+	skip        int // steps left without drafting (back-off)
+	pause       int // the next back-off's length; doubles while drafts keep failing
 
 	accepted, rejected int // draft tokens kept in the output, and not
 }
 
-// Adaptive k: after missLimit verify steps in a row that kept no draft, a
-// sequence stops drafting for a back-off of minPause steps, doubling up to
-// maxPause while its drafts keep failing. On random text a sequence then
-// spends at most missLimit verify steps in every maxPause+missLimit, which
-// keeps the cost of wrong drafts within a few percent.
+// The acceptance estimate: counts decay by specVerifyDecay at each verify
+// step and by specIdleDecay at each step a sequence could have drafted and
+// did not, so that the estimate of a sequence that stopped drafting
+// returns to the prior and it is tried again where the prior pays.
+const (
+	specVerifyDecay = 0.8
+	specIdleDecay   = 0.8
+	// specPrior is the acceptance assumed without evidence, worth one
+	// observation.
+	specPrior = 0.5
+)
+
+// alpha is the estimated chance that a draft is right given that the
+// drafts before it were.
+func (st *specState) alpha() float64 {
+	return (st.hits + specPrior) / (st.hits + st.fails + 1)
+}
+
+// Back-off: after specMissLimit verify steps in a row that kept no draft,
+// a sequence stops drafting for a back-off of specMinPause steps, doubling
+// up to specMaxPause while its drafts keep failing. On random text a
+// sequence then spends at most specMissLimit verify steps in every
+// specMaxPause+specMissLimit, which keeps the cost of wrong drafts (and of
+// the lookups) within a few percent.
 const (
 	specMissLimit = 2
 	specMinPause  = 8
 	specMaxPause  = 256
 )
 
-// feedback adapts k to a verify step that kept accepted of proposed drafts.
-func (st *specState) feedback(proposed, accepted, maxK int) {
-	switch {
-	case accepted == proposed:
-		st.k = min(st.k+1, maxK)
+// feedback takes a verify step that kept accepted of proposed drafts.
+func (st *specState) feedback(proposed, accepted int) {
+	st.hits = specVerifyDecay*st.hits + float64(accepted)
+	st.fails *= specVerifyDecay
+	if accepted < proposed {
+		st.fails++ // the first wrong draft; those after it are not evidence
+	}
+	if accepted > 0 {
 		st.misses, st.pause = 0, 0
-	case accepted == 0:
-		st.k = max(1, st.k/2)
-		st.misses++
-		if st.misses >= specMissLimit {
-			st.pause = min(max(specMinPause, 2*st.pause), specMaxPause)
-			st.skip, st.misses = st.pause, 0
-		}
-	default:
-		st.k = max(1, accepted+1)
-		st.misses, st.pause = 0, 0
+		return
+	}
+	st.misses++
+	if st.misses >= specMissLimit {
+		st.pause = min(max(specMinPause, 2*st.pause), specMaxPause)
+		st.skip, st.misses = st.pause, 0
 	}
 }
 
-// wantDrafts is how many drafts s may verify this step (0: plain decode):
-// its adaptive k, capped so that the last draft stays within max_tokens
+// wantDrafts is the most drafts s may verify this step (0: plain decode):
+// the configured k, capped so that the last draft stays within max_tokens
 // (the token sampled after it is the last one) and the context.
 func (sc *scheduler) wantDrafts(s *seq) int {
 	st := &s.spec
@@ -159,48 +185,144 @@ func (sc *scheduler) wantDrafts(s *seq) int {
 		st.skip--
 		return 0
 	}
-	if st.k == 0 {
-		st.k = sc.specK
-	}
-	k := min(st.k, s.job.p.maxTokens-(len(s.tokens)-s.promptLen)-1)
+	k := min(sc.specK, s.job.p.maxTokens-(len(s.tokens)-s.promptLen)-1)
 	if sc.ctxLen > 0 {
 		k = min(k, sc.ctxLen-len(s.tokens))
 	}
 	return max(k, 0)
 }
 
+// draftSlot is one draft token proposeDrafts may give a sequence: the
+// j-th (from 1) of decodes[seq], worth alpha^j expected tokens.
+type draftSlot struct {
+	seq   int
+	value float64
+}
+
+// specMinGain is how much more expected tokens per second drafting must
+// promise than plain decoding: the estimates are noisy (the machine's
+// load, acceptance), and a batch whose sequences draft unevenly ends with
+// a tail of fewer sequences, which costs what a step's estimate does not
+// see.
+const specMinGain = 1.1
+
+// allocDrafts decides how many drafts each of the decoding sequences
+// verifies this step (ks[i] for decodes[i], at most caps[i], spare in
+// all), by expected tokens per second of the step. The j-th draft of a
+// sequence is worth alpha^j tokens (it counts only if the ones before it
+// were right); the step costs sc.cost.at(rows). The best m slots are
+// taken for the m that gives the most expected tokens, T + Σ value, per
+// cost of len(decodes)+m rows. (Measured costs are not linear in rows:
+// matmul tiles are 4 rows, so a step may take 12 rows rather than 10.)
+func (sc *scheduler) allocDrafts(decodes []*seq, caps, ks []int, spare int) {
+	tokens, rows := float64(len(decodes)), len(decodes)
+	slots := sc.specSlots[:0]
+	for i, s := range decodes {
+		ks[i] = 0
+		if caps[i] <= 0 {
+			continue
+		}
+		a := s.spec.alpha()
+		v := a
+		for range caps[i] {
+			slots = append(slots, draftSlot{i, v})
+			v *= a
+		}
+	}
+	sc.specSlots = slots
+	if len(slots) == 0 || spare <= 0 {
+		return
+	}
+	// Best first; among equals the older sequence, and a sequence's
+	// earlier slot (worth at least its later ones) before its later.
+	slices.SortStableFunc(slots, func(x, y draftSlot) int { return cmp.Compare(y.value, x.value) })
+	seqs := len(decodes)
+	best, bestRate := 0, tokens/sc.cost.at(seqs, rows)*specMinGain
+	sum := tokens
+	for m, sl := range slots[:min(len(slots), spare)] {
+		sum += sl.value
+		if rate := sum / sc.cost.at(seqs, rows+m+1); rate > bestRate {
+			best, bestRate = m+1, rate
+		}
+	}
+	for _, sl := range slots[:best] {
+		ks[sl.seq]++
+	}
+}
+
+// cheapDrafter is a drafter whose drafts cost next to nothing (prompt
+// lookup): it is asked for the most drafts first, so that the slots are
+// allocated over drafts that exist, and the allocation then cuts them.
+type cheapDrafter interface {
+	drafter
+	cheap()
+}
+
 // proposeDrafts sets s.draft for the decoding sequences that speculate,
-// oldest first, within spare tokens of the step's budget: one propose call
-// per drafter for all its sequences.
+// within spare tokens of the step's budget (allocDrafts): a cheap drafter
+// drafts before the allocation, any other after it, each asked once for
+// all its sequences.
 func (sc *scheduler) proposeDrafts(decodes []*seq, spare int) {
+	caps := sc.specCaps[:0]
+	for _, s := range decodes {
+		caps = append(caps, sc.wantDrafts(s))
+	}
 	for m := range specMethods {
-		d := sc.drafters[m]
-		if d == nil {
-			continue
-		}
-		sc.specSeqs, sc.specKs = sc.specSeqs[:0], sc.specKs[:0]
-		left := spare
-		for _, s := range decodes {
-			if s.spec.method != m || left <= 0 {
-				continue
-			}
-			if k := min(sc.wantDrafts(s), left); k > 0 {
-				sc.specSeqs = append(sc.specSeqs, s)
-				sc.specKs = append(sc.specKs, k)
-				left -= k
+		if _, ok := sc.drafters[m].(cheapDrafter); ok {
+			sc.propose(m, decodes, caps)
+			for i, s := range decodes {
+				if s.spec.method == m {
+					caps[i] = len(s.draft)
+				}
 			}
 		}
-		if len(sc.specSeqs) == 0 {
-			continue
+	}
+	ks := sc.specAlloc[:0]
+	ks = append(ks, caps...)
+	sc.allocDrafts(decodes, caps, ks, spare)
+	sc.specCaps, sc.specAlloc = caps, ks
+	for i, s := range decodes {
+		if caps[i] > 0 && ks[i] == 0 {
+			s.spec.hits *= specIdleDecay
+			s.spec.fails *= specIdleDecay
 		}
-		drafts := d.propose(sc.specSeqs, sc.specKs)
-		for i, s := range sc.specSeqs {
-			if k := sc.specKs[i]; len(drafts[i]) > k {
-				drafts[i] = drafts[i][:k]
+		if s.draft != nil {
+			s.draft = s.draft[:ks[i]:ks[i]]
+			if ks[i] == 0 {
+				s.draft = nil
 			}
-			s.draft = drafts[i]
-			spare -= len(s.draft)
 		}
+	}
+	for m := range specMethods {
+		if _, ok := sc.drafters[m].(cheapDrafter); !ok {
+			sc.propose(m, decodes, ks)
+		}
+	}
+}
+
+// propose asks method m's drafter (if any) for up to k[i] drafts for
+// each of decodes that uses it, and sets their s.draft.
+func (sc *scheduler) propose(m specMethod, decodes []*seq, k []int) {
+	d := sc.drafters[m]
+	if d == nil {
+		return
+	}
+	sc.specSeqs, sc.specKs = sc.specSeqs[:0], sc.specKs[:0]
+	for i, s := range decodes {
+		if s.spec.method == m && k[i] > 0 {
+			sc.specSeqs = append(sc.specSeqs, s)
+			sc.specKs = append(sc.specKs, k[i])
+		}
+	}
+	if len(sc.specSeqs) == 0 {
+		return
+	}
+	drafts := d.propose(sc.specSeqs, sc.specKs)
+	for i, s := range sc.specSeqs {
+		if k := sc.specKs[i]; len(drafts[i]) > k {
+			drafts[i] = drafts[i][:k]
+		}
+		s.draft = drafts[i]
 	}
 }
 
@@ -217,7 +339,7 @@ func (sc *scheduler) takeVerified(s *seq, toks []int32, before int) {
 	s.spec.rejected += len(d) - accepted
 	sc.stats.specDraftTokens.Add(int64(len(d)))
 	sc.stats.specAcceptedTokens.Add(int64(accepted))
-	s.spec.feedback(len(d), kept, sc.specK)
+	s.spec.feedback(len(d), kept)
 	s.chunk, s.draft = 0, nil
 	sc.bm.hashBlocks(s)
 }
@@ -236,4 +358,131 @@ func (sc *scheduler) releaseDraft(s *seq) {
 func endsSeq(s *seq, tok int32, isEOG func(int32) bool) bool {
 	p := s.job.p
 	return (isEOG(tok) && !p.ignoreEOS) || p.isStopID(tok)
+}
+
+// stepCost is what a step of the model costs by sequences and rows
+// computed, from the steps the runner times. The cost is not linear in
+// rows (matmuls go 4 rows at a time, attention runs per sequence, a
+// verify row costs more than a decode row), so it keeps three estimates,
+// each over decaying sums: a least-squares line F + R·rows over all
+// steps; one for each number of sequences up to stepCostSeqs (its slope
+// is what a draft row costs among that many sequences; with one row count
+// seen so far, the first line's slope stands in); and each pair of
+// sequences and rows up to stepCostRows keeps its mean, blended with the
+// line of its sequences by how much evidence it has. Without observations
+// the first line is the prior, priorF + priorR·rows (default 8 + rows); a
+// test sets the prior and observes nothing.
+type stepCost struct {
+	priorF, priorR float64
+	// pinned: observe ignores steps and the prior stands (tests, which
+	// must not depend on the machine's timing).
+	pinned bool
+	all    costLine
+	steps  int // observations so far
+	// by sequences, and by sequences and rows (allocated on the first
+	// observation)
+	bySeqs  *[stepCostSeqs + 1]costLine
+	byShape *[stepCostSeqs + 1][stepCostRows + 1]rowCost
+}
+
+// costLine is a decaying least-squares fit of seconds against rows.
+type costLine struct {
+	w, x, y, xx, xy float64 // weight, rows, seconds, rows², rows·seconds
+}
+
+func (l *costLine) observe(x, y float64) {
+	l.w = stepCostDecay*l.w + 1
+	l.x = stepCostDecay*l.x + x
+	l.y = stepCostDecay*l.y + y
+	l.xx = stepCostDecay*l.xx + x*x
+	l.xy = stepCostDecay*l.xy + x*y
+}
+
+// fit is the line's mean rows and seconds and its slope (ok false: the
+// rows never varied, no slope). Between two row counts the slope is the
+// difference of their means however little weight one has left, so a
+// cost measured once is remembered while other steps are all decodes.
+// Noise (other processes) can tilt the fit, so the slope is kept between
+// 1% of the mean cost per row and all of it: neither part of F + R·rows
+// below 0.
+func (l *costLine) fit() (mx, my, slope float64, ok bool) {
+	mx, my = l.x/l.w, l.y/l.w
+	varx := l.xx/l.w - mx*mx
+	if varx < 1e-6 {
+		return mx, my, 0, false
+	}
+	slope = (l.xy/l.w - mx*my) / varx
+	return mx, my, min(max(slope, 0.01*my/mx), my/mx), true
+}
+
+// rowCost is one shape's decaying mean step time.
+type rowCost struct {
+	w, mean float64
+	at      int // steps when w was last brought up to date
+}
+
+const (
+	// stepCostDecay weighs the past: an observation counts half after
+	// about 35 observations.
+	stepCostDecay = 0.98
+	stepCostRows  = 64
+	stepCostSeqs  = 32
+)
+
+// observe takes one step's sequences, rows and time in seconds.
+func (c *stepCost) observe(seqs, rows int, sec float64) {
+	if c.pinned || rows <= 0 || sec <= 0 {
+		return
+	}
+	c.all.observe(float64(rows), sec)
+	c.steps++
+	if seqs > stepCostSeqs || rows > stepCostRows {
+		return
+	}
+	if c.byShape == nil {
+		c.bySeqs = new([stepCostSeqs + 1]costLine)
+		c.byShape = new([stepCostSeqs + 1][stepCostRows + 1]rowCost)
+	}
+	c.bySeqs[seqs].observe(float64(rows), sec)
+	b := &c.byShape[seqs][rows]
+	b.w = b.w*math.Pow(stepCostDecay, float64(c.steps-b.at)) + 1
+	b.mean += (sec - b.mean) / b.w
+	b.at = c.steps
+}
+
+// at is the estimated cost of a step of rows rows for seqs sequences.
+func (c *stepCost) at(seqs, rows int) float64 {
+	F, R := c.estimate()
+	line := F + R*float64(rows)
+	if c.byShape == nil || seqs > stepCostSeqs || rows > stepCostRows {
+		return line
+	}
+	if l := &c.bySeqs[seqs]; l.w >= 1 {
+		mx, my, slope, ok := l.fit()
+		if !ok {
+			slope = R
+		}
+		line = my + slope*(float64(rows)-mx)
+	}
+	b := c.byShape[seqs][rows]
+	w := b.w * math.Pow(stepCostDecay, float64(c.steps-b.at))
+	return (w*b.mean + line) / (w + 1)
+}
+
+// estimate is the line over all steps, F and R (same unit as observe's
+// seconds, or the prior's).
+func (c *stepCost) estimate() (F, R float64) {
+	pf, pr := c.priorF, c.priorR
+	if pf <= 0 && pr <= 0 {
+		pf, pr = 8, 1
+	}
+	if c.all.w < 1 {
+		return pf, pr
+	}
+	mx, my, R, ok := c.all.fit()
+	if !ok {
+		// Rows hardly varied: keep the prior's shape, scaled to the data.
+		R = my / (mx + pf/pr)
+	}
+	return my - R*mx, R
 }

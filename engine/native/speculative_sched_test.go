@@ -78,6 +78,9 @@ func (sc *scheduler) runSpecStep(t *testing.T) plan {
 func newSpecScheduler(t *testing.T, blocks, budget int, d drafter) *scheduler {
 	sc := newTestScheduler(t, blocks, budget, 8)
 	sc.drafters[specNgram], sc.specK = d, 4
+	// Rows nearly free: every sequence drafts what it may (the cost model
+	// has its own test).
+	sc.cost = stepCost{priorF: 1e6, priorR: 1, pinned: true}
 	return sc
 }
 
@@ -143,13 +146,13 @@ func TestSpecSchedulerVerifiesAndMatchesPlainDecoding(t *testing.T) {
 func TestSpecDraftsNeverPreempt(t *testing.T) {
 	bs := kvBlockSize
 	d := &scriptedDrafter{wrongAt: -1}
-	// Two sequences of one block's prompt minus two, in 2 blocks: a decode
-	// fits, a decode with 4 drafts would need a third block.
+	// Two sequences of one block's prompt minus one, in 2 blocks: a decode
+	// fits, a decode with a draft would need a third block.
 	sc := newSpecScheduler(t, 2, 512, d)
 	q := &params{n: 1, maxTokens: 10, ignoreEOS: true}
-	a := sc.queueTest(promptOf(1, bs-2), q)
+	a := sc.queueTest(promptOf(1, bs-1), q)
 	a.spec.method = specNgram
-	b := sc.queueTest(promptOf(2, bs-2), q)
+	b := sc.queueTest(promptOf(2, bs-1), q)
 	sc.runSpecStep(t) // both prefill, one block each: the cache is full
 	if a.status != seqRunning || b.status != seqRunning || sc.bm.numFree() != 0 {
 		t.Fatalf("a %v, b %v, %d free blocks; want both running and none free", a.status, b.status, sc.bm.numFree())
@@ -185,7 +188,7 @@ func TestSpecDraftCaps(t *testing.T) {
 		t.Fatalf("%d drafts with 2 tokens left, want 1", len(s.draft))
 	}
 
-	// A budget of 6 and three decodes: 3 tokens spare for drafts, oldest first.
+	// A budget of 6 and three decodes: 3 tokens spare for drafts.
 	sc = newSpecScheduler(t, 64, 6, d)
 	q := &params{n: 1, maxTokens: 50, ignoreEOS: true}
 	var seqs []*seq
@@ -196,37 +199,153 @@ func TestSpecDraftCaps(t *testing.T) {
 	}
 	sc.runSpecStep(t)
 	pl := sc.schedule()
-	if pl.tokens != 6 || len(pl.seqs) != 3 || len(seqs[0].draft) != 3 || len(seqs[1].draft) != 0 {
-		t.Fatalf("plan of %d tokens, %d sequences, drafts %d %d %d; want 6, 3, 3 0 0",
+	// The three have the same acceptance estimate: each one's first draft
+	// is worth more than anyone's second.
+	if pl.tokens != 6 || len(pl.seqs) != 3 || len(seqs[0].draft) != 1 || len(seqs[1].draft) != 1 || len(seqs[2].draft) != 1 {
+		t.Fatalf("plan of %d tokens, %d sequences, drafts %d %d %d; want 6, 3, 1 1 1",
 			pl.tokens, len(pl.seqs), len(seqs[0].draft), len(seqs[1].draft), len(seqs[2].draft))
 	}
 }
 
-func TestSpecAdaptiveK(t *testing.T) {
+func TestSpecAcceptanceAndBackOff(t *testing.T) {
 	var st specState
-	st.k = 4
-	st.feedback(4, 4, 8)
-	if st.k != 5 {
-		t.Fatalf("all accepted: k %d, want 5", st.k)
+	if a := st.alpha(); a != specPrior {
+		t.Fatalf("no evidence: alpha %v, want the prior %v", a, specPrior)
 	}
-	st.feedback(5, 2, 8)
-	if st.k != 3 {
-		t.Fatalf("2 of 5 accepted: k %d, want 3", st.k)
+	for range 10 {
+		st.feedback(4, 4)
 	}
-	// Drafts that keep failing shrink k, then back off for doubling pauses.
+	if a := st.alpha(); a < 0.9 {
+		t.Fatalf("every draft right: alpha %v, want above 0.9", a)
+	}
+	high := st.alpha()
+	st.feedback(4, 1)
+	if a := st.alpha(); a >= high {
+		t.Fatalf("a wrong second draft: alpha %v, not below %v", a, high)
+	}
+	// Drafts that keep failing back off for doubling pauses.
 	pauses := []int{}
 	for range 12 {
-		st.feedback(st.k, 0, 8)
+		st.feedback(1, 0)
 		if st.skip > 0 {
 			pauses = append(pauses, st.skip)
 			st.skip = 0
 		}
 	}
-	if st.k != 1 || len(pauses) < 3 || pauses[0] != specMinPause || pauses[1] != 2*specMinPause || pauses[2] != 4*specMinPause {
-		t.Fatalf("k %d, pauses %v; want k 1 and pauses doubling from %d", st.k, pauses, specMinPause)
+	if a := st.alpha(); a > 0.25 {
+		t.Fatalf("every draft wrong: alpha %v, want below 0.25", a)
 	}
-	st.feedback(1, 1, 8)
-	if st.pause != 0 || st.k != 2 {
-		t.Fatalf("an accepted draft: pause %d k %d, want 0 and 2", st.pause, st.k)
+	if len(pauses) < 3 || pauses[0] != specMinPause || pauses[1] != 2*specMinPause || pauses[2] != 4*specMinPause {
+		t.Fatalf("pauses %v; want pauses doubling from %d", pauses, specMinPause)
 	}
+	st.feedback(1, 1)
+	if st.pause != 0 || st.misses != 0 {
+		t.Fatalf("an accepted draft: pause %d misses %d, want 0 and 0", st.pause, st.misses)
+	}
+}
+
+// allocDrafts gives draft slots best first while they raise the step's
+// expected tokens per second, (T + Σ alpha^j) / (F + R·rows).
+func TestSpecAllocationFollowsTheCostModel(t *testing.T) {
+	withAlpha := func(a float64) *seq {
+		// hits and fails with alpha = (hits+prior)/(hits+fails+1) = a and
+		// plenty of evidence (no probe).
+		n := 100.0
+		return &seq{spec: specState{method: specNgram, hits: a*(n+1) - specPrior, fails: n - (a*(n+1) - specPrior)}}
+	}
+	// expected replays the rule: all candidate values, best first, taken
+	// while value·cost > R·tokens.
+	tests := []struct {
+		name   string
+		F, R   float64
+		alphas []float64
+		caps   []int
+		spare  int
+		want   []int
+	}{
+		// One sequence, F=8, R=1: T=1, C=9. 0.9 > 1/9; then T=1.9, C=10:
+		// 0.81 > 0.19; T=2.71, C=11: 0.729 > 0.246; T=3.439, C=12: 0.656 >
+		// 0.287: all 4.
+		{"one sequence drafts its cap", 8, 1, []float64{0.9}, []int{4}, 100, []int{4}},
+		// Eight sequences, F=1, R=1 (rows cost as much as the step): T=8,
+		// C=9: a slot needs value > 8/9; 0.95 passes (T=8.95, C=10: the
+		// next 0.95 needs > 0.895, passes; T=9.9, C=11: needs > 0.9 ...),
+		// alpha 0.5 never does.
+		{"a costly row drafts only near-certain tokens", 1, 1,
+			[]float64{0.95, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}, []int{4, 4, 4, 4, 4, 4, 4, 4}, 100, nil},
+		{"spare bounds the slots", 8, 1, []float64{0.9, 0.9}, []int{4, 4}, 3, []int{2, 1}},
+		{"a capped sequence", 8, 1, []float64{0.9, 0.9}, []int{0, 2}, 100, []int{0, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := &scheduler{cost: stepCost{priorF: tt.F, priorR: tt.R}}
+			var decodes []*seq
+			for _, a := range tt.alphas {
+				decodes = append(decodes, withAlpha(a))
+			}
+			ks := make([]int, len(decodes))
+			sc.allocDrafts(decodes, tt.caps, ks, tt.spare)
+			want := tt.want
+			if want == nil {
+				want = allocByFormula(decodes, tt.caps, tt.F, tt.R, tt.spare)
+			}
+			if !slices.Equal(ks, want) {
+				t.Fatalf("allocation %v, want %v", ks, want)
+			}
+		})
+	}
+	// F=8, R=1, four sequences: plain decoding makes 4/12 tokens per unit
+	// (0.4 counting specMinGain); the near-certain drafts raise it to
+	// 7.9/16 = 0.49, and a draft worth 0.3 would lower it.
+	sc := &scheduler{cost: stepCost{priorF: 8, priorR: 1}}
+	decodes := []*seq{withAlpha(0.99), withAlpha(0.3), withAlpha(0.3), withAlpha(0.3)}
+	ks := make([]int, 4)
+	sc.allocDrafts(decodes, []int{4, 4, 4, 4}, ks, 100)
+	if ks[0] != 4 || ks[1]+ks[2]+ks[3] != 0 {
+		t.Fatalf("allocation %v: want drafts for the near-certain sequence only", ks)
+	}
+	// Without evidence a sequence counts as the prior's acceptance.
+	fresh := &seq{spec: specState{method: specNgram}}
+	sc.allocDrafts([]*seq{fresh}, []int{4}, ks[:1], 100)
+	if want := allocByFormula([]*seq{fresh}, []int{4}, 8, 1, 100); ks[0] != want[0] {
+		t.Fatalf("allocation %v without evidence, want %v", ks[:1], want)
+	}
+}
+
+// allocByFormula is the allocation by brute force: every count vector
+// within caps and spare, the one with the most expected tokens per cost,
+// plain decoding counted specMinGain better than it is.
+func allocByFormula(decodes []*seq, caps []int, F, R float64, spare int) []int {
+	best, bestRate := make([]int, len(decodes)), -1.0
+	cur := make([]int, len(decodes))
+	var walk func(i, left int)
+	walk = func(i, left int) {
+		if i == len(decodes) {
+			tokens, rows := float64(len(decodes)), float64(len(decodes))
+			for s, k := range cur {
+				a, v := decodes[s].spec.alpha(), 1.0
+				for range k {
+					v *= a
+					tokens += v
+					rows++
+				}
+			}
+			rate := tokens / (F + R*rows)
+			if rows == float64(len(decodes)) {
+				rate *= specMinGain // drafting must beat plain decoding by this
+			}
+			if rate > bestRate+1e-12 {
+				bestRate = rate
+				copy(best, cur)
+			}
+			return
+		}
+		for k := 0; k <= min(caps[i], left); k++ {
+			cur[i] = k
+			walk(i+1, left-k)
+		}
+		cur[i] = 0
+	}
+	walk(0, spare)
+	return best
 }
