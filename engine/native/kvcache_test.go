@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ func openEngineWith(t testing.TB, set func(*Config), models ...ModelConfig) *Eng
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Models = models
+	cfg.Kernels = os.Getenv("BATCHD_KERNELS") // as openEngine: CI runs the suite again on avx2
 	set(&cfg)
 	e, err := New(cfg)
 	if err != nil {
