@@ -1013,12 +1013,7 @@ func demoModel(t *testing.T) string {
 func writeDemoModel(t *testing.T, shape demomodel.Shape) string {
 	t.Helper()
 	model := filepath.Join(t.TempDir(), "demo-"+shape.Name+".gguf")
-	f, err := os.Create(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := demomodel.Write(f, shape, kernels.F32, 7); err != nil {
+	if err := demomodel.WriteFile(model, shape, kernels.F32, 7); err != nil {
 		t.Fatal(err)
 	}
 	return model

@@ -185,14 +185,9 @@ func TestDocumentResultsOnNativeEngine(t *testing.T) {
 func demoEngine(t *testing.T) *native.Engine {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "demo-tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
+	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
 	cfg := native.DefaultConfig()
 	cfg.Models = []native.ModelConfig{{Path: path}}
 	eng, err := native.New(cfg)

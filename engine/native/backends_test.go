@@ -2,7 +2,6 @@ package native
 
 import (
 	"github.com/batchd/batchd/engine/native/demomodel"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,14 +99,7 @@ func TestQuantizedModelsOnEveryBackend(t *testing.T) {
 	dir := t.TempDir()
 	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.F16, kernels.BF16} {
 		path := filepath.Join(dir, dt.String()+".gguf")
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := demomodel.Write(f, demomodel.Shapes["tiny"], dt, 7); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
+		if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], dt, 7); err != nil {
 			t.Fatal(err)
 		}
 		t.Run(dt.String(), func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -143,12 +142,7 @@ func TestDraftOtherModelIsGreedy(t *testing.T) {
 func writeDemo(t *testing.T, shape demomodel.Shape) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), shape.Name+".gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := demomodel.Write(f, shape, kernels.F32, 5); err != nil {
+	if err := demomodel.WriteFile(path, shape, kernels.F32, 5); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -28,12 +28,7 @@ var demoModel = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, "demo-tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	return path, demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1)
+	return path, demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1)
 })
 
 func TestMain(m *testing.M) {
@@ -226,14 +221,9 @@ func TestArchitecturesBatchedEqualsAlone(t *testing.T) {
 	for _, shape := range []string{"tiny", "tiny-qwen3", "tiny-llama"} {
 		t.Run(shape, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), shape+".gguf")
-			f, err := os.Create(path)
-			if err != nil {
+			if err := demomodel.WriteFile(path, demomodel.Shapes[shape], kernels.F32, 3); err != nil {
 				t.Fatal(err)
 			}
-			if err := demomodel.Write(f, demomodel.Shapes[shape], kernels.F32, 3); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
 			e := openEngine(t, ModelConfig{Path: path})
 			if got := e.runners[shape].model.cfg.Arch; got != demomodel.Shapes[shape].Arch && demomodel.Shapes[shape].Arch != "" {
 				t.Fatalf("loaded arch %q", got)

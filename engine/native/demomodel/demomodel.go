@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"unicode"
@@ -222,6 +223,24 @@ func (s *Rand) NormalF32(k int, scale float32) []byte {
 
 func (d Shape) String() string {
 	return fmt.Sprintf("%s (dim %d, %d layers, %d/%d heads, ffn %d)", d.Name, d.Dim, d.Layers, d.Heads, d.KVHeads, d.FFNDim)
+}
+
+// WriteFile writes Write's model to a new file at path; the file is removed
+// when it cannot be written whole.
+func WriteFile(path string, shape Shape, dtype kernels.DType, seed uint64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = Write(f, shape, dtype, seed)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("write demo model %s: %w", path, err)
+	}
+	return nil
 }
 
 // Write writes a demo model of the given shape and weight type to

@@ -1,7 +1,6 @@
 package nativebench
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,14 +13,7 @@ import (
 // all three cases but the mixed one for a single sequence.
 func TestBenchLoRACases(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
 		t.Fatal(err)
 	}
 	res, err := BenchLoRA(path, LoRABenchOptions{BenchOptions: BenchOptions{Threads: 1, PromptTokens: 16, DecodeSteps: 2, Seqs: []int{1, 4}}, Rank: 2, Rounds: 2})

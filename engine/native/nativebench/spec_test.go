@@ -1,7 +1,6 @@
 package nativebench
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,14 +13,7 @@ import (
 // for itself under greedy decoding keeps every draft.
 func TestBenchSpecCases(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := demomodel.Write(f, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
 		t.Fatal(err)
 	}
 	cases := []string{"off", "ngram", "draft"}
