@@ -63,13 +63,9 @@ func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) 
 		if o.MaxBatchTokens > 0 {
 			cfg.MaxBatchTokens = o.MaxBatchTokens
 		}
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		e, err := native.New(cfg)
-		if err != nil {
-			return nil, err
-		}
 		ctx := context.Background()
-		if err := e.Open(ctx); err != nil {
+		e, err := openQuiet(ctx, cfg)
+		if err != nil {
 			return nil, err
 		}
 		res.Kernels = e.Kernels()
@@ -133,4 +129,18 @@ func (r *PrefixBenchResult) String() string {
 			float64(r.Runs[1].Cache.PrefillTokens)/float64(r.Runs[0].Cache.PrefillTokens), r.Runs[1].Seconds/r.Runs[0].Seconds)
 	}
 	return b.String()
+}
+
+// openQuiet opens an engine on cfg whose logs go nowhere: a benchmark
+// prints its own figures.
+func openQuiet(ctx context.Context, cfg native.Config) (*native.Engine, error) {
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := native.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Open(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
 }

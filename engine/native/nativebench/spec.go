@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -136,13 +134,9 @@ func BenchSpec(path string, o SpecBenchOptions) (*SpecBenchResult, error) {
 	if o.NgramMax > 0 {
 		cfg.Speculative.NgramMax = o.NgramMax
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := native.New(cfg)
-	if err != nil {
-		return nil, err
-	}
 	ctx := context.Background()
-	if err := e.Open(ctx); err != nil {
+	e, err := openQuiet(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
 	defer e.Close(ctx)
