@@ -28,7 +28,7 @@ func ParseSpeculative(v []byte) (string, *Invalid) {
 	}
 	var s string
 	if json.Unmarshal(v, &s) != nil {
-		return "", &Invalid{CodeInvalidType, "speculative", specMessage + ", got " + string(jsonKind(v))}
+		return "", &Invalid{CodeInvalidType, "speculative", specMessage + ", got " + TypeName(v)}
 	}
 	switch s {
 	case SpecNgram, SpecDraft:
@@ -44,29 +44,6 @@ func SpeculativeConflict(mode string, disable bool) *Invalid {
 		return &Invalid{CodeInvalidValue, "disable_spec_decode", "is true while speculative turns speculation on: give one of them"}
 	}
 	return nil
-}
-
-// jsonKind names the JSON type of v for messages.
-func jsonKind(v []byte) string {
-	for _, c := range v {
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '{':
-			return "an object"
-		case '[':
-			return "an array"
-		case '"':
-			return "a string"
-		case 't', 'f':
-			return "a boolean"
-		case 'n':
-			return "null"
-		default:
-			return "a number"
-		}
-	}
-	return "nothing"
 }
 
 func truncate(s string, n int) string {

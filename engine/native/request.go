@@ -466,33 +466,23 @@ func (j *jsonInt) UnmarshalJSON(b []byte) error {
 // the requests document's disable_spec_decode, which means speculative:
 // false and contradicts a speculative that turns it on.
 func parseSpeculative(b *rawBody, p *params) *engine.Response {
-	if given(b.Speculative) {
-		var on bool
-		var method string
-		switch {
-		case json.Unmarshal(b.Speculative, &on) == nil:
-			p.spec = specOff
-			if on {
-				p.spec = specOn
-			}
-		case json.Unmarshal(b.Speculative, &method) == nil:
-			switch method {
-			case SpecNgram:
-				p.spec = specNgram
-			case SpecDraft:
-				p.spec = specDraft
-			default:
-				return badRequest(fmt.Sprintf(`speculative: must be false, true, "ngram" or "draft", got %q`, method), "speculative", wire.CodeInvalidValue)
-			}
-		default:
-			return badRequest(fmt.Sprintf(`speculative: must be false, true, "ngram" or "draft", got %s`, wire.TypeName(b.Speculative)), "speculative", wire.CodeInvalidType)
-		}
+	mode, bad := wire.ParseSpeculative(b.Speculative)
+	if bad != nil {
+		return refuse(bad)
 	}
-	if b.DisableSpecDecode != nil && *b.DisableSpecDecode {
-		if p.spec != specDefault && p.spec != specOff {
-			return badRequest("disable_spec_decode: true contradicts speculative, which turns speculative decoding on: remove one", "disable_spec_decode", wire.CodeInvalidValue)
-		}
+	disable := b.DisableSpecDecode != nil && *b.DisableSpecDecode
+	if bad := wire.SpeculativeConflict(mode, disable); bad != nil {
+		return refuse(bad)
+	}
+	switch {
+	case disable || mode == wire.SpecOff:
 		p.spec = specOff
+	case mode == wire.SpecOn:
+		p.spec = specOn
+	case mode == wire.SpecNgram:
+		p.spec = specNgram
+	case mode == wire.SpecDraft:
+		p.spec = specDraft
 	}
 	return nil
 }
