@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // Speculative decoding: a drafter (drafter.go; ngram.go is prompt lookup)
@@ -48,11 +50,12 @@ const (
 	specMethods
 )
 
-// Speculative method names, as config and request bodies spell them.
+// Speculative method names, as config and request bodies spell them
+// (wire's, the one home of the body's rule).
 const (
-	SpecOff   = "off"
-	SpecNgram = "ngram"
-	SpecDraft = "draft"
+	SpecOff   = wire.SpecOff
+	SpecNgram = wire.SpecNgram
+	SpecDraft = wire.SpecDraft
 )
 
 // SpeculativeConfig is native.speculative: the default method of every
