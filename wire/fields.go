@@ -50,8 +50,7 @@ const (
 
 // nativeFields are the body fields the native engine honours, or accepts
 // because their effect is already there (see docs/formats.md):
-// save_system_prompt_kv_cache (prefix caching is always on),
-// disable_spec_decode (there is no speculative decoding to disable), user,
+// save_system_prompt_kv_cache (prefix caching is always on), user,
 // metadata and store (labels, not inference parameters), stream_options
 // (read by the API with stream).
 var nativeFields = map[string]fieldSet{
