@@ -122,43 +122,30 @@ func storeTile(out []float32, rows, r, r1, t, nt int, res *[16]float32) {
 func f32Tile4x4(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, ldx, cols int) {
 	var a00, a01, a02, a03, a10, a11, a12, a13 archsimd.Float32x16
 	var a20, a21, a22, a23, a30, a31, a32, a33 archsimd.Float32x16
-	var wt [4][64]byte
-	var xt [4][16]float32
 	x0, x1, x2, x3 := x, unsafe.Add(x, ldx), unsafe.Add(x, 2*ldx), unsafe.Add(x, 3*ldx)
 	for c := 0; c < cols; c += 16 {
-		var q0, q1, q2, q3, y0, y1, y2, y3 unsafe.Pointer
-		if c+16 <= cols {
-			q0, q1, q2, q3 = unsafe.Add(w0, 4*c), unsafe.Add(w1, 4*c), unsafe.Add(w2, 4*c), unsafe.Add(w3, 4*c)
-			y0, y1, y2, y3 = unsafe.Add(x0, 4*c), unsafe.Add(x1, 4*c), unsafe.Add(x2, 4*c), unsafe.Add(x3, 4*c)
-		} else {
-			// Zero-padded copies of the last partial chunk.
-			n := cols - c
-			for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
-				copy(wt[i][:], unsafe.Slice((*byte)(unsafe.Add(p, 4*c)), 4*n))
-			}
-			for i, p := range [4]unsafe.Pointer{x0, x1, x2, x3} {
-				copy(xt[i][:], unsafe.Slice((*float32)(unsafe.Add(p, 4*c)), n))
-			}
-			q0, q1, q2, q3 = unsafe.Pointer(&wt[0]), unsafe.Pointer(&wt[1]), unsafe.Pointer(&wt[2]), unsafe.Pointer(&wt[3])
-			y0, y1, y2, y3 = unsafe.Pointer(&xt[0]), unsafe.Pointer(&xt[1]), unsafe.Pointer(&xt[2]), unsafe.Pointer(&xt[3])
-		}
-		v0 := archsimd.LoadUint8x64(bytesAt(q0, 0)).AsFloat32x16()
-		v1 := archsimd.LoadUint8x64(bytesAt(q1, 0)).AsFloat32x16()
-		v2 := archsimd.LoadUint8x64(bytesAt(q2, 0)).AsFloat32x16()
-		v3 := archsimd.LoadUint8x64(bytesAt(q3, 0)).AsFloat32x16()
-		u := archsimd.LoadFloat32x16(f32At(y0, 0))
+		// The last partial chunk loads masked: zero-padded.
+		m := tailMask16(min(16, cols-c))
+		v0, v1, v2, v3 := loadMasked16(w0, c, m), loadMasked16(w1, c, m), loadMasked16(w2, c, m), loadMasked16(w3, c, m)
+		u := loadMasked16(x0, c, m)
 		a00, a01, a02, a03 = v0.MulAdd(u, a00), v1.MulAdd(u, a01), v2.MulAdd(u, a02), v3.MulAdd(u, a03)
-		u = archsimd.LoadFloat32x16(f32At(y1, 0))
+		u = loadMasked16(x1, c, m)
 		a10, a11, a12, a13 = v0.MulAdd(u, a10), v1.MulAdd(u, a11), v2.MulAdd(u, a12), v3.MulAdd(u, a13)
-		u = archsimd.LoadFloat32x16(f32At(y2, 0))
+		u = loadMasked16(x2, c, m)
 		a20, a21, a22, a23 = v0.MulAdd(u, a20), v1.MulAdd(u, a21), v2.MulAdd(u, a22), v3.MulAdd(u, a23)
-		u = archsimd.LoadFloat32x16(f32At(y3, 0))
+		u = loadMasked16(x3, c, m)
 		a30, a31, a32, a33 = v0.MulAdd(u, a30), v1.MulAdd(u, a31), v2.MulAdd(u, a32), v3.MulAdd(u, a33)
 	}
-	res[0], res[1], res[2], res[3] = hsum16(a00), hsum16(a01), hsum16(a02), hsum16(a03)
-	res[4], res[5], res[6], res[7] = hsum16(a10), hsum16(a11), hsum16(a12), hsum16(a13)
-	res[8], res[9], res[10], res[11] = hsum16(a20), hsum16(a21), hsum16(a22), hsum16(a23)
-	res[12], res[13], res[14], res[15] = hsum16(a30), hsum16(a31), hsum16(a32), hsum16(a33)
+	storeSums4(res, 0, a00, a01, a02, a03)
+	storeSums4(res, 4, a10, a11, a12, a13)
+	storeSums4(res, 8, a20, a21, a22, a23)
+	storeSums4(res, 12, a30, a31, a32, a33)
+	archsimd.ClearAVXUpperBits() // the caller copies res with scalar code
+}
+
+// storeSums4 stores the sums of four accumulators at res[i:i+4].
+func storeSums4(res *[16]float32, i int, a, b, c, d archsimd.Float32x16) {
+	hsum4x16(a, b, c, d).Store((*[4]float32)(res[i : i+4]))
 }
 
 // f32Tile4x1: 4 weight rows × 1 token.
@@ -179,12 +166,13 @@ func f32Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
 		a2 = loadF32Part(w2, c, n).MulAdd(u, a2)
 		a3 = loadF32Part(w3, c, n).MulAdd(u, a3)
 	}
-	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+	storeSums4(res, 0, a0, a1, a2, a3)
+	archsimd.ClearAVXUpperBits()
 }
 
 // loadF32Part loads n < 16 float32 weights from row bytes at column c, zero-padded.
 func loadF32Part(w unsafe.Pointer, c, n int) archsimd.Float32x16 {
-	return loadBytesTail(unsafe.Add(w, 4*c), 4*n).AsFloat32x16()
+	return loadMasked16(w, c, tailMask16(n))
 }
 
 // halfBlock is the direct F16/BF16 kernel for fewer than 4 tokens:
@@ -224,8 +212,12 @@ func loadHalf(p unsafe.Pointer, c int) archsimd.Uint16x16 {
 	return archsimd.LoadUint8x32(bytes32At(p, 2*c)).AsUint16x16()
 }
 
+// loadHalfPart loads n < 16 halves at column c, zero-padded (a masked
+// load: a copy to a buffer would run legacy SSE between vector code).
+//
+//go:nocheckptr
 func loadHalfPart(p unsafe.Pointer, c, n int) archsimd.Uint16x16 {
-	return loadBytes32Tail(unsafe.Add(p, 2*c), 2*n).AsUint16x16()
+	return archsimd.LoadMaskedUint16x32((*[32]uint16)(unsafe.Add(p, 2*c)), archsimd.Mask16x32FromBits(uint32(1)<<n-1)).GetLo()
 }
 
 // f16to32x16 converts 16 halves exactly: the sign-extended half shifted left
@@ -262,7 +254,8 @@ func f16Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
 		a2 = f16to32x16(loadHalfPart(w2, c, n)).MulAdd(u, a2)
 		a3 = f16to32x16(loadHalfPart(w3, c, n)).MulAdd(u, a3)
 	}
-	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+	storeSums4(res, 0, a0, a1, a2, a3)
+	archsimd.ClearAVXUpperBits()
 }
 
 func bf16Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
@@ -282,7 +275,8 @@ func bf16Tile4x1(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
 		a2 = bf16to32x16(loadHalfPart(w2, c, n)).MulAdd(u, a2)
 		a3 = bf16to32x16(loadHalfPart(w3, c, n)).MulAdd(u, a3)
 	}
-	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+	storeSums4(res, 0, a0, a1, a2, a3)
+	archsimd.ClearAVXUpperBits()
 }
 
 // cvtF16Row512 / cvtBF16Row512 convert n halves at src to float32.
@@ -295,6 +289,7 @@ func cvtF16Row512(dst []float32, src unsafe.Pointer, n int) {
 	if c < n {
 		storeF32x16Tail(f16to32x16(loadHalfPart(src, c, n-c)), dst[c:n])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func cvtBF16Row512(dst []float32, src unsafe.Pointer, n int) {
@@ -306,6 +301,7 @@ func cvtBF16Row512(dst []float32, src unsafe.Pointer, n int) {
 	if c < n {
 		storeF32x16Tail(bf16to32x16(loadHalfPart(src, c, n-c)), dst[c:n])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // q8Block runs the Q8_0 tiles (weights × quantized activations).
@@ -347,13 +343,15 @@ func q8Pair(w unsafe.Pointer, p, nb int) (archsimd.Int8x64, archsimd.Float32x16)
 	off := 2 * p * Q8BlockBytes
 	var v archsimd.Int8x64
 	v = v.SetLo(archsimd.LoadInt8x32(i8x32At(w, off+2)))
-	d0, d1 := f16Table[u16At(w, off)], float32(0)
+	// The scales are broadcast straight from the table (a scalar float
+	// variable would cost legacy-SSE moves between the vector code).
+	s := archsimd.BroadcastFloat32x16(f16Table[u16At(w, off)])
+	lo := archsimd.Mask32x16FromBits(0x00ff)
 	if 2*p+1 < nb {
 		v = v.SetHi(archsimd.LoadInt8x32(i8x32At(w, off+Q8BlockBytes+2)))
-		d1 = f16Table[u16At(w, off+Q8BlockBytes)]
+		return v, s.Merge(archsimd.BroadcastFloat32x16(f16Table[u16At(w, off+Q8BlockBytes)]), lo)
 	}
-	s := archsimd.BroadcastFloat32x16(d0).Merge(archsimd.BroadcastFloat32x16(d1), archsimd.Mask32x16FromBits(0x00ff))
-	return v, s
+	return v, s.Masked(lo)
 }
 
 // q8Dot16 is the 16-lane partial sums of |w|·(sign(w)·x) for one block pair:
@@ -412,10 +410,11 @@ func q8Tile4x4(res *[16]float32, w0, w1, w2, w3, qs unsafe.Pointer, qStride int,
 		a32 = q8Dot16(aw2, n2, x, nx).MulAdd(d2.Mul(dx), a32)
 		a33 = q8Dot16(aw3, n3, x, nx).MulAdd(d3.Mul(dx), a33)
 	}
-	res[0], res[1], res[2], res[3] = hsum16(a00), hsum16(a01), hsum16(a02), hsum16(a03)
-	res[4], res[5], res[6], res[7] = hsum16(a10), hsum16(a11), hsum16(a12), hsum16(a13)
-	res[8], res[9], res[10], res[11] = hsum16(a20), hsum16(a21), hsum16(a22), hsum16(a23)
-	res[12], res[13], res[14], res[15] = hsum16(a30), hsum16(a31), hsum16(a32), hsum16(a33)
+	storeSums4(res, 0, a00, a01, a02, a03)
+	storeSums4(res, 4, a10, a11, a12, a13)
+	storeSums4(res, 8, a20, a21, a22, a23)
+	storeSums4(res, 12, a30, a31, a32, a33)
+	archsimd.ClearAVXUpperBits() // the caller copies res with scalar code
 }
 
 func q8Tile4x1(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int) {
@@ -435,7 +434,8 @@ func q8Tile4x1(res *[16]float32, w0, w1, w2, w3, qs, xs unsafe.Pointer, nb int) 
 		v3, d3 := q8Pair(w3, p, nb)
 		a3 = q8Dot16(v3.Abs().AsUint8x64(), v3.Less(zero), x, nx).MulAdd(d3.Mul(dx), a3)
 	}
-	res[0], res[1], res[2], res[3] = hsum16(a0), hsum16(a1), hsum16(a2), hsum16(a3)
+	storeSums4(res, 0, a0, a1, a2, a3)
+	archsimd.ClearAVXUpperBits()
 }
 
 // avx512QuantizeAct is genericQuantizeAct vectorized; the result is
@@ -444,20 +444,21 @@ func avx512QuantizeAct(qs []byte, xs []float32, x []float32) {
 	nb := len(x) / Q8BlockSize
 	xp, qp, sp := f32ptr(x), bptr(qs), f32ptr(xs)
 	absMask := archsimd.BroadcastUint32x16(0x7fffffff)
+	var zero archsimd.Float32x16
+	one, c127 := archsimd.BroadcastFloat32x16(1), archsimd.BroadcastFloat32x16(127)
 	for b := range nb {
 		v0 := archsimd.LoadFloat32x16(f32At(xp, 32*b))
 		v1 := archsimd.LoadFloat32x16(f32At(xp, 32*b+16))
 		m := v0.AsUint32x16().And(absMask).AsFloat32x16().Max(v1.AsUint32x16().And(absMask).AsFloat32x16())
-		h := m.GetLo().Max(m.GetHi())
-		q := h.GetLo().Max(h.GetHi())
-		amax := max(max(q.GetElem(0), q.GetElem(1)), max(q.GetElem(2), q.GetElem(3)))
-		d, id := q8Scale(amax)
-		idv := archsimd.BroadcastFloat32x16(id)
+		// q8Scale in lanes: d = amax/127, id = 1/d (0 where d == 0).
+		dv := bcastMax16(m).Div(c127)
+		idv := zero.Merge(one.Div(dv), dv.Equal(zero))
 		// |q| <= 127, so the saturating narrowing is exact.
 		v0.Mul(idv).RoundToEvenScaled(0).ConvertToInt32().SaturateToInt8().AsUint8x16().Store((*[16]uint8)(unsafe.Add(qp, 32*b)))
 		v1.Mul(idv).RoundToEvenScaled(0).ConvertToInt32().SaturateToInt8().AsUint8x16().Store((*[16]uint8)(unsafe.Add(qp, 32*b+16)))
-		archsimd.BroadcastFloat32x8(d).Store(f32x8At(sp, (b>>1)*16+(b&1)*8))
+		dv.GetLo().Store(f32x8At(sp, (b>>1)*16+(b&1)*8))
 	}
+	archsimd.ClearAVXUpperBits()
 	if nb&1 == 1 {
 		clear(qs[nb*Q8BlockSize : (nb+1)*Q8BlockSize])
 		clear(xs[(nb>>1)*16+8 : (nb>>1)*16+16])
@@ -480,6 +481,16 @@ func avx512Dot(a, b []float32) float32 {
 }
 
 func avx512RMSNorm(out, x, weight []float32, eps float32) {
+	rmsNorm512(out, x, weight, archsimd.BroadcastFloat32x16(eps))
+}
+
+// rmsNorm512 is avx512RMSNorm with eps in lanes: a float32 argument kept
+// across the vector loop would be spilled with legacy MOVSS. It is not
+// inlined so that the broadcast stays in its caller, before any vector
+// code. rmsScale is computed in lanes, each step the same IEEE operation.
+//
+//go:noinline
+func rmsNorm512(out, x, weight []float32, eps archsimd.Float32x16) {
 	n := len(x)
 	out, weight = out[:n], weight[:n]
 	px, po, pw := f32ptr(x), f32ptr(out), f32ptr(weight)
@@ -490,18 +501,21 @@ func avx512RMSNorm(out, x, weight []float32, eps float32) {
 		acc = v.MulAdd(v, acc)
 	}
 	if i < n {
-		v := loadF32x16Tail(x[i:])
+		v := loadMasked16(px, i, tailMask16(n-i))
 		acc = v.MulAdd(v, acc)
 	}
-	scale := rmsScale(hsum16(acc), n, eps)
-	sv := archsimd.BroadcastFloat32x16(scale)
+	// rmsScale: float32(1 / math.Sqrt(float64(ss/float32(n)+eps))).
+	t := hsumBcast16(acc).Div(archsimd.BroadcastInt32x16(int32(n)).ConvertToFloat32()).Add(eps)
+	sv := archsimd.BroadcastFloat64x4(1).Div(t.GetLo().GetLo().ConvertToFloat64().Sqrt()).ConvertToFloat32().Broadcast1To16()
 	i = 0
 	for ; i+16 <= n; i += 16 {
 		archsimd.LoadFloat32x16(f32At(px, i)).Mul(sv).Mul(archsimd.LoadFloat32x16(f32At(pw, i))).Store(f32At(po, i))
 	}
-	for ; i < n; i++ {
-		out[i] = float32(x[i]*scale) * weight[i]
+	if i < n {
+		m := tailMask16(n - i)
+		storeMasked16(loadMasked16(px, i, m).Mul(sv).Mul(loadMasked16(pw, i, m)), po, i, m)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // swapPairs16: see swapPairs8.
@@ -522,10 +536,12 @@ func avx512RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox boo
 				x0.Mul(cv).Sub(x1.Mul(sv)).Store(f32At(pv, i))
 				x0.Mul(sv).Add(x1.Mul(cv)).Store(f32At(pv, i+half))
 			}
-			for ; i < pairs; i++ {
-				x0, x1 := v[i], v[i+half]
-				v[i] = float32(x0*c[i]) - float32(x1*s[i])
-				v[i+half] = float32(x0*s[i]) + float32(x1*c[i])
+			if i < pairs {
+				m := tailMask16(pairs - i)
+				x0, x1 := loadMasked16(pv, i, m), loadMasked16(pv, i+half, m)
+				cv, sv := loadMasked16(pc, i, m), loadMasked16(ps, i, m)
+				storeMasked16(x0.Mul(cv).Sub(x1.Mul(sv)), pv, i, m)
+				storeMasked16(x0.Mul(sv).Add(x1.Mul(cv)), pv, i+half, m)
 			}
 			continue
 		}
@@ -537,13 +553,16 @@ func avx512RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox boo
 			sw := xv.Permute(archsimd.LoadUint32x16(&swapPairs16))
 			xv.Mul(archsimd.LoadFloat32x16(f32At(pc, j))).Add(sw.Mul(archsimd.LoadFloat32x16(f32At(ps, j)))).Store(f32At(pv, j))
 		}
-		for ; j < n; j += 2 {
-			x0, x1 := v[j], v[j+1]
-			ci, si := c[j], s[j+1]
-			v[j] = float32(x0*ci) - float32(x1*si)
-			v[j+1] = float32(x0*si) + float32(x1*ci)
+		if j < n {
+			// The same products and sums as the scalar pair update
+			// (s holds -sin, sin): a masked chunk, pairs never split.
+			m := tailMask16(n - j)
+			xv := loadMasked16(pv, j, m)
+			sw := xv.Permute(archsimd.LoadUint32x16(&swapPairs16))
+			storeMasked16(xv.Mul(loadMasked16(pc, j, m)).Add(sw.Mul(loadMasked16(ps, j, m))), pv, j, m)
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // exp512 is e^x in float32 (Cephes' expf polynomial, ~1 ulp), inputs
@@ -581,6 +600,7 @@ func avx512SiLUMul(gate, up []float32) {
 		e := exp512(zero.Sub(g))
 		storeF32x16Tail(g.Div(one.Add(e)).Mul(loadF32x16Tail(up[i:])), gate[i:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // avx512Softmax: max, e^(x-max) and their 16-lane sum, then scale by 1/sum.
@@ -589,34 +609,65 @@ func avx512Softmax(x []float32) {
 	if n == 0 {
 		return
 	}
-	m := avx512Max(x)
-	sum := avx512ExpSum(x, m)
-	avx512Scale(x, 1/sum)
+	mv, _ := maxBcast512(x)
+	inv := archsimd.BroadcastFloat32x16(1).Div(expSumBcast512(x, mv))
+	px := f32ptr(x)
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		archsimd.LoadFloat32x16(f32At(px, i)).Mul(inv).Store(f32At(px, i))
+	}
+	if i < n {
+		m := tailMask16(n - i)
+		storeMasked16(loadMasked16(px, i, m).Mul(inv), px, i, m)
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
-func avx512Max(x []float32) float32 {
+// maxBcast512 is the largest of x (len >= 1) in every lane, and whether
+// x holds a NaN (then the "largest" is meaningless: VMAXPS does not
+// propagate NaNs). A tail of fewer than 16 re-reads the last 16 (or, when
+// x is shorter, fills the missing lanes with x[0]), so no scalar
+// instruction runs.
+func maxBcast512(x []float32) (archsimd.Float32x16, bool) {
 	n := len(x)
 	px := f32ptr(x)
 	mv := archsimd.BroadcastFloat32x16(x[0])
+	var nan uint16
 	i := 0
 	for ; i+16 <= n; i += 16 {
-		mv = mv.Max(archsimd.LoadFloat32x16(f32At(px, i)))
+		v := archsimd.LoadFloat32x16(f32At(px, i))
+		nan |= v.IsNaN().ToBits()
+		mv = mv.Max(v)
 	}
-	h := mv.GetLo().Max(mv.GetHi())
-	q := h.GetLo().Max(h.GetHi())
-	m := max(max(q.GetElem(0), q.GetElem(1)), max(q.GetElem(2), q.GetElem(3)))
-	for ; i < n; i++ {
-		m = max(m, x[i])
+	if i < n {
+		var v archsimd.Float32x16
+		if n >= 16 {
+			v = archsimd.LoadFloat32x16(f32At(px, n-16))
+		} else {
+			m := tailMask16(n)
+			v = loadMasked16(px, 0, m).Merge(mv, m)
+		}
+		nan |= v.IsNaN().ToBits()
+		mv = mv.Max(v)
 	}
-	return m
+	return bcastMax16(mv), nan != 0
 }
 
-// avx512ExpSum replaces x[i] by e^(x[i]-m) and returns their sum, summed in
-// 16 lanes in index order (zero-padded tail) then by hsum16.
-func avx512ExpSum(x []float32, m float32) float32 {
+// bcastMax16 is the largest lane of v in every lane (no NaNs).
+func bcastMax16(v archsimd.Float32x16) archsimd.Float32x16 {
+	h := v.GetLo().Max(v.GetHi())
+	q := h.GetLo().Max(h.GetHi())
+	q = q.Max(q.SelectFromPair(2, 3, 0, 1, q))
+	q = q.Max(q.SelectFromPair(1, 0, 3, 2, q))
+	return q.Broadcast1To16()
+}
+
+// expSumBcast512 replaces x[i] by e^(x[i]-m) (m broadcast) and returns
+// their sum in every lane, summed in 16 lanes in index order (zero-padded
+// tail) then in the order of hsum16.
+func expSumBcast512(x []float32, mv archsimd.Float32x16) archsimd.Float32x16 {
 	n := len(x)
 	px := f32ptr(x)
-	mv := archsimd.BroadcastFloat32x16(m)
 	var acc archsimd.Float32x16
 	i := 0
 	for ; i+16 <= n; i += 16 {
@@ -625,25 +676,12 @@ func avx512ExpSum(x []float32, m float32) float32 {
 		acc = acc.Add(e)
 	}
 	if i < n {
-		e := exp512(loadF32x16Tail(x[i:]).Sub(mv))
-		e = e.Masked(tailMask16(n - i))
-		storeF32x16Tail(e, x[i:])
+		m := tailMask16(n - i)
+		e := exp512(loadMasked16(px, i, m).Sub(mv)).Masked(m)
+		storeMasked16(e, px, i, m)
 		acc = acc.Add(e)
 	}
-	return hsum16(acc)
-}
-
-func avx512Scale(x []float32, s float32) {
-	n := len(x)
-	px := f32ptr(x)
-	sv := archsimd.BroadcastFloat32x16(s)
-	i := 0
-	for ; i+16 <= n; i += 16 {
-		archsimd.LoadFloat32x16(f32At(px, i)).Mul(sv).Store(f32At(px, i))
-	}
-	for ; i < n; i++ {
-		x[i] *= s
-	}
+	return hsumBcast16(acc)
 }
 
 func avx512Add(dst, src []float32) {
@@ -654,27 +692,32 @@ func avx512Add(dst, src []float32) {
 	for ; i+16 <= n; i += 16 {
 		archsimd.LoadFloat32x16(f32At(pd, i)).Add(archsimd.LoadFloat32x16(f32At(ps, i))).Store(f32At(pd, i))
 	}
-	for ; i < n; i++ {
-		dst[i] += src[i]
+	if i < n {
+		m := tailMask16(n - i)
+		storeMasked16(loadMasked16(pd, i, m).Add(loadMasked16(ps, i, m)), pd, i, m)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func avx512Argmax(x []float32) int {
-	m := avx512Max(x)
 	n := len(x)
 	px := f32ptr(x)
-	mv := archsimd.BroadcastFloat32x16(m)
+	mv, nan := maxBcast512(x)
 	i := 0
-	for ; i+16 <= n; i += 16 {
+	for ; i+16 <= n && !nan; i += 16 {
 		if bits := archsimd.LoadFloat32x16(f32At(px, i)).Equal(mv).ToBits(); bits != 0 {
+			archsimd.ClearAVXUpperBits()
 			return i + trailingZeros16(bits)
 		}
 	}
-	for ; i < n; i++ {
-		if x[i] == m {
-			return i
+	if i < n && !nan {
+		m := tailMask16(n - i)
+		if bits := loadMasked16(px, i, m).Equal(mv).ToBits() & (uint16(1)<<(n-i) - 1); bits != 0 {
+			archsimd.ClearAVXUpperBits()
+			return i + trailingZeros16(bits)
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 	return genericArgmax(x) // NaNs: no element equals the max
 }
 
@@ -686,47 +729,59 @@ const attnBlock = 64
 // the arithmetic is: scores by the canonical dot product (four positions at
 // a time; a headDim that is not a multiple of 16, such as 8, ends in a
 // masked chunk), scaled; softmax with the max
-// subtracted, its sum by avx512ExpSum; then Σ_p e_p·v_p in position order by
-// fused multiply-add, times 1/Σe. Blocking positions across the heads
-// changes where intermediate values live, never the operations.
+// subtracted, its sum by the order of hsum16; then Σ_p e_p·v_p in position
+// order by fused multiply-add, times 1/Σe. Blocking positions across the
+// heads changes where intermediate values live, never the operations.
+//
+// No scalar float instruction runs between its first vector instruction
+// and the VZEROUPPER that ends it: Go encodes scalar float code as legacy
+// SSE, which costs a state transition of hundreds of cycles on many x86
+// CPUs while the upper vector halves are dirty (measured: a 16-float max
+// that returned a scalar took 632 ns, 58 ns kept in vectors). So the
+// buffers are cleared first, the max and sum stay broadcast in vectors,
+// and a tail of fewer than four positions is scored with a masked store.
 func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	hd := a.headDim
 	n := a.start + i + 1
 	nh := h1 - h0
 	g := h0 / (a.nHeads / a.nKV)
-	rows := a.kvRows(a.k, g)
-	for p0 := 0; p0 < n; p0 += attnBlock {
-		p1 := min(p0+attnBlock, n)
-		j := 0
-		for ; j+2 <= nh; j += 2 {
-			qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
-			sa, sb := w.scores[j*n:(j+1)*n], w.scores[(j+1)*n:(j+2)*n]
-			if p := attnScores2x512(sa, sb, qa, qb, &rows, p0, p1, a.scale); p < p1 {
-				attnScores512(sa, qa, &rows, p, p1, a.scale)
-				attnScores512(sb, qb, &rows, p, p1, a.scale)
-			}
-		}
-		for ; j < nh; j++ {
-			q := a.q[(i*a.nHeads+h0+j)*hd:][:hd]
-			attnScores512(w.scores[j*n:(j+1)*n], q, &rows, p0, p1, a.scale)
-		}
-	}
-	var inv [attnHeadsPerItem]float32
-	for j := range nh {
-		s := w.scores[j*n : (j+1)*n]
-		inv[j] = 1 / avx512ExpSum(s, avx512Max(s))
-	}
 	// Each head's accumulators are hp wide, headDim rounded up to 16
 	// lanes; a partial last chunk loads V masked and stores masked.
 	hp := (hd + 15) &^ 15
 	w.acc = growF32(w.acc, nh*hp)
 	acc := w.acc[:nh*hp]
 	clear(acc)
-	ap, sp := f32ptr(acc), f32ptr(w.scores)
-	vrows := a.kvRows(a.v, g)
+	var inv [attnHeadsPerItem]archsimd.Float32x16
+	scale := a.scale
+	rows, vrows := a.kvRows(a.k, g), a.kvRows(a.v, g)
+	// (A Float32x4 kept across calls or loops is spilled with legacy
+	// MOVUPS: the scale travels as 16 lanes.)
+	sv := archsimd.BroadcastFloat32x16(scale)
 	for p0 := 0; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
 		j := 0
+		for ; j+2 <= nh; j += 2 {
+			qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
+			attnScores2x512(f32ptr(w.scores[j*n:]), f32ptr(w.scores[(j+1)*n:]), qa, qb, &rows, p0, p1, sv)
+		}
+		for ; j < nh; j++ {
+			q := a.q[(i*a.nHeads+h0+j)*hd:][:hd]
+			attnScores512(f32ptr(w.scores[j*n:]), q, &rows, p0, p1, sv)
+		}
+	}
+	one := archsimd.BroadcastFloat32x16(1)
+	for j := range nh {
+		s := w.scores[j*n : (j+1)*n]
+		mv, _ := maxBcast512(s)
+		inv[j] = one.Div(expSumBcast512(s, mv))
+	}
+	ap, sp := f32ptr(acc), f32ptr(w.scores)
+	for p0 := 0; p0 < n; p0 += attnBlock {
+		p1 := min(p0+attnBlock, n)
+		j := 0
+		for ; j+2 <= nh && hd < 16; j += 2 {
+			attnAccumulateNarrow2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), &vrows, tailMask16(hd), p0, p1)
+		}
 		for ; j+2 <= nh && hd%64 == 0; j += 2 {
 			attnAccumulate2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), &vrows, hd, p0, p1)
 		}
@@ -735,16 +790,17 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 		}
 	}
 	for j := range nh {
-		o := a.out[(i*a.nHeads+h0+j)*hd:][:hd]
-		iv := archsimd.BroadcastFloat32x16(inv[j])
+		op := f32ptr(a.out[(i*a.nHeads+h0+j)*hd:][:hd])
+		iv := inv[j]
 		d := 0
 		for ; d+16 <= hd; d += 16 {
-			archsimd.LoadFloat32x16(f32At(ap, j*hp+d)).Mul(iv).Store(f32At(f32ptr(o), d))
+			archsimd.LoadFloat32x16(f32At(ap, j*hp+d)).Mul(iv).Store(f32At(op, d))
 		}
 		if d < hd {
-			storeF32x16Tail(archsimd.LoadFloat32x16(f32At(ap, j*hp+d)).Mul(iv), o[d:])
+			storeMasked16(archsimd.LoadFloat32x16(f32At(ap, j*hp+d)).Mul(iv), op, d, tailMask16(hd-d))
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // kvRows locates one kv head's K (or V) rows: stride apart from base, or
@@ -786,22 +842,24 @@ func (r *kvRows) at(p int) unsafe.Pointer {
 
 // attnScores512 sets s[p] = dot(q, k_p)·scale for p in [p0,p1), p0 a
 // multiple of 4: four positions at a time, each the canonical dot product
-// (16-lane chunks, a partial last chunk zero-padded by a masked load).
-func attnScores512(s, q []float32, rows *kvRows, p0, p1 int, scale float32) {
+// (16-lane chunks, a partial last chunk zero-padded by a masked load). A
+// last group of fewer than four positions repeats its last row and stores
+// only its own lanes. s points at the head's n scores.
+func attnScores512(s unsafe.Pointer, q []float32, rows *kvRows, p0, p1 int, sv archsimd.Float32x16) {
 	hd := len(q)
 	full, tm := hd&^15, tailMask16(hd&15)
 	stride := rows.stride
 	qp := f32ptr(q)
 	var qt archsimd.Float32x16
 	if full < hd {
-		qt = loadF32x16Tail(q[full:])
+		qt = loadMasked16(qp, full, tm)
 	}
-	p := p0
-	for p+4 <= p1 {
+	for p := p0; p < p1; {
 		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
-		for ; p+4 <= end; p += 4 {
+		for ; p < end; p += 4 {
 			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
-			k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
+			last := min(3, end-1-p)
+			k1, k2, k3 := unsafe.Add(k0, 4*min(1, last)*stride), unsafe.Add(k0, 4*min(2, last)*stride), unsafe.Add(k0, 4*last*stride)
 			var c0, c1, c2, c3 archsimd.Float32x16
 			for d := 0; d < full; d += 16 {
 				qv := archsimd.LoadFloat32x16(f32At(qp, d))
@@ -816,32 +874,38 @@ func attnScores512(s, q []float32, rows *kvRows, p0, p1 int, scale float32) {
 				c2 = qt.MulAdd(loadMasked16(k2, full, tm), c2)
 				c3 = qt.MulAdd(loadMasked16(k3, full, tm), c3)
 			}
-			hsum4x16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(scale)).Store((*[4]float32)(s[p : p+4]))
+			storeScores4(hsum4x16(c0, c1, c2, c3), sv, s, p, last)
 		}
-	}
-	for ; p < p1; p++ {
-		s[p] = avx512Dot(q, unsafe.Slice((*float32)(rows.at(p)), hd)) * scale
 	}
 }
 
-// attnScores2x512 scores two heads four positions at a time from p0, as
-// attnScores512 does, sharing the K loads, and returns where it stopped.
-func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale float32) int {
+// storeScores4 stores lanes 0..last of v·scale at s[p:].
+func storeScores4(v archsimd.Float32x4, scale archsimd.Float32x16, s unsafe.Pointer, p, last int) {
+	v = v.Mul(scale.GetLo().GetLo())
+	if last == 3 {
+		v.Store((*[4]float32)(unsafe.Add(s, 4*p)))
+		return
+	}
+	storeMasked4(v, s, p, archsimd.Mask32x4FromBits(uint8(2)<<last-1))
+}
+
+// attnScores2x512 scores two heads four positions at a time from p0 to
+// p1, as attnScores512 does, sharing the K loads.
+func attnScores2x512(sa, sb unsafe.Pointer, qa, qb []float32, rows *kvRows, p0, p1 int, sv archsimd.Float32x16) {
 	hd := len(qa)
 	full, tm := hd&^15, tailMask16(hd&15)
 	stride := rows.stride
 	pa, pb := f32ptr(qa), f32ptr(qb)
 	var qat, qbt archsimd.Float32x16
 	if full < hd {
-		qat, qbt = loadF32x16Tail(qa[full:]), loadF32x16Tail(qb[full:])
+		qat, qbt = loadMasked16(pa, full, tm), loadMasked16(pb, full, tm)
 	}
-	sv := archsimd.BroadcastFloat32x4(scale)
-	p := p0
-	for p+4 <= p1 {
+	for p := p0; p < p1; {
 		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
-		for ; p+4 <= end; p += 4 {
+		for ; p < end; p += 4 {
 			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
-			k1, k2, k3 := unsafe.Add(k0, 4*stride), unsafe.Add(k0, 8*stride), unsafe.Add(k0, 12*stride)
+			last := min(3, end-1-p)
+			k1, k2, k3 := unsafe.Add(k0, 4*min(1, last)*stride), unsafe.Add(k0, 4*min(2, last)*stride), unsafe.Add(k0, 4*last*stride)
 			var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
 			for d := 0; d < full; d += 16 {
 				qav, qbv := archsimd.LoadFloat32x16(f32At(pa, d)), archsimd.LoadFloat32x16(f32At(pb, d))
@@ -864,11 +928,10 @@ func attnScores2x512(sa, sb, qa, qb []float32, rows *kvRows, p0, p1 int, scale f
 				kv = loadMasked16(k3, full, tm)
 				a3, b3 = qat.MulAdd(kv, a3), qbt.MulAdd(kv, b3)
 			}
-			hsum4x16(a0, a1, a2, a3).Mul(sv).Store((*[4]float32)(sa[p : p+4]))
-			hsum4x16(b0, b1, b2, b3).Mul(sv).Store((*[4]float32)(sb[p : p+4]))
+			storeScores4(hsum4x16(a0, a1, a2, a3), sv, sa, p, last)
+			storeScores4(hsum4x16(b0, b1, b2, b3), sv, sb, p, last)
 		}
 	}
-	return p
 }
 
 // attnAccumulate512 adds Σ_{p0<=p<p1} e_p·v_p to the hd accumulators at acc
@@ -911,6 +974,25 @@ func attnAccumulate512(acc, e unsafe.Pointer, rows *kvRows, hd, p0, p1 int) {
 	}
 }
 
+// attnAccumulateNarrow2x512 is attnAccumulate512 for two heads narrower
+// than a vector (m masks their headDim lanes): each masked v_p load serves
+// both, and the two chains interleave, each the same as alone (one
+// head's chain is latency-bound: a fused multiply-add per position).
+func attnAccumulateNarrow2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, m archsimd.Mask32x16, p0, p1 int) {
+	stride := rows.stride
+	a, b := archsimd.LoadFloat32x16(f32At(accA, 0)), archsimd.LoadFloat32x16(f32At(accB, 0))
+	for p := p0; p < p1; {
+		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
+		for ; p < end; p++ {
+			v := loadMasked16(unsafe.Add(rb, 4*(p-r0)*stride), 0, m)
+			a = v.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(eA, 4*p))), a)
+			b = v.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(eB, 4*p))), b)
+		}
+	}
+	a.Store(f32At(accA, 0))
+	b.Store(f32At(accB, 0))
+}
+
 // attnAccumulate2x512 is attnAccumulate512 for two heads at once (hd a
 // multiple of 64): each v_p load serves both, and the two heads' chains
 // interleave; each chain is the same as alone.
@@ -935,4 +1017,26 @@ func attnAccumulate2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, hd, p0
 		b0.Store(f32At(accB, d))
 		b1.Store(f32At(accB, d+16))
 	}
+}
+
+// hsumBcast16 is hsum16(v) in every lane: the same additions, kept in a
+// vector register (see avx512Attention on why).
+func hsumBcast16(v archsimd.Float32x16) archsimd.Float32x16 {
+	q := quarter(v)
+	q = q.AddPairs(q)
+	return q.AddPairs(q).Broadcast1To16()
+}
+
+// storeMasked16 stores the lanes of m at the 16 floats at p+4i.
+//
+//go:nocheckptr
+func storeMasked16(v archsimd.Float32x16, p unsafe.Pointer, i int, m archsimd.Mask32x16) {
+	v.StoreMasked((*[16]float32)(unsafe.Add(p, 4*i)), m)
+}
+
+// storeMasked4 stores the lanes of m at the 4 floats at p+4i.
+//
+//go:nocheckptr
+func storeMasked4(v archsimd.Float32x4, p unsafe.Pointer, i int, m archsimd.Mask32x4) {
+	v.StoreMasked((*[4]float32)(unsafe.Add(p, 4*i)), m)
 }

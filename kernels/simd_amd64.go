@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"math"
 	"simd/archsimd"
 	"unsafe"
 )
@@ -38,9 +39,26 @@ func init() {
 // (avx512-go is the avx512 family).
 func canRun(b *backend) bool { return len(missingFeatures(b)) == 0 }
 
-// hsum16 sums a 16-lane accumulator in the fixed order described above.
+// hsum16 sums a 16-lane accumulator in the fixed order described above,
+// and clears the upper vector state before the result reaches a float
+// register: the caller's scalar code is legacy SSE, which costs a state
+// transition of hundreds of cycles on many x86 CPUs while the upper halves
+// are dirty. (The sum leaves through an integer register: a Float32x4 kept
+// across VZEROUPPER would be spilled with legacy MOVUPS.)
 func hsum16(v archsimd.Float32x16) float32 {
-	return hsum8(v.GetLo().Add(v.GetHi()))
+	q := quarter(v)
+	q = q.AddPairs(q)
+	return cleanFloat(q.AddPairs(q).AsUint32x4().GetElem(0))
+}
+
+// cleanFloat runs VZEROUPPER, then returns the float32 with bits u. It is
+// not inlined so that the compiler cannot move the integer-to-float move
+// (legacy MOVD) above the VZEROUPPER.
+//
+//go:noinline
+func cleanFloat(u uint32) float32 {
+	archsimd.ClearAVXUpperBits()
+	return math.Float32frombits(u)
 }
 
 // hsum8 finishes hsum16 from the pairwise sum of its halves.
