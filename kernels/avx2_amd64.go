@@ -41,6 +41,14 @@ var avx2 = &backend{
 
 type acc16 struct{ lo, hi archsimd.Float32x8 }
 
+// The archsimd kernels below end with archsimd.ClearAVXUpperBits
+// (VZEROUPPER) before they return or do scalar float work: Go compiles
+// scalar float32 code, struct zeroing and small copies to legacy SSE, which
+// on some CPUs costs a state transition of hundreds of cycles while the
+// upper halves of the YMM registers are dirty. So scalar setup comes before
+// the first vector instruction, tails are masked vector loads and stores,
+// and a scalar result is read from a Float32x4 after the VZEROUPPER.
+
 // Assembly kernels (avx2_amd64.s). n counts Q8_0 blocks or 8-column groups.
 
 //go:noescape
@@ -219,6 +227,7 @@ func avx2PackActs(dst, x []float32, T, cols, chunk int) []float32 {
 			t += size
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 	return dst
 }
 
@@ -301,7 +310,24 @@ func (a acc16) fma(w0, w1, x0, x1 archsimd.Float32x8) acc16 {
 	return acc16{w0.MulAdd(x0, a.lo), w1.MulAdd(x1, a.hi)}
 }
 
-func (a acc16) sum() float32 { return hsum8(a.lo.Add(a.hi)) }
+// sum4 is hsum8's additions on lo+hi up to the last step: lane 0 is the
+// sum.
+func (a acc16) sum4() archsimd.Float32x4 {
+	h := a.lo.Add(a.hi)
+	q := h.GetLo().Add(h.GetHi())
+	q = q.AddPairs(q)
+	return q.AddPairs(q)
+}
+
+// avx2Leave stores q to r and clears the upper halves of the vector
+// registers (VZEROUPPER), in that order: the compiler orders VZEROUPPER
+// with memory operations only, so scalar code after it must read what the
+// vector code left in memory (a value kept in a register may be computed
+// after the VZEROUPPER, or spilled and reloaded around it as 256 bits).
+func avx2Leave(q archsimd.Float32x4, r *[4]float32) {
+	q.Store(r)
+	archsimd.ClearAVXUpperBits()
+}
 
 // tail16 describes the partial last 16-lane chunk of a vector, m < 16
 // floats, as two 8-lane masks for its halves.
@@ -335,8 +361,8 @@ func (a acc16) fmaTail(q acc16, x unsafe.Pointer, i int, t tail16) acc16 {
 	return a
 }
 
-// hsum4acc16 is [a.sum(), b.sum(), c.sum(), d.sum()], the same additions
-// with the horizontal adds shared (as hsum4x16).
+// hsum4acc16 is lane 0 of a.sum4(), b.sum4(), c.sum4() and d.sum4(), the
+// same additions with the horizontal adds shared (as hsum4x16).
 func hsum4acc16(a, b, c, d acc16) archsimd.Float32x4 {
 	q := func(v acc16) archsimd.Float32x4 {
 		h := v.lo.Add(v.hi)
@@ -350,8 +376,19 @@ func loadF32x8(p unsafe.Pointer, i int) archsimd.Float32x8 {
 }
 
 func f32Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	// The zero-padded tail is copied first, while the vector state is clean.
+	c := cols &^ 15
+	var xt [16]float32
+	var wt [4][16]float32
+	n := cols - c
+	if n > 0 {
+		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 64), unsafe.Slice((*byte)(unsafe.Add(p, 4*c)), 4*n))
+		}
+	}
 	var a0, a1, a2, a3 acc16
-	c := 0
+	c = 0
 	for ; c+16 <= cols; c += 16 {
 		u0 := archsimd.LoadFloat32x8(f32x8At(x, c))
 		u1 := archsimd.LoadFloat32x8(f32x8At(x, c+8))
@@ -360,20 +397,15 @@ func f32Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) 
 		a2 = a2.fma(loadF32x8(w2, c), loadF32x8(w2, c+8), u0, u1)
 		a3 = a3.fma(loadF32x8(w3, c), loadF32x8(w3, c+8), u0, u1)
 	}
-	if n := cols - c; n > 0 {
-		var xt [16]float32
-		var wt [4][16]float32
-		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
-		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 64), unsafe.Slice((*byte)(unsafe.Add(p, 4*c)), 4*n))
-		}
+	if n > 0 {
 		u0, u1 := archsimd.LoadFloat32x8Slice(xt[:8]), archsimd.LoadFloat32x8Slice(xt[8:])
 		a0 = a0.fma(archsimd.LoadFloat32x8Slice(wt[0][:8]), archsimd.LoadFloat32x8Slice(wt[0][8:]), u0, u1)
 		a1 = a1.fma(archsimd.LoadFloat32x8Slice(wt[1][:8]), archsimd.LoadFloat32x8Slice(wt[1][8:]), u0, u1)
 		a2 = a2.fma(archsimd.LoadFloat32x8Slice(wt[2][:8]), archsimd.LoadFloat32x8Slice(wt[2][8:]), u0, u1)
 		a3 = a3.fma(archsimd.LoadFloat32x8Slice(wt[3][:8]), archsimd.LoadFloat32x8Slice(wt[3][8:]), u0, u1)
 	}
-	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+	hsum4acc16(a0, a1, a2, a3).Store((*[4]float32)(res[:4]))
+	archsimd.ClearAVXUpperBits()
 }
 
 func loadHalf8(p unsafe.Pointer, c int) archsimd.Uint16x8 {
@@ -393,11 +425,27 @@ func bf16to32x8(h archsimd.Uint16x8) archsimd.Float32x8 {
 	return h.ExtendToUint32().ShiftAllLeft(16).AsFloat32x8()
 }
 
+// halfTileTail is the zero-padded tail of the F16 and BF16 tiles, columns
+// c..cols-1 of x and the four rows (n of them), copied before the first
+// vector instruction.
+func halfTileTail(w0, w1, w2, w3, x unsafe.Pointer, c, cols int) (xt [16]float32, wt [4][16]uint16, n int) {
+	n = cols - c
+	if n > 0 {
+		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
+		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 32), unsafe.Slice((*byte)(unsafe.Add(p, 2*c)), 2*n))
+		}
+	}
+	return xt, wt, n
+}
+
 // f16Tile4x1x2 and bf16Tile4x1x2 differ only in the conversion (kept
 // apart so it inlines).
 func f16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	c := cols &^ 15
+	xt, wt, n := halfTileTail(w0, w1, w2, w3, x, c, cols)
 	var a0, a1, a2, a3 acc16
-	c := 0
+	c = 0
 	for ; c+16 <= cols; c += 16 {
 		u0 := archsimd.LoadFloat32x8(f32x8At(x, c))
 		u1 := archsimd.LoadFloat32x8(f32x8At(x, c+8))
@@ -406,13 +454,7 @@ func f16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) 
 		a2 = a2.fma(f16to32x8(loadHalf8(w2, c)), f16to32x8(loadHalf8(w2, c+8)), u0, u1)
 		a3 = a3.fma(f16to32x8(loadHalf8(w3, c)), f16to32x8(loadHalf8(w3, c+8)), u0, u1)
 	}
-	if n := cols - c; n > 0 {
-		var xt [16]float32
-		var wt [4][16]uint16
-		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
-		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 32), unsafe.Slice((*byte)(unsafe.Add(p, 2*c)), 2*n))
-		}
+	if n > 0 {
 		u0, u1 := archsimd.LoadFloat32x8Slice(xt[:8]), archsimd.LoadFloat32x8Slice(xt[8:])
 		t := func(i, h int) archsimd.Float32x8 { return f16to32x8(archsimd.LoadUint16x8Slice(wt[i][8*h:])) }
 		a0 = a0.fma(t(0, 0), t(0, 1), u0, u1)
@@ -420,12 +462,15 @@ func f16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) 
 		a2 = a2.fma(t(2, 0), t(2, 1), u0, u1)
 		a3 = a3.fma(t(3, 0), t(3, 1), u0, u1)
 	}
-	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+	hsum4acc16(a0, a1, a2, a3).Store((*[4]float32)(res[:4]))
+	archsimd.ClearAVXUpperBits()
 }
 
 func bf16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int) {
+	c := cols &^ 15
+	xt, wt, n := halfTileTail(w0, w1, w2, w3, x, c, cols)
 	var a0, a1, a2, a3 acc16
-	c := 0
+	c = 0
 	for ; c+16 <= cols; c += 16 {
 		u0 := archsimd.LoadFloat32x8(f32x8At(x, c))
 		u1 := archsimd.LoadFloat32x8(f32x8At(x, c+8))
@@ -434,13 +479,7 @@ func bf16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
 		a2 = a2.fma(bf16to32x8(loadHalf8(w2, c)), bf16to32x8(loadHalf8(w2, c+8)), u0, u1)
 		a3 = a3.fma(bf16to32x8(loadHalf8(w3, c)), bf16to32x8(loadHalf8(w3, c+8)), u0, u1)
 	}
-	if n := cols - c; n > 0 {
-		var xt [16]float32
-		var wt [4][16]uint16
-		copy(xt[:], unsafe.Slice((*float32)(unsafe.Add(x, 4*c)), n))
-		for i, p := range [4]unsafe.Pointer{w0, w1, w2, w3} {
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(&wt[i])), 32), unsafe.Slice((*byte)(unsafe.Add(p, 2*c)), 2*n))
-		}
+	if n > 0 {
 		u0, u1 := archsimd.LoadFloat32x8Slice(xt[:8]), archsimd.LoadFloat32x8Slice(xt[8:])
 		t := func(i, h int) archsimd.Float32x8 { return bf16to32x8(archsimd.LoadUint16x8Slice(wt[i][8*h:])) }
 		a0 = a0.fma(t(0, 0), t(0, 1), u0, u1)
@@ -448,7 +487,8 @@ func bf16Tile4x1x2(res *[16]float32, w0, w1, w2, w3, x unsafe.Pointer, cols int)
 		a2 = a2.fma(t(2, 0), t(2, 1), u0, u1)
 		a3 = a3.fma(t(3, 0), t(3, 1), u0, u1)
 	}
-	res[0], res[1], res[2], res[3] = a0.sum(), a1.sum(), a2.sum(), a3.sum()
+	hsum4acc16(a0, a1, a2, a3).Store((*[4]float32)(res[:4]))
+	archsimd.ClearAVXUpperBits()
 }
 
 func cvtF16Row2(dst []float32, src unsafe.Pointer, n int) {
@@ -463,12 +503,14 @@ func cvtBF16Row2(dst []float32, src unsafe.Pointer, n int) {
 	for ; c+8 <= n; c += 8 {
 		bf16to32x8(loadHalf8(src, c)).Store(f32x8At(d, c))
 	}
+	archsimd.ClearAVXUpperBits()
 	for ; c < n; c++ {
 		dst[c] = BF16ToF32(u16At(src, 2*c))
 	}
 }
 
 func avx2Dot(a, b []float32) float32 {
+	var r [4]float32
 	n := len(a)
 	b = b[:n]
 	pa, pb := f32ptr(a), f32ptr(b)
@@ -482,10 +524,13 @@ func avx2Dot(a, b []float32) float32 {
 		t := newTail16(n - i)
 		acc = acc.fmaTail(t.load(pa, i), pb, i, t)
 	}
-	return acc.sum()
+	avx2Leave(acc.sum4(), &r)
+	return r[0]
 }
 
 func avx2RMSNorm(out, x, weight []float32, eps float32) {
+	var r [5]float32
+	r[4] = eps // kept in memory, not spilled with legacy SSE in the vector code
 	n := len(x)
 	out, weight = out[:n], weight[:n]
 	px, po, pw := f32ptr(x), f32ptr(out), f32ptr(weight)
@@ -496,21 +541,29 @@ func avx2RMSNorm(out, x, weight []float32, eps float32) {
 		acc = acc.fma(v0, v1, v0, v1)
 	}
 	if i < n {
-		var t [16]float32
-		copy(t[:], x[i:])
-		v0, v1 := archsimd.LoadFloat32x8Slice(t[:8]), archsimd.LoadFloat32x8Slice(t[8:])
-		acc = acc.fma(v0, v1, v0, v1)
+		// Zero-padded: the padding adds 0·0 (the high half only when loaded).
+		v := newTail16(n-i).load(px, i)
+		acc = acc.fma(v.lo, v.hi, v.lo, v.hi)
 	}
-	scale := rmsScale(acc.sum(), n, eps)
+	avx2Leave(acc.sum4(), (*[4]float32)(r[:4]))
+	scale := avx2RMSScale(&r, n)
 	sv := archsimd.BroadcastFloat32x8(scale)
 	i = 0
 	for ; i+8 <= n; i += 8 {
 		archsimd.LoadFloat32x8(f32x8At(px, i)).Mul(sv).Mul(archsimd.LoadFloat32x8(f32x8At(pw, i))).Store(f32x8At(po, i))
 	}
-	for ; i < n; i++ {
-		out[i] = float32(x[i]*scale) * weight[i]
+	if i < n {
+		storeF32x8Tail(loadF32x8Tail(x[i:]).Mul(sv).Mul(loadF32x8Tail(weight[i:])), out[i:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
+
+// avx2RMSScale is rmsScale(r[0], n, r[4]) behind a call, so that none of
+// its scalar code (float32(n) included) is scheduled before avx2Leave's
+// VZEROUPPER.
+//
+//go:noinline
+func avx2RMSScale(r *[5]float32, n int) float32 { return rmsScale(r[0], n, r[4]) }
 
 // swapPairs8 are the lane indices that swap adjacent pairs. A plain array:
 // a vector built at package initialisation would run AVX2 before the CPU
@@ -532,10 +585,13 @@ func avx2RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool)
 				x0.Mul(cv).Sub(x1.Mul(sv)).Store(f32x8At(pv, i))
 				x0.Mul(sv).Add(x1.Mul(cv)).Store(f32x8At(pv, i+half))
 			}
-			for ; i < pairs; i++ {
-				x0, x1 := v[i], v[i+half]
-				v[i] = float32(x0*c[i]) - float32(x1*s[i])
-				v[i+half] = float32(x0*s[i]) + float32(x1*c[i])
+			if i < pairs {
+				// The same lane arithmetic, masked.
+				m := tailMask8(pairs - i)
+				x0, x1 := loadMasked8(pv, i, m), loadMasked8(pv, i+half, m)
+				cv, sv := loadMasked8(pc, i, m), loadMasked8(ps, i, m)
+				storeF32x8Tail(x0.Mul(cv).Sub(x1.Mul(sv)), v[i:pairs])
+				storeF32x8Tail(x0.Mul(sv).Add(x1.Mul(cv)), v[i+half:i+half+pairs-i])
 			}
 			continue
 		}
@@ -546,13 +602,16 @@ func avx2RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool)
 			sw := xv.Permute(archsimd.LoadUint32x8(&swapPairs8))
 			xv.Mul(archsimd.LoadFloat32x8(f32x8At(pc, j))).Add(sw.Mul(archsimd.LoadFloat32x8(f32x8At(ps, j)))).Store(f32x8At(pv, j))
 		}
-		for ; j < n; j += 2 {
-			x0, x1 := v[j], v[j+1]
-			ci, si := c[j], s[j+1]
-			v[j] = float32(x0*ci) - float32(x1*si)
-			v[j+1] = float32(x0*si) + float32(x1*ci)
+		if j < n {
+			// Whole pairs, so the swap stays inside the loaded lanes; with
+			// s[j] = -s[j+1] (RoPE's table) this is x0·c - x1·s, x1·c + x0·s.
+			m := tailMask8(n - j)
+			xv := loadMasked8(pv, j, m)
+			sw := xv.Permute(archsimd.LoadUint32x8(&swapPairs8))
+			storeF32x8Tail(xv.Mul(loadMasked8(pc, j, m)).Add(sw.Mul(loadMasked8(ps, j, m))), v[j:n])
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // exp8 is exp512 on 8 lanes (same arithmetic).
@@ -587,12 +646,14 @@ func avx2SiLUMul(gate, up []float32) {
 		g := loadF32x8Tail(gate[i:])
 		storeF32x8Tail(g.Div(one.Add(exp8(zero.Sub(g)))).Mul(loadF32x8Tail(up[i:])), gate[i:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func avx2Softmax(x []float32) {
 	if len(x) == 0 {
 		return
 	}
+	// Both return with the vector state clean.
 	sum := avx2ExpSum(x, avx2Max(x))
 	inv := 1 / sum
 	px := f32ptr(x)
@@ -601,12 +662,14 @@ func avx2Softmax(x []float32) {
 	for ; i+8 <= len(x); i += 8 {
 		archsimd.LoadFloat32x8(f32x8At(px, i)).Mul(sv).Store(f32x8At(px, i))
 	}
-	for ; i < len(x); i++ {
-		x[i] *= inv
+	if i < len(x) {
+		storeF32x8Tail(loadF32x8Tail(x[i:]).Mul(sv), x[i:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func avx2Max(x []float32) float32 {
+	var q [4]float32
 	n := len(x)
 	px := f32ptr(x)
 	mv := archsimd.BroadcastFloat32x8(x[0])
@@ -614,8 +677,10 @@ func avx2Max(x []float32) float32 {
 	for ; i+8 <= n; i += 8 {
 		mv = mv.Max(archsimd.LoadFloat32x8(f32x8At(px, i)))
 	}
-	q := mv.GetLo().Max(mv.GetHi())
-	m := max(max(q.GetElem(0), q.GetElem(1)), max(q.GetElem(2), q.GetElem(3)))
+	// Go's max (NaN and signed zero as the scalar code has them) on clean
+	// vector state.
+	avx2Leave(mv.GetLo().Max(mv.GetHi()), &q)
+	m := max(max(q[0], q[1]), max(q[2], q[3]))
 	for ; i < n; i++ {
 		m = max(m, x[i])
 	}
@@ -624,6 +689,7 @@ func avx2Max(x []float32) float32 {
 
 // avx2ExpSum is avx512ExpSum in two halves (same values, same sum order).
 func avx2ExpSum(x []float32, m float32) float32 {
+	var r [4]float32
 	n := len(x)
 	px := f32ptr(x)
 	mv := archsimd.BroadcastFloat32x8(m)
@@ -637,18 +703,19 @@ func avx2ExpSum(x []float32, m float32) float32 {
 		acc.lo, acc.hi = acc.lo.Add(e0), acc.hi.Add(e1)
 	}
 	if i < n {
-		var t [16]float32
-		k := copy(t[:], x[i:])
-		e0 := exp8(archsimd.LoadFloat32x8Slice(t[:8]).Sub(mv))
-		e1 := exp8(archsimd.LoadFloat32x8Slice(t[8:]).Sub(mv))
-		e0.Store((*[8]float32)(t[:8]))
-		e1.Store((*[8]float32)(t[8:]))
-		clear(t[k:])
-		copy(x[i:], t[:k])
-		acc.lo = acc.lo.Add(archsimd.LoadFloat32x8Slice(t[:8]))
-		acc.hi = acc.hi.Add(archsimd.LoadFloat32x8Slice(t[8:]))
+		// The padding lanes add +0, as a zero-padded chunk's would.
+		t := newTail16(n - i)
+		e0 := exp8(loadMasked8(px, i, t.lo).Sub(mv)).Masked(t.lo)
+		storeF32x8Tail(e0, x[i:])
+		acc.lo = acc.lo.Add(e0)
+		if t.m > 8 {
+			e1 := exp8(loadMasked8(px, i+8, t.hi).Sub(mv)).Masked(t.hi)
+			storeF32x8Tail(e1, x[i+8:])
+			acc.hi = acc.hi.Add(e1)
+		}
 	}
-	return acc.sum()
+	avx2Leave(acc.sum4(), &r)
+	return r[0]
 }
 
 func avx2Add(dst, src []float32) {
@@ -659,13 +726,14 @@ func avx2Add(dst, src []float32) {
 	for ; i+8 <= n; i += 8 {
 		archsimd.LoadFloat32x8(f32x8At(pd, i)).Add(archsimd.LoadFloat32x8(f32x8At(ps, i))).Store(f32x8At(pd, i))
 	}
-	for ; i < n; i++ {
-		dst[i] += src[i]
+	if i < n {
+		storeF32x8Tail(loadF32x8Tail(dst[i:]).Add(loadF32x8Tail(src[i:])), dst[i:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func avx2Argmax(x []float32) int {
-	m := avx2Max(x)
+	m := avx2Max(x) // returns with the vector state clean
 	for i, v := range x {
 		if v == m {
 			return i
@@ -677,6 +745,8 @@ func avx2Argmax(x []float32) int {
 // avx2Attention is avx512Attention with 16-lane accumulators in halves,
 // one head at a time.
 func avx2Attention(a *attnArgs, w *worker, i, h0, h1 int) {
+	// avx2AttentionHead scores positions four at a time into whole groups.
+	w.scores = growF32(w.scores, (a.start+i+1+3)&^3)
 	for h := h0; h < h1; h++ {
 		avx2AttentionHead(a, w, i, h)
 	}
@@ -688,6 +758,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	g := h / (a.nHeads / a.nKV)
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
 	scores := w.scores[:n]
+	sp := f32ptr(w.scores)
 	p := 0
 	// Four positions at a time share the query loads; each position's dot
 	// product is avx2Dot's, chunk by chunk, a partial last chunk masked.
@@ -698,9 +769,12 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	if full < hd {
 		qt = t.load(qp, full)
 	}
-	for ; p+4 <= n; p += 4 {
-		k0, k1 := unsafe.Add(kp, 4*a.rowOff(p, g)), unsafe.Add(kp, 4*a.rowOff(p+1, g))
-		k2, k3 := unsafe.Add(kp, 4*a.rowOff(p+2, g)), unsafe.Add(kp, 4*a.rowOff(p+3, g))
+	// A short last group repeats position n-1; w.scores has room for
+	// the whole group (avx2Attention) and the extra scores go unread.
+	last := n - 1
+	for ; p < n; p += 4 {
+		k0, k1 := unsafe.Add(kp, 4*a.rowOff(p, g)), unsafe.Add(kp, 4*a.rowOff(min(p+1, last), g))
+		k2, k3 := unsafe.Add(kp, 4*a.rowOff(min(p+2, last), g)), unsafe.Add(kp, 4*a.rowOff(min(p+3, last), g))
 		var c0, c1, c2, c3 acc16
 		for d := 0; d < full; d += 16 {
 			q0, q1 := archsimd.LoadFloat32x8(f32x8At(qp, d)), archsimd.LoadFloat32x8(f32x8At(qp, d+8))
@@ -713,11 +787,10 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 			c0, c1 = c0.fmaTail(qt, k0, full, t), c1.fmaTail(qt, k1, full, t)
 			c2, c3 = c2.fmaTail(qt, k2, full, t), c3.fmaTail(qt, k3, full, t)
 		}
-		hsum4acc16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(a.scale)).Store((*[4]float32)(scores[p : p+4]))
+		hsum4acc16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(a.scale)).Store((*[4]float32)(unsafe.Add(sp, 4*p)))
 	}
-	for ; p < n; p++ {
-		scores[p] = avx2Dot(q, a.kRow(p, g)) * a.scale
-	}
+	// avx2Max and avx2ExpSum return with the vector state clean, so 1/sum
+	// is on clean state too.
 	sum := avx2ExpSum(scores, avx2Max(scores))
 	inv := archsimd.BroadcastFloat32x8(1 / sum)
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
@@ -740,6 +813,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 			a2.Mul(inv).Store(f32x8At(po, d+16))
 			a3.Mul(inv).Store(f32x8At(po, d+24))
 		}
+		archsimd.ClearAVXUpperBits()
 		return
 	}
 	vp := f32ptr(a.v)
@@ -758,4 +832,5 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		}
 		storeF32x8Tail(acc.Mul(inv), o[d:])
 	}
+	archsimd.ClearAVXUpperBits()
 }
