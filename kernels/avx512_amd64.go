@@ -877,6 +877,7 @@ func attnScores512(s unsafe.Pointer, q []float32, rows *kvRows, p0, p1 int, sv a
 			storeScores4(hsum4x16(c0, c1, c2, c3), sv, s, p, last)
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // storeScores4 stores lanes 0..last of v·scale at s[p:].
@@ -932,6 +933,7 @@ func attnScores2x512(sa, sb unsafe.Pointer, qa, qb []float32, rows *kvRows, p0, 
 			storeScores4(hsum4x16(b0, b1, b2, b3), sv, sb, p, last)
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // attnAccumulate512 adds Σ_{p0<=p<p1} e_p·v_p to the hd accumulators at acc
@@ -972,6 +974,7 @@ func attnAccumulate512(acc, e unsafe.Pointer, rows *kvRows, hd, p0, p1 int) {
 		}
 		o.Store(f32At(acc, d))
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // attnAccumulateNarrow2x512 is attnAccumulate512 for two heads narrower
@@ -991,6 +994,7 @@ func attnAccumulateNarrow2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, 
 	}
 	a.Store(f32At(accA, 0))
 	b.Store(f32At(accB, 0))
+	archsimd.ClearAVXUpperBits()
 }
 
 // attnAccumulate2x512 is attnAccumulate512 for two heads at once (hd a
@@ -1017,6 +1021,7 @@ func attnAccumulate2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, hd, p0
 		b0.Store(f32At(accB, d))
 		b1.Store(f32At(accB, d+16))
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // hsumBcast16 is hsum16(v) in every lane: the same additions, kept in a
