@@ -44,6 +44,7 @@ type scheduler struct {
 	// specCaps and specAlloc are allocDrafts' buffers.
 	cost      stepCost
 	specSlots []draftSlot
+	specIdle  int // allocations that drafted nothing (probing counts them)
 	specCaps  []int
 	specAlloc []int
 	// onToken, when set, sees each token postprocess appends and the text

@@ -209,6 +209,20 @@ type draftSlot struct {
 // see.
 const specMinGain = 1.1
 
+// Probing: the costs of shapes a step never took are the line's guess,
+// and a sequence's acceptance is its prior until it drafts, so a policy
+// that only takes what its estimates favour can stay undecided forever
+// (at eight sequences a draft row's cost is never measured when only
+// decodes and prefills have run). So every specProbeEvery allocations
+// that draft nothing, the best allocation is taken anyway when its
+// expected rate is at least specProbeFloor of plain decoding's: that
+// step measures a cost and feeds acceptance back, for at most
+// (1-specProbeFloor)/specProbeEvery of the time.
+const (
+	specProbeEvery = 32
+	specProbeFloor = 0.8
+)
+
 // allocDrafts decides how many drafts each of the decoding sequences
 // verifies this step (ks[i] for decodes[i], at most caps[i], spare in
 // all), by expected tokens per second of the step. The j-th draft of a
@@ -240,12 +254,24 @@ func (sc *scheduler) allocDrafts(decodes []*seq, caps, ks []int, spare int) {
 	// earlier slot (worth at least its later ones) before its later.
 	slices.SortStableFunc(slots, func(x, y draftSlot) int { return cmp.Compare(y.value, x.value) })
 	seqs := len(decodes)
-	best, bestRate := 0, tokens/sc.cost.at(seqs, rows)*specMinGain
+	plain := tokens / sc.cost.at(seqs, rows)
+	best, bestRate := 0, plain*specMinGain
+	probe, probeRate := 0, 0.0
 	sum := tokens
 	for m, sl := range slots[:min(len(slots), spare)] {
 		sum += sl.value
-		if rate := sum / sc.cost.at(seqs, rows+m+1); rate > bestRate {
+		rate := sum / sc.cost.at(seqs, rows+m+1)
+		if rate > bestRate {
 			best, bestRate = m+1, rate
+		}
+		if rate > probeRate {
+			probe, probeRate = m+1, rate
+		}
+	}
+	if best == 0 {
+		sc.specIdle++
+		if sc.specIdle%specProbeEvery == 0 && probeRate >= specProbeFloor*plain {
+			best = probe
 		}
 	}
 	for _, sl := range slots[:best] {

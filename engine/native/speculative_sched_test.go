@@ -349,3 +349,37 @@ func allocByFormula(decodes []*seq, caps []int, F, R float64, spare int) []int {
 	walk(0, spare)
 	return best
 }
+
+// Probing: when the estimates favour no draft, every specProbeEvery-th
+// allocation still takes the best one if its expected rate is within
+// specProbeFloor of plain decoding's (so that an unmeasured cost and the
+// prior's acceptance get measured); a clearly losing one is never taken.
+func TestSpecAllocationProbes(t *testing.T) {
+	// F=1, R=1, one sequence, alpha 0.5 (the prior): plain 1/2; one draft
+	// (1.5)/3 = 0.5 = plain, below specMinGain but above the floor.
+	sc := &scheduler{cost: stepCost{priorF: 1, priorR: 1}}
+	fresh := &seq{spec: specState{method: specNgram}}
+	ks := make([]int, 1)
+	drafted := 0
+	for i := 1; i <= 3*specProbeEvery; i++ {
+		sc.allocDrafts([]*seq{fresh}, []int{4}, ks, 100)
+		if ks[0] > 0 {
+			drafted++
+			if i%specProbeEvery != 0 {
+				t.Fatalf("allocation %d drafted %d: only every %dth may probe", i, ks[0], specProbeEvery)
+			}
+		}
+	}
+	if drafted != 3 {
+		t.Fatalf("%d probes in %d allocations, want 3", drafted, 3*specProbeEvery)
+	}
+	// A near-hopeless draft (alpha about 0): one draft's rate 1/3 is
+	// 0.67 of plain, below the floor: never taken.
+	hopeless := &seq{spec: specState{method: specNgram, fails: 1000}}
+	for i := 1; i <= 2*specProbeEvery; i++ {
+		sc.allocDrafts([]*seq{hopeless}, []int{4}, ks, 100)
+		if ks[0] > 0 {
+			t.Fatalf("allocation %d probed a draft worth %.3f", i, hopeless.spec.alpha())
+		}
+	}
+}
