@@ -165,3 +165,26 @@ func scatterInOrder(k, v []float32, n, nKV, hd, bs int) (kp, vp []float32, table
 	}
 	return kp, vp, table
 }
+
+// BenchmarkPagedAttentionNarrow is stories260K's attention (8 heads of 8
+// over 4 kv heads) on one thread: a decode token and a 5-token verify
+// chunk after 170 positions, in 16-position blocks.
+func BenchmarkPagedAttentionNarrow(b *testing.B) {
+	const heads, kv, hd, bs = 8, 4, 8, 16
+	cpu := NewCPU(1)
+	defer cpu.Close()
+	for _, nTok := range []int{1, 5} {
+		b.Run(fmt.Sprintf("nTok=%d/start=170", nTok), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(4, 5))
+			n := 170 + nTok
+			q := randF32(r, nTok*heads*hd, 1)
+			k, v := randF32(r, n*kv*hd, 1), randF32(r, n*kv*hd, 1)
+			kp, vp, table := scatter(r, k, v, n, kv, hd, bs, (n+bs-1)/bs+8)
+			out := make([]float32, len(q))
+			b.ResetTimer()
+			for range b.N {
+				cpu.PagedAttention(out, q, kp, vp, table, bs, nTok, 170, heads, kv, hd, 0.125)
+			}
+		})
+	}
+}

@@ -850,12 +850,18 @@ func attnScores512(s unsafe.Pointer, q []float32, rows *kvRows, p0, p1 int, sv a
 	full, tm := hd&^15, tailMask16(hd&15)
 	stride := rows.stride
 	qp := f32ptr(q)
-	var qt archsimd.Float32x16
+	var qt, qq archsimd.Float32x16
 	if full < hd {
 		qt = loadMasked16(qp, full, tm)
 	}
+	if hd == 8 {
+		qq = dup8(qp)
+	}
 	for p := p0; p < p1; {
 		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
+		for ; hd == 8 && p+16 <= end; p += 16 {
+			scores16x8(s, p, qq, unsafe.Add(rb, 4*(p-r0)*stride), stride, sv)
+		}
 		for ; p < end; p += 4 {
 			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
 			last := min(3, end-1-p)
@@ -880,6 +886,56 @@ func attnScores512(s unsafe.Pointer, q []float32, rows *kvRows, p0, p1 int, sv a
 	archsimd.ClearAVXUpperBits()
 }
 
+// Heads of 8 (stories260K's) are scored 16 positions at a time with the
+// positions in lanes instead of one position per 16-lane vector: two
+// positions' products share a vector, and three rounds of two-vector
+// permutes and adds sum them, lane by lane, in exactly the order of the
+// canonical dot product's hsum16 (its first step adds zero lanes: exact),
+// leaving the 16 scores in position order. The lane indices of the rounds:
+var (
+	// round 1: lanes 0-3 and 4-7 of each position's 8 products.
+	sc8lo = [16]uint32{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27}
+	sc8hi = [16]uint32{4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}
+	// rounds 2 and 3: even and odd lanes of the two vectors.
+	scEven = [16]uint32{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}
+	scOdd  = [16]uint32{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}
+)
+
+// dup8 is the 8 floats at p in both halves of a vector.
+func dup8(p unsafe.Pointer) archsimd.Float32x16 {
+	q := archsimd.LoadFloat32x8(f32x8At(p, 0))
+	var v archsimd.Float32x16
+	return v.SetLo(q).SetHi(q)
+}
+
+// scores16x8 sets s[p+i] = dot(q, k_i)·scale for the 16 rows k_i = k +
+// i·stride floats of a head of 8 (qq: q in both halves).
+func scores16x8(s unsafe.Pointer, p int, qq archsimd.Float32x16, k unsafe.Pointer, stride int, scale archsimd.Float32x16) {
+	var zero archsimd.Float32x16
+	pair := func(j int) archsimd.Float32x16 {
+		r := unsafe.Add(k, 8*j*stride)
+		kv := zero.SetLo(archsimd.LoadFloat32x8(f32x8At(r, 0))).SetHi(archsimd.LoadFloat32x8(f32x8At(r, stride)))
+		// As the canonical dot product: a fused multiply-add onto zero.
+		return qq.MulAdd(kv, zero)
+	}
+	lo, hi := archsimd.LoadUint32x16(&sc8lo), archsimd.LoadUint32x16(&sc8hi)
+	// Round 1: positions 4i..4i+3, lanes p_l+p_{l+4} (l < 4).
+	z0 := pair(0).ConcatPermute(pair(1), lo)
+	z0 = z0.Add(pair(0).ConcatPermute(pair(1), hi))
+	z1 := pair(2).ConcatPermute(pair(3), lo)
+	z1 = z1.Add(pair(2).ConcatPermute(pair(3), hi))
+	z2 := pair(4).ConcatPermute(pair(5), lo)
+	z2 = z2.Add(pair(4).ConcatPermute(pair(5), hi))
+	z3 := pair(6).ConcatPermute(pair(7), lo)
+	z3 = z3.Add(pair(6).ConcatPermute(pair(7), hi))
+	ev, od := archsimd.LoadUint32x16(&scEven), archsimd.LoadUint32x16(&scOdd)
+	// Round 2: (a+b, c+d) per position; round 3: (a+b)+(c+d).
+	w0 := z0.ConcatPermute(z1, ev).Add(z0.ConcatPermute(z1, od))
+	w1 := z2.ConcatPermute(z3, ev).Add(z2.ConcatPermute(z3, od))
+	w0.ConcatPermute(w1, ev).Add(w0.ConcatPermute(w1, od)).Mul(scale).Store(f32At(s, p))
+	archsimd.ClearAVXUpperBits()
+}
+
 // storeScores4 stores lanes 0..last of v·scale at s[p:].
 func storeScores4(v archsimd.Float32x4, scale archsimd.Float32x16, s unsafe.Pointer, p, last int) {
 	v = v.Mul(scale.GetLo().GetLo())
@@ -897,12 +953,20 @@ func attnScores2x512(sa, sb unsafe.Pointer, qa, qb []float32, rows *kvRows, p0, 
 	full, tm := hd&^15, tailMask16(hd&15)
 	stride := rows.stride
 	pa, pb := f32ptr(qa), f32ptr(qb)
-	var qat, qbt archsimd.Float32x16
+	var qat, qbt, qqa, qqb archsimd.Float32x16
 	if full < hd {
 		qat, qbt = loadMasked16(pa, full, tm), loadMasked16(pb, full, tm)
 	}
+	if hd == 8 {
+		qqa, qqb = dup8(pa), dup8(pb)
+	}
 	for p := p0; p < p1; {
 		end, rb, r0 := rows.runEnd(p, p1), rows.at(p), p
+		for ; hd == 8 && p+16 <= end; p += 16 {
+			k := unsafe.Add(rb, 4*(p-r0)*stride)
+			scores16x8(sa, p, qqa, k, stride, sv)
+			scores16x8(sb, p, qqb, k, stride, sv)
+		}
 		for ; p < end; p += 4 {
 			k0 := unsafe.Add(rb, 4*(p-r0)*stride)
 			last := min(3, end-1-p)
