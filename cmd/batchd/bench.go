@@ -33,7 +33,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchEngine(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -245,6 +245,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	speculative := fs.String("speculative", "", "instead, run requests through the engine with each of these speculative methods (off, ngram, draft: the model drafting for itself), the first as the baseline, at each of --seqs concurrent sequences")
 	specK := fs.Int("spec-k", 4, "--speculative: the most draft tokens verified per step (native.speculative.k)")
 	workload := fs.String("workload", nativebench.SpecWorkloadRepetitive, "--speculative: repetitive (greedy, prompts whose continuations repeat), openings (greedy, plain story openings) or random (temperature 1, token prompts)")
+	rowsFlag := fs.String("rows", "", "instead, time forward passes of each of --seqs sequences holding --prompt positions with each of these rows per sequence (1: a decode step, 1+k: a step verifying k drafts; logits for every row), --steps passes a run, best of 5")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -260,13 +261,18 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var counts []int
-	for _, f := range strings.Split(*seqs, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return errorf(stderr, exitUsage, "--seqs: %q is not a list of positive integers", *seqs)
+	counts, ok := positiveInts(*seqs)
+	if !ok {
+		return errorf(stderr, exitUsage, "--seqs: %q is not a list of positive integers", *seqs)
+	}
+	var rowCounts []int
+	if *rowsFlag != "" {
+		if rowCounts, ok = positiveInts(*rowsFlag); !ok {
+			return errorf(stderr, exitUsage, "--rows: %q is not a list of positive integers", *rowsFlag)
 		}
-		counts = append(counts, n)
+		if *speculative != "" || *prefixReqs > 0 || *loraRank > 0 {
+			return errorf(stderr, exitUsage, "--rows measures forward passes alone: it does not combine with --speculative, --prefix-requests or --lora-rank")
+		}
 	}
 	path := *model
 	if path == "" {
@@ -294,6 +300,15 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, res)
 		return exitOK
 	}
+	if rowCounts != nil {
+		res, err := nativebench.RowCosts(path, nativebench.RowCostOptions{Threads: *threads, Kernels: *kernelsName, Context: *prompt,
+			Seqs: counts, Rows: rowCounts, Passes: *steps})
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		return exitOK
+	}
 	bo := nativebench.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts}
 	if *loraRank > 0 {
 		res, err := nativebench.BenchLoRA(path, nativebench.LoRABenchOptions{BenchOptions: bo, Rank: *loraRank, Rounds: *rounds})
@@ -309,4 +324,17 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	fmt.Fprint(stdout, res)
 	return exitOK
+}
+
+// positiveInts parses a comma-separated list of positive integers.
+func positiveInts(list string) ([]int, bool) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, false
+		}
+		out = append(out, n)
+	}
+	return out, true
 }

@@ -597,6 +597,33 @@ func TestValidateWithAMissingOptionsFile(t *testing.T) {
 	}
 }
 
+// bench engine --rows times a forward pass per shape and what an extra row
+// costs; it refuses a bad list and the modes it does not combine with.
+func TestBenchEngineRows(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "demo.gguf")
+	if code, _, stderr := cli(t, "demo-model", "--shape", "tiny", "--out", model); code != exitOK {
+		t.Fatalf("demo-model: %s", stderr)
+	}
+	code, stdout, stderr := cli(t, "bench", "engine", "--model", model, "--threads", "1", "--rows", "1,3", "--seqs", "1,2", "--prompt", "20", "--steps", "2")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"after 20 positions", "x1   seqs,  3 row(s) each", "x2   seqs,  1 row(s) each"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if n := strings.Count(stdout, "per extra row"); n != 2 {
+		t.Errorf("%d lines with an extra row's cost, want 2:\n%s", n, stdout)
+	}
+	for _, args := range [][]string{{"--rows", "1,x"}, {"--rows", "0"}, {"--rows", "1,2", "--speculative", "off,ngram"}} {
+		code, _, stderr := cli(t, append([]string{"bench", "engine", "--model", model}, args...)...)
+		if code != exitUsage || !strings.Contains(stderr, "--rows") {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error naming --rows", args, code, stderr)
+		}
+	}
+}
+
 // bench engine --speculative runs each case through the engine and prints
 // its figures and, for a speculating case, its acceptance; a bad case is
 // refused by name.

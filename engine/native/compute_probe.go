@@ -29,6 +29,9 @@ type ProbeSeq struct {
 	Tokens []int32
 	// Adapter names a LoRA adapter LoadAdapter loaded; "": the base model.
 	Adapter string
+	// AllLogits computes logits for every token, as a step verifying
+	// drafts does (otherwise only for the last, as a decode step).
+	AllLogits bool
 }
 
 // OpenComputeProbe loads the model at path on a CPU of threads threads
@@ -103,7 +106,13 @@ func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
 			b.lora = true
 		}
 		b.segs = append(b.segs, segment{blocks: s.Table, first: f, n: len(s.Tokens), start: s.Start, adapter: a})
-		b.logitRows = append(b.logitRows, f+len(s.Tokens)-1)
+		if s.AllLogits {
+			for i := range s.Tokens {
+				b.logitRows = append(b.logitRows, f+i)
+			}
+		} else {
+			b.logitRows = append(b.logitRows, f+len(s.Tokens)-1)
+		}
 	}
 	p.m.forward(&b, &p.s)
 }
