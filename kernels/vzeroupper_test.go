@@ -52,6 +52,9 @@ func sseCanary(x []float32) float32 {
 }
 
 func TestNoLegacySSEWhileVectorStateDirty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the code check reads the whole test binary with objdump")
+	}
 	if raceEnabled {
 		t.Skip("the race detector's instrumentation changes the code checked; CI runs this check without -race")
 	}
