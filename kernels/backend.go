@@ -101,7 +101,6 @@ type worker struct {
 	f32    []float32   // dequantized / packed weight rows
 	scores []float32   // attention scores of one token's head group
 	acc    []float32   // attention output accumulators of a head group; avx2 matmul accumulators
-	rope   []float32   // cos/sin of one token
 	res    [16]float32 // one tile's results
 }
 

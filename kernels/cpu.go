@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -33,6 +34,7 @@ type CPU struct {
 	att             attnArgs
 	norm            normArgs
 	rope            ropeArgs
+	ropeTab         ropeTable
 	silu            [2][]float32
 	fnMatMul        func(worker, lo, hi int)
 	fnQuant         func(worker, lo, hi int)
@@ -56,6 +58,35 @@ type ropeArgs struct {
 	invFreq             []float32
 	neox                bool
 	tokenStride, ropeN2 int
+	fill                bool // compute the cos/sin rows into ropeTab (else they are there)
+}
+
+// ropeTable keeps the cos/sin rows of the last RoPE call: a forward pass
+// rotates q and k of every layer at the same positions with the same
+// frequencies, so the rows are computed once a pass instead of twice a
+// layer (the same values: math.Sincos of the same arguments).
+type ropeTable struct {
+	invFreq []float32 // a copy, compared by value
+	pos     []int32
+	neox    bool
+	ok      bool      // cs and sn hold the rows of invFreq, pos and neox
+	cs, sn  []float32 // [T][2·len(invFreq)], as backend.rope takes them
+}
+
+// prepare reports whether t holds the rows of pos, invFreq and neox;
+// otherwise it takes them as its key, sized, not yet filled.
+func (t *ropeTable) prepare(pos []int32, invFreq []float32, neox bool) bool {
+	if t.ok && t.neox == neox && slices.Equal(t.pos, pos) && slices.EqualFunc(t.invFreq, invFreq, func(a, b float32) bool {
+		return math.Float32bits(a) == math.Float32bits(b)
+	}) {
+		return true
+	}
+	t.ok, t.neox = false, neox
+	t.pos = append(t.pos[:0], pos...)
+	t.invFreq = append(t.invFreq[:0], invFreq...)
+	n := len(pos) * 2 * len(invFreq)
+	t.cs, t.sn = growF32(t.cs, n), growF32(t.sn, n)
+	return false
 }
 
 // NewCPU starts a CPU with threads threads (runtime.NumCPU() if threads <= 0)
@@ -228,31 +259,33 @@ func (c *CPU) RoPE(x []float32, T, heads, headDim int, pos []int32, invFreq []fl
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	fill := !c.ropeTab.prepare(pos[:T], invFreq, neox)
 	c.rope = ropeArgs{x: x, heads: heads, headDim: headDim, pos: pos, invFreq: invFreq, neox: neox,
-		tokenStride: heads * headDim, ropeN2: 2 * len(invFreq)}
+		tokenStride: heads * headDim, ropeN2: 2 * len(invFreq), fill: fill}
 	if T*heads*headDim >= c.parallelMinWork && T > 1 {
 		c.pool.run(T, max(1, T/(4*c.threads)), c.fnRoPE)
 	} else {
 		c.ropeItems(0, 0, T)
 	}
+	c.ropeTab.ok = true
 	c.rope = ropeArgs{}
 }
 
-func (c *CPU) ropeItems(wk, lo, hi int) {
+func (c *CPU) ropeItems(_, lo, hi int) {
 	a := &c.rope
-	w := &c.workers[wk]
 	n := len(a.invFreq)
-	w.rope = growF32(w.rope, 4*n)
-	cs, sn := w.rope[:2*n], w.rope[2*n:]
 	for t := lo; t < hi; t++ {
-		p := float32(a.pos[t])
-		for i, f := range a.invFreq {
-			s, co := math.Sincos(float64(p * f))
-			if a.neox {
-				cs[i], sn[i] = float32(co), float32(s)
-			} else {
-				cs[2*i], cs[2*i+1] = float32(co), float32(co)
-				sn[2*i], sn[2*i+1] = -float32(s), float32(s)
+		cs, sn := c.ropeTab.cs[t*2*n:(t+1)*2*n], c.ropeTab.sn[t*2*n:(t+1)*2*n]
+		if a.fill {
+			p := float32(a.pos[t])
+			for i, f := range a.invFreq {
+				s, co := math.Sincos(float64(p * f))
+				if a.neox {
+					cs[i], sn[i] = float32(co), float32(s)
+				} else {
+					cs[2*i], cs[2*i+1] = float32(co), float32(co)
+					sn[2*i], sn[2*i+1] = -float32(s), float32(s)
+				}
 			}
 		}
 		c.be.rope(a.x[t*a.tokenStride:(t+1)*a.tokenStride], a.heads, a.headDim, n, cs, sn, a.neox)

@@ -133,6 +133,41 @@ func TestRoPE(t *testing.T) {
 	})
 }
 
+// TestRoPERowsReused: a CPU reuses the cos/sin rows of its last RoPE call
+// when positions, frequencies and layout repeat (q and k of every layer),
+// and only then: each call equals a fresh CPU's bit for bit, whatever came
+// before, including frequencies changed in place and a different layout.
+func TestRoPERowsReused(t *testing.T) {
+	r := rand.New(rand.NewPCG(26, 27))
+	const heads, hd, pairs = 2, 16, 8
+	invFreq := make([]float32, pairs)
+	for i := range invFreq {
+		invFreq[i] = float32(math.Pow(10000, -float64(2*i)/float64(2*pairs)))
+	}
+	posA, posB := []int32{3, 9, 40}, []int32{3, 9, 41}
+	cpu := NewCPU(2)
+	defer cpu.Close()
+	check := func(what string, pos []int32, neox bool) {
+		t.Helper()
+		x := randF32(r, len(pos)*heads*hd, 1)
+		want := append([]float32(nil), x...)
+		fresh := NewCPU(1)
+		fresh.RoPE(want, len(pos), heads, hd, pos, invFreq, neox)
+		fresh.Close()
+		cpu.RoPE(x, len(pos), heads, hd, pos, invFreq, neox)
+		if i := bitsEqual(x, want); i >= 0 {
+			t.Fatalf("%s: differs from a fresh CPU at %d: %g vs %g", what, i, x[i], want[i])
+		}
+	}
+	check("first call", posA, false)
+	check("same positions again (reused rows)", posA, false)
+	check("one position changed", posB, false)
+	check("neox layout", posB, true)
+	invFreq[3] *= 1.5 // changed in place, same slice
+	check("frequencies changed in place", posB, true)
+	check("fewer tokens", posB[:2], true)
+}
+
 // TestSiLUMul: tolerance 4e-7 relative (float32 exp within ~2 ulp, a
 // division and a product).
 func TestSiLUMul(t *testing.T) {
