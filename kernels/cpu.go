@@ -152,7 +152,13 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 		c.xpk = c.mm.xpk
 	}
 	tokItems := (T + c.mmToks - 1) / c.mmToks
-	c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
+	if T*w.Rows*w.Cols < c.parallelMinWork {
+		// A few thousand multiply-adds: handing half to a helper costs
+		// more than it saves (the items and their results are the same).
+		c.matmulItems(0, 0, c.mmRowItems*tokItems)
+	} else {
+		c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
+	}
 	c.mm = mmArgs{}
 }
 
