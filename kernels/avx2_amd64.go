@@ -310,8 +310,8 @@ func (a acc16) fma(w0, w1, x0, x1 archsimd.Float32x8) acc16 {
 	return acc16{w0.MulAdd(x0, a.lo), w1.MulAdd(x1, a.hi)}
 }
 
-// sum4 is hsum8's additions on lo+hi up to the last step: lane 0 is the
-// sum.
+// sum4 is hsum16's additions on the accumulator (lo+hi first): lane 0 is
+// the sum.
 func (a acc16) sum4() archsimd.Float32x4 {
 	h := a.lo.Add(a.hi)
 	q := h.GetLo().Add(h.GetHi())

@@ -1091,9 +1091,7 @@ func attnAccumulate2x512(accA, accB, eA, eB unsafe.Pointer, rows *kvRows, hd, p0
 // hsumBcast16 is hsum16(v) in every lane: the same additions, kept in a
 // vector register (see avx512Attention on why).
 func hsumBcast16(v archsimd.Float32x16) archsimd.Float32x16 {
-	q := quarter(v)
-	q = q.AddPairs(q)
-	return q.AddPairs(q).Broadcast1To16()
+	return hsumLanes(v).Broadcast1To16()
 }
 
 // storeMasked16 stores the lanes of m at the 16 floats at p+4i.

@@ -46,9 +46,15 @@ func canRun(b *backend) bool { return len(missingFeatures(b)) == 0 }
 // are dirty. (The sum leaves through an integer register: a Float32x4 kept
 // across VZEROUPPER would be spilled with legacy MOVUPS.)
 func hsum16(v archsimd.Float32x16) float32 {
+	return cleanFloat(hsumLanes(v).AsUint32x4().GetElem(0))
+}
+
+// hsumLanes is hsum16's additions kept in a vector: every lane holds the
+// sum.
+func hsumLanes(v archsimd.Float32x16) archsimd.Float32x4 {
 	q := quarter(v)
 	q = q.AddPairs(q)
-	return cleanFloat(q.AddPairs(q).AsUint32x4().GetElem(0))
+	return q.AddPairs(q)
 }
 
 // cleanFloat runs VZEROUPPER, then returns the float32 with bits u. It is
@@ -59,14 +65,6 @@ func hsum16(v archsimd.Float32x16) float32 {
 func cleanFloat(u uint32) float32 {
 	archsimd.ClearAVXUpperBits()
 	return math.Float32frombits(u)
-}
-
-// hsum8 finishes hsum16 from the pairwise sum of its halves.
-func hsum8(h archsimd.Float32x8) float32 {
-	q := h.GetLo().Add(h.GetHi())
-	q = q.AddPairs(q)
-	q = q.AddPairs(q)
-	return q.GetElem(0)
 }
 
 // hsum4x16 is [hsum16(a), hsum16(b), hsum16(c), hsum16(d)], the same
@@ -172,18 +170,4 @@ var iota8 = [8]int32{0, 1, 2, 3, 4, 5, 6, 7}
 // only AVX2 (Mask32x8FromBits is an AVX-512 instruction).
 func tailMask8(n int) archsimd.Mask32x8 {
 	return archsimd.LoadInt32x8(&iota8).Less(archsimd.BroadcastInt32x8(int32(n)))
-}
-
-// loadBytesTail loads n < 64 bytes at p, zero-padded.
-func loadBytesTail(p unsafe.Pointer, n int) archsimd.Uint8x64 {
-	var t [64]uint8
-	copy(t[:], unsafe.Slice((*byte)(p), n))
-	return archsimd.LoadUint8x64(&t)
-}
-
-// loadBytes32Tail loads n < 32 bytes at p, zero-padded.
-func loadBytes32Tail(p unsafe.Pointer, n int) archsimd.Uint8x32 {
-	var t [32]uint8
-	copy(t[:], unsafe.Slice((*byte)(p), n))
-	return archsimd.LoadUint8x32(&t)
 }
