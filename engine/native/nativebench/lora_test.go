@@ -1,21 +1,12 @@
 package nativebench
 
-import (
-	"path/filepath"
-	"testing"
-
-	"github.com/batchd/batchd/engine/native/demomodel"
-	"github.com/batchd/batchd/kernels"
-)
+import "testing"
 
 // BenchLoRA loads its two written adapters and measures every case it
 // promises: prefill without and with one adapter, decode of each count in
 // all three cases but the mixed one for a single sequence.
 func TestBenchLoRACases(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
+	path := tinyModel(t)
 	res, err := BenchLoRA(path, LoRABenchOptions{BenchOptions: BenchOptions{Threads: 1, PromptTokens: 16, DecodeSteps: 2, Seqs: []int{1, 4}}, Rank: 2, Rounds: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -12,10 +12,7 @@ import (
 // RowCosts measures every shape it is asked for and reports what a row
 // beyond a decode step adds; bad options are refused by name.
 func TestRowCosts(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
+	path := tinyModel(t)
 	res, err := RowCosts(path, RowCostOptions{Threads: 1, Context: 40, Seqs: []int{1, 3}, Rows: []int{1, 3}, Passes: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -39,4 +36,15 @@ func TestRowCosts(t *testing.T) {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
+}
+
+// tinyModel writes the "tiny" demo model (F32, random weights) and
+// returns its path.
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,21 +1,12 @@
 package nativebench
 
-import (
-	"path/filepath"
-	"testing"
-
-	"github.com/batchd/batchd/engine/native/demomodel"
-	"github.com/batchd/batchd/kernels"
-)
+import "testing"
 
 // BenchSpec runs every case it is given for every sequence count and
 // round, and reports the drafts of the speculating cases: a model drafting
 // for itself under greedy decoding keeps every draft.
 func TestBenchSpecCases(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1); err != nil {
-		t.Fatal(err)
-	}
+	path := tinyModel(t)
 	cases := []string{"off", "ngram", "draft"}
 	for _, wl := range []string{SpecWorkloadRepetitive, SpecWorkloadRandom} {
 		res, err := BenchSpec(path, SpecBenchOptions{Threads: 1, Cases: cases, K: 4, Seqs: []int{1, 3}, Rounds: 2, Workload: wl, OutputTokens: 24})
