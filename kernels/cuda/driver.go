@@ -124,10 +124,11 @@ type Driver interface {
 	// Sync waits until everything queued is done.
 	Sync() error
 
-	// Capture records the launches, GEMMs and copies that fn queues
-	// (without running them) into a Graph that Replay runs again and
-	// again, reading device memory as it is at replay. fn must not copy
-	// out or sync.
+	// Capture records the launches and GEMMs that fn queues (without
+	// running them) into a Graph that Replay runs again and again, reading
+	// device memory as it is at replay: inputs travel through persistent
+	// buffers filled with CopyIn before each Replay. fn may only Launch and
+	// Gemm.
 	Capture(fn func() error) (Graph, error)
 	// Replay queues g.
 	Replay(g Graph) error
