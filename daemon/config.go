@@ -150,7 +150,9 @@ type NativeConfig struct {
 	// Kernels is the CPU code path: auto (the fastest this CPU runs), or
 	// avx512, avx2, generic to force one; BATCHD_KERNELS overrides it.
 	Kernels string `yaml:"kernels"`
-	// Device is where the models run: cpu (the kernels above) or
+	// Device is where the models run: auto (GPU 0 when this binary can
+	// use one, else the CPU, logging why), cpu (the kernels above), cuda
+	// or cuda:N (an NVIDIA GPU; refuses to start without one), or
 	// reference (the slow plain-Go reference device, for checking);
 	// BATCHD_DEVICE overrides it.
 	Device string `yaml:"device"`

@@ -144,3 +144,46 @@ type KVPool struct {
 
 // ErrDeviceMemory is what Alloc and AllocKV wrap when the device has no room.
 var ErrDeviceMemory = errors.New("device out of memory")
+
+// Segment is one sequence's part of a forward pass, for SegmentDevice: the
+// pass's tokens First..First+N-1, at positions Start..Start+N-1 of the
+// sequence whose block table is Blocks.
+type Segment struct {
+	First, N, Start int
+	Blocks          []int32
+}
+
+// SegmentDevice is implemented by devices that take all of a forward pass's
+// sequences in one call per layer instead of WriteKV and PagedAttention
+// once per sequence (a GPU, where a launch and a copy per sequence would
+// leave it idle). The results are those of the per-sequence calls.
+type SegmentDevice interface {
+	Device
+	// SetSegments describes the pass's sequences, over KV pools of
+	// blockSize positions; the calls below use them until the next
+	// SetSegments. segs may be reused once it returns.
+	SetSegments(segs []Segment, blockSize int)
+	// WriteKVSegments is WriteKV of every segment's rows of k and v
+	// ([tokens][p.Width]).
+	WriteKVSegments(p KVPool, k, v Buf)
+	// PagedAttentionSegments is PagedAttention of every segment: q and out
+	// are [tokens][nHeads][headDim].
+	PagedAttentionSegments(out, q Buf, p KVPool, nHeads, nKVHeads, headDim int, scale float32)
+}
+
+// FusedDevice is implemented by devices with fused kernels for the
+// decoder's chains of small operations; each method's result is that of
+// the chain it replaces.
+type FusedDevice interface {
+	SegmentDevice
+	// AddRMSNorm is Add(resid, delta) then RMSNorm(out, resid, w, rows,
+	// dim, eps): the residual add and the next norm in one pass.
+	AddRMSNorm(out, resid, delta, w Buf, rows, dim int, eps float32)
+	// QKVPost finishes the T tokens' projections q ([T][heads][headDim]),
+	// k and v ([T][kvHeads][headDim]) of a layer whose pool is p: adds the
+	// biases (when bq is not empty), normalizes each head of q and k (when
+	// qNorm is not empty), rotates q and k by RoPE at pos, then writes k
+	// and v to p at the positions SetSegments gave.
+	QKVPost(q, k, v Buf, T int, bq, bk, bv, qNorm, kNorm Buf, eps float32,
+		pos []int32, invFreq []float32, neox bool, heads, kvHeads, headDim int, p KVPool)
+}

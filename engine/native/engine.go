@@ -192,10 +192,8 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("native.kernels: must be auto, avx512, avx2 or generic, got %q", c.Kernels)
 	}
-	switch c.Device {
-	case "", DeviceCPU, DeviceReference:
-	default:
-		return fmt.Errorf("native.device: must be %s or %s, got %q", DeviceCPU, DeviceReference, c.Device)
+	if _, _, err := parseDevice(c.Device); err != nil {
+		return err
 	}
 	if c.MaxBatchTokens < 1 {
 		return fmt.Errorf("native.max_batch_tokens: must be at least 1, got %d", c.MaxBatchTokens)
@@ -332,6 +330,10 @@ func kernelsName(s string) string {
 	return s
 }
 
+// kvShare is how many models' KV caches are still to be sized on the
+// device: the one loading now and those after it.
+func (e *Engine) kvShare() int { return max(len(e.cfg.Models)-len(e.runners), 1) }
+
 // device returns the device the models run on, opening it over e.cpu the
 // first time.
 func (e *Engine) device() (kernels.Device, error) {
@@ -340,7 +342,7 @@ func (e *Engine) device() (kernels.Device, error) {
 		if name == "" {
 			name = defaultDevice
 		}
-		dev, err := openDevice(name, e.cpu)
+		dev, err := openDevice(name, e.cpu, e.log)
 		if err != nil {
 			return nil, err
 		}

@@ -35,7 +35,7 @@ type Model struct {
 // NewModel binds loaded weights to the default device over cpu (the CPU
 // itself; tests may choose another, see defaultDevice).
 func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
-	dev, err := openDevice(defaultDevice, cpu)
+	dev, err := openDevice(defaultDevice, cpu, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,8 @@ type scratch struct {
 	loraIn, loraMid, loraMidOne, loraOut  kernels.Buf // applyLoRA's gathered x, x·Aᵀ, one projection's part of it, its ·Bᵀ
 	lora                                  []loraRows  // the batch's rows by adapter (planLoRA)
 	loraIdx                               []int32
-	rows                                  []int32 // b.logitRows
+	rows                                  []int32           // b.logitRows
+	segs                                  []kernels.Segment // b.segs, for a SegmentDevice
 	logits                                []float32
 }
 
@@ -273,38 +274,68 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 	if b.lora {
 		planLoRA(b, s)
 	}
+	// A device that takes the whole pass per layer gets the segments once;
+	// one with fused kernels also runs the QKV tail and the residual+norm
+	// pairs as one call each.
+	segDev, _ := dev.(kernels.SegmentDevice)
+	fused, _ := dev.(kernels.FusedDevice)
+	if segDev != nil {
+		s.segs = s.segs[:0]
+		for _, sg := range b.segs {
+			s.segs = append(s.segs, kernels.Segment{First: sg.first, N: sg.n, Start: sg.start, Blocks: sg.blocks})
+		}
+		segDev.SetSegments(s.segs, kv.bs)
+	}
 	for li := range m.layers {
 		L := &m.layers[li]
-		dev.RMSNorm(h, x, L.attnNorm, T, dim, c.RMSEps)
+		if li == 0 || fused == nil {
+			dev.RMSNorm(h, x, L.attnNorm, T, dim, c.RMSEps)
+		} // else the previous layer's AddRMSNorm did it
 		dev.MatMul(q, h, T, L.wq)
 		dev.MatMul(k, h, T, L.wk)
 		dev.MatMul(v, h, T, L.wv)
 		if b.lora {
 			m.applyLoRA(s, li, loraQKV, h, dim, q, k, v)
 		}
-		if L.bq.Len() > 0 {
-			dev.AddBias(q, L.bq, T, qDim)
-			dev.AddBias(k, L.bk, T, kvDim)
-			dev.AddBias(v, L.bv, T, kvDim)
-		}
-		if L.qNorm.Len() > 0 {
-			dev.RMSNorm(q, q, L.qNorm, T*c.Heads, c.HeadDim, c.RMSEps)
-			dev.RMSNorm(k, k, L.kNorm, T*c.KVHeads, c.HeadDim, c.RMSEps)
-		}
-		dev.RoPE(q, T, c.Heads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
-		dev.RoPE(k, T, c.KVHeads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
 		pool := kv.layers[li]
-		for _, sg := range b.segs {
-			dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
-			dev.PagedAttention(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
-				pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
+		if fused != nil {
+			fused.QKVPost(q, k, v, T, L.bq, L.bk, L.bv, L.qNorm, L.kNorm, c.RMSEps, b.pos, m.invFreq, c.RopeNeox,
+				c.Heads, c.KVHeads, c.HeadDim, pool)
+		} else {
+			if L.bq.Len() > 0 {
+				dev.AddBias(q, L.bq, T, qDim)
+				dev.AddBias(k, L.bk, T, kvDim)
+				dev.AddBias(v, L.bv, T, kvDim)
+			}
+			if L.qNorm.Len() > 0 {
+				dev.RMSNorm(q, q, L.qNorm, T*c.Heads, c.HeadDim, c.RMSEps)
+				dev.RMSNorm(k, k, L.kNorm, T*c.KVHeads, c.HeadDim, c.RMSEps)
+			}
+			dev.RoPE(q, T, c.Heads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
+			dev.RoPE(k, T, c.KVHeads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
+			if segDev != nil {
+				segDev.WriteKVSegments(pool, k, v)
+			}
+		}
+		if segDev != nil {
+			segDev.PagedAttentionSegments(att, q, pool, c.Heads, c.KVHeads, c.HeadDim, scale)
+		} else {
+			for _, sg := range b.segs {
+				dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
+				dev.PagedAttention(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
+					pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
+			}
 		}
 		dev.MatMul(o, att, T, L.wo)
 		if b.lora {
 			m.applyLoRA(s, li, loraAttnOut, att, qDim, o)
 		}
-		dev.Add(x, o)
-		dev.RMSNorm(h, x, L.ffnNorm, T, dim, c.RMSEps)
+		if fused != nil {
+			fused.AddRMSNorm(h, x, o, L.ffnNorm, T, dim, c.RMSEps)
+		} else {
+			dev.Add(x, o)
+			dev.RMSNorm(h, x, L.ffnNorm, T, dim, c.RMSEps)
+		}
 		dev.MatMul(gate, h, T, L.wGate)
 		dev.MatMul(up, h, T, L.wUp)
 		if b.lora {
@@ -315,7 +346,11 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 		if b.lora {
 			m.applyLoRA(s, li, loraFFNOut, gate, c.FFNDim, down)
 		}
-		dev.Add(x, down)
+		if fused != nil && li+1 < len(m.layers) {
+			fused.AddRMSNorm(h, x, down, m.layers[li+1].attnNorm, T, dim, c.RMSEps)
+		} else {
+			dev.Add(x, down)
+		}
 	}
 	return x
 }

@@ -79,10 +79,13 @@ func (r *runner) initKV() {
 	c := r.model.cfg
 	kvDim := c.KVHeads * c.HeadDim
 	budget := r.e.cfg.KVCacheBytes
+	bb := blockBytes(len(r.model.layers), kvDim, kvBlockSize)
 	if budget <= 0 {
 		budget = defaultKVCacheBytes()
+		if dm, ok := r.model.dev.(deviceMemory); ok {
+			budget = deviceKVBudget(dm, r.model, r.e.cfg.MaxBatchTokens, r.e.kvShare())
+		}
 	}
-	bb := blockBytes(len(r.model.layers), kvDim, kvBlockSize)
 	n := int(budget / bb)
 	if c.ContextLength > 0 {
 		// More than every sequence at full context cannot be used.

@@ -37,6 +37,8 @@ type Device struct {
 	qd []float32 // its block scales
 	w  []float32 // one dequantized weight row
 	s  []float32 // attention scores of one head
+
+	pass segments // SetSegments's
 }
 
 var _ kernels.Device = (*Device)(nil)
