@@ -11,6 +11,7 @@ import (
 
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/kernels/cuda"
 )
 
 // commit and buildDate may be set at build time (-ldflags "-X
@@ -71,12 +72,12 @@ func writeVersion(w io.Writer, b build, envDevice, model string) {
 		dirty = " (modified)"
 	}
 	fmt.Fprintf(w, "build: commit %s%s, %s, %s\n", b.commit, dirty, b.date, b.goVersion)
-	device, why := native.DeviceCPU, "default; native.device or BATCHD_DEVICE chooses"
+	device, why := native.DeviceAuto, "default; native.device or BATCHD_DEVICE chooses"
 	if envDevice != "" {
 		device, why = envDevice, "from BATCHD_DEVICE"
 	}
-	fmt.Fprintf(w, "device: %s (%s); built: %s, %s; cuda: not built yet (GPU support is to come)\n",
-		device, why, native.DeviceCPU, native.DeviceReference)
+	fmt.Fprintf(w, "device: %s (%s); built: %s, %s, %s, %s; cuda: %s\n",
+		device, why, native.DeviceAuto, native.DeviceCPU, native.DeviceCUDA, native.DeviceReference, cuda.Describe())
 	fmt.Fprintln(w, "engines: native (default, runs the models on the device), openai (a remote OpenAI-compatible server)")
 	var usable []string
 	for _, b := range kernels.Backends() {

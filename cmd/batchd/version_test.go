@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/kernels/cuda"
 )
 
 // batchd version names the version, the backend auto picks, every backend's
@@ -33,11 +34,11 @@ func TestVersionNamesTheKernels(t *testing.T) {
 	if want := ", " + runtime.Version(); !strings.HasPrefix(lines[1], "build: commit ") || !strings.HasSuffix(lines[1], want) {
 		t.Errorf("build line %q, want build: commit C, DATE%s", lines[1], want)
 	}
-	if !strings.HasPrefix(lines[2], "device: cpu (default; ") && !strings.HasPrefix(lines[2], "device: "+os.Getenv("BATCHD_DEVICE")+" (from BATCHD_DEVICE)") {
+	if !strings.HasPrefix(lines[2], "device: auto (default; ") && !strings.HasPrefix(lines[2], "device: "+os.Getenv("BATCHD_DEVICE")+" (from BATCHD_DEVICE)") {
 		t.Errorf("device line %q", lines[2])
 	}
-	if !strings.Contains(lines[2], "cuda: not built yet") {
-		t.Errorf("device line %q does not say CUDA is not built", lines[2])
+	if want := "; cuda: " + cuda.Describe(); !strings.HasSuffix(lines[2], want) || !strings.Contains(lines[2], "built: auto, cpu, cuda, reference") {
+		t.Errorf("device line %q, want the devices and %q", lines[2], want)
 	}
 	if !strings.HasPrefix(lines[3], "engines: native (default") {
 		t.Errorf("engines line %q", lines[3])
@@ -99,7 +100,7 @@ func TestVersionBuild(t *testing.T) {
 	writeVersion(&b, buildOf(stamped), "reference", "X")
 	for _, want := range []string{
 		"build: commit 0123abcd (modified), 2026-11-30T10:00:00Z, " + runtime.Version() + "\n",
-		"device: reference (from BATCHD_DEVICE); built: cpu, reference; cuda: not built yet",
+		"device: reference (from BATCHD_DEVICE); built: auto, cpu, cuda, reference; cuda: " + cuda.Describe(),
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("version lacks %q:\n%s", want, b.String())

@@ -10,3 +10,18 @@ func Open(ordinal int) (*Device, error) {
 	}
 	return NewDevice(drv), nil
 }
+
+// Describe says what this binary can do with NVIDIA GPUs, for `batchd
+// version`: not built in, or built in and what GPU 0 is (or why there is
+// none usable).
+func Describe() string {
+	if !Built {
+		return "not built in (make build-cuda builds it)"
+	}
+	d, err := OpenDriver(0, modulePTX)
+	if err != nil {
+		return "built in; " + err.Error()
+	}
+	defer d.Close()
+	return "built in; GPU 0: " + d.Name()
+}
