@@ -8,4 +8,5 @@ func OpenDriver(ordinal int, ptx func(arch int) ([]byte, error)) (Driver, error)
 }
 
 func modulePTX(arch int) ([]byte, error) { return nil, nil }
+
 const Built = false
