@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/batchd/batchd/engine/native/nativebench"
 	"io"
 	"os"
 	"os/signal"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/nativebench"
+	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/kernels"
@@ -246,6 +247,11 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	specK := fs.Int("spec-k", 4, "--speculative: the most draft tokens verified per step (native.speculative.k)")
 	workload := fs.String("workload", nativebench.SpecWorkloadRepetitive, "--speculative: repetitive (greedy, prompts whose continuations repeat), openings (greedy, plain story openings) or random (temperature 1, token prompts)")
 	rowsFlag := fs.String("rows", "", "instead, time forward passes of each of --seqs sequences holding --prompt positions with each of these rows per sequence (1: a decode step, 1+k: a step verifying k drafts; logits for every row), --steps passes a run, best of 5")
+	device := fs.String("device", "", "native.device to run on: auto, cpu, cuda, cuda:N, reference (default: $BATCHD_DEVICE, else auto)")
+	offline := fs.Int("offline", 0, "instead, run an offline batch of this many requests through the whole engine, all submitted at once (prompts of --min-prompt..--prompt random tokens, --output tokens each, greedy, EOS ignored) and report output tok/s")
+	minPrompt := fs.Int("min-prompt", 32, "--offline: shortest prompt in tokens")
+	seed := fs.Uint64("seed", 1, "--offline: the batch's random seed (the same seed, options and vocabulary give the same batch)")
+	writeBatch := fs.String("write-batch", "", "--offline: write the batch as an OpenAI batch JSONL file (what a peer engine runs) and exit")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -274,6 +280,9 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return errorf(stderr, exitUsage, "--rows measures forward passes alone: it does not combine with --speculative, --prefix-requests or --lora-rank")
 		}
 	}
+	if *device == "" {
+		*device = os.Getenv("BATCHD_DEVICE")
+	}
 	path := *model
 	if path == "" {
 		var out bytes.Buffer
@@ -281,6 +290,19 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return code
 		}
 		path = strings.TrimSpace(out.String())
+	}
+	if *offline > 0 {
+		oo := nativebench.OfflineOptions{Device: *device, Threads: *threads, Kernels: *kernelsName, Requests: *offline,
+			MinPrompt: *minPrompt, MaxPrompt: *prompt, Output: cmp.Or(*output, 128), Seed: *seed, MaxSeqs: *maxSeqs, KVCacheBytes: *kvBytes}
+		if *writeBatch != "" {
+			return writeOfflineBatch(path, *writeBatch, oo, stdout, stderr)
+		}
+		res, err := nativebench.BenchOffline(path, oo)
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		return exitOK
 	}
 	if *prefixReqs > 0 {
 		res, err := nativebench.BenchPrefix(path, nativebench.PrefixBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *prefixReqs,
@@ -309,7 +331,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, res)
 		return exitOK
 	}
-	bo := nativebench.BenchOptions{Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts}
+	bo := nativebench.BenchOptions{Device: *device, Threads: *threads, Kernels: *kernelsName, PromptTokens: *prompt, DecodeSteps: *steps, Seqs: counts}
 	if *loraRank > 0 {
 		res, err := nativebench.BenchLoRA(path, nativebench.LoRABenchOptions{BenchOptions: bo, Rank: *loraRank, Rounds: *rounds})
 		if err != nil {
@@ -337,4 +359,28 @@ func positiveInts(list string) ([]int, bool) {
 		out = append(out, n)
 	}
 	return out, true
+}
+
+// writeOfflineBatch writes the offline batch of o for the model at path to
+// file.
+func writeOfflineBatch(path, file string, o nativebench.OfflineOptions, stdout, stderr io.Writer) int {
+	w, err := weights.Load(path)
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench engine: %v", err)
+	}
+	vocab := w.Config.VocabSize
+	w.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench engine: --write-batch: %v", err)
+	}
+	err = nativebench.WriteOfflineBatch(f, nativebench.OfflineBatch(vocab, o), filepath.Base(path))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench engine: --write-batch %s: %v", file, err)
+	}
+	fmt.Fprintf(stdout, "wrote %d requests to %s\n", o.Requests, file)
+	return exitOK
 }

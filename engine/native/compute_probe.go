@@ -34,10 +34,10 @@ type ProbeSeq struct {
 	AllLogits bool
 }
 
-// OpenComputeProbe loads the model at path on a CPU of threads threads
-// running kernelsName (auto, avx512, avx2, generic) with a KV pool of
-// blocks blocks.
-func OpenComputeProbe(path string, threads int, kernelsName string, blocks int) (*ComputeProbe, error) {
+// OpenComputeProbe loads the model at path on device (native.device's
+// names; "" is the default, auto) with a KV pool of blocks blocks; the CPU
+// device runs threads threads of kernelsName (auto, avx512, avx2, generic).
+func OpenComputeProbe(path, device string, threads int, kernelsName string, blocks int) (*ComputeProbe, error) {
 	w, err := weights.Load(path)
 	if err != nil {
 		return nil, err
@@ -47,8 +47,18 @@ func OpenComputeProbe(path string, threads int, kernelsName string, blocks int) 
 		w.Close()
 		return nil, fmt.Errorf("kernels: %w", err)
 	}
-	m, err := NewModel(w, cpu)
+	if device == "" {
+		device = defaultDevice
+	}
+	dev, err := openDevice(device, cpu, nil)
 	if err != nil {
+		cpu.Close()
+		w.Close()
+		return nil, err
+	}
+	m, err := NewModelOn(w, dev)
+	if err != nil {
+		dev.Close()
 		cpu.Close()
 		w.Close()
 		return nil, err
@@ -67,8 +77,13 @@ func (p *ComputeProbe) LoadAdapter(name, path string) error {
 	return nil
 }
 
-// Kernels names the CPU code path and threads.
-func (p *ComputeProbe) Kernels() string { return p.cpu.Name() }
+// Kernels names the device: the CPU code path and threads, or the GPU.
+func (p *ComputeProbe) Kernels() string {
+	if _, ok := p.m.dev.(*kernels.CPUDevice); ok {
+		return p.cpu.Name()
+	}
+	return p.m.dev.Name()
+}
 
 // VocabSize is the model's vocabulary size.
 func (p *ComputeProbe) VocabSize() int { return p.m.cfg.VocabSize }
@@ -119,6 +134,8 @@ func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
 
 // Close releases the model and the CPU.
 func (p *ComputeProbe) Close() {
+	p.kv.free()
+	p.m.dev.Close()
 	p.cpu.Close()
 	p.w.Close()
 }

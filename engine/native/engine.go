@@ -323,6 +323,15 @@ func (e *Engine) Open(ctx context.Context) error {
 // generic); "" before Open.
 func (e *Engine) Kernels() string { return e.backend }
 
+// DeviceName describes the device the models run on ("cpu avx512 x16",
+// "cuda NVIDIA H200 (...)"); "" before Open.
+func (e *Engine) DeviceName() string {
+	if e.dev == nil {
+		return ""
+	}
+	return e.dev.Name()
+}
+
 func kernelsName(s string) string {
 	if s == "" {
 		return kernels.BackendAuto

@@ -12,8 +12,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode"
 
 	"github.com/batchd/batchd/engine/native/chat"
@@ -190,6 +193,8 @@ var Shapes = map[string]Shape{
 	"tiny-llama": {Name: "tiny-llama", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, FFNDim: 352, Context: 2048},
 	// qwen2.5-0.5b: Qwen2.5-0.5B's shape, for benchmarks.
 	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
+	// llama-3.1-8b: Llama-3.1-8B's shape (16 GB in bf16), for GPU benchmarks.
+	"llama-3.1-8b": {Name: "llama-3.1-8b", Arch: "llama", Dim: 4096, Layers: 32, Heads: 32, KVHeads: 8, FFNDim: 14336, Context: 131072, Vocab: 128256},
 }
 
 // Rand is a small deterministic generator (splitmix64) for demo weights
@@ -288,6 +293,14 @@ func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
 	rng := Rand(seed)
 	var tensors []gguf.TensorData
 	matrix := func(name string, rows, cols int) error {
+		if rows*cols >= bigTensor {
+			data, typ, err := randomParallel(rows*cols, dtype, uint64(rng.next()))
+			if err != nil {
+				return fmt.Errorf("demo tensor %s: %w", name, err)
+			}
+			tensors = append(tensors, gguf.TensorData{Name: name, Type: typ, Dims: []uint64{uint64(cols), uint64(rows)}, Data: data})
+			return nil
+		}
 		x := make([]float32, rows*cols)
 		for i := range x {
 			x[i] = 0.02 * rng.Normal()
@@ -345,6 +358,70 @@ func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
 		}
 	}
 	return gguf.Write(w, meta, tensors)
+}
+
+// bigTensor is the size from which a demo matrix is drawn in parallel
+// chunks (randomParallel): the benchmark shapes' matrices, never the test
+// shapes', whose weights stay what they were.
+const bigTensor = 1 << 20
+
+// randomParallel draws n weights 0.02·N(0,1) and encodes them in type t,
+// in chunks of 64Ki values spread over every core: chunk c draws from its
+// own generator seeded by seed and c, so the weights do not depend on the
+// number of cores. An 8B-parameter model is written in about a minute on
+// 16 cores instead of ten.
+func randomParallel(n int, t kernels.DType, seed uint64) ([]byte, gguf.GGMLType, error) {
+	const chunk = 1 << 16 // a multiple of Q8_0's 32
+	var per float64
+	switch t {
+	case kernels.F32:
+		per = 4
+	case kernels.F16, kernels.BF16:
+		per = 2
+	case kernels.Q8_0:
+		per = float64(kernels.Q8BlockBytes) / kernels.Q8BlockSize
+	default:
+		return nil, 0, fmt.Errorf("weight type %v is not supported for demo models", t)
+	}
+	if t == kernels.Q8_0 && n%kernels.Q8BlockSize != 0 {
+		return nil, 0, fmt.Errorf("%d values are not whole Q8_0 blocks", n)
+	}
+	out := make([]byte, int(float64(n)*per))
+	chunks := (n + chunk - 1) / chunk
+	var (
+		typ  gguf.GGMLType
+		next atomic.Int64
+		mu   sync.Mutex
+		ferr error
+		wg   sync.WaitGroup
+	)
+	for range runtime.NumCPU() {
+		wg.Go(func() {
+			x := make([]float32, chunk)
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
+					return
+				}
+				lo, hi := c*chunk, min((c+1)*chunk, n)
+				r := Rand(seed ^ (uint64(c)+1)*0xd1b54a32d192ed03)
+				xs := x[:hi-lo]
+				for i := range xs {
+					xs[i] = 0.02 * r.Normal()
+				}
+				b, tt, err := Encode(xs, t)
+				mu.Lock()
+				if err != nil && ferr == nil {
+					ferr = err
+				}
+				typ = tt
+				mu.Unlock()
+				copy(out[int(float64(lo)*per):], b)
+			}
+		})
+	}
+	wg.Wait()
+	return out, typ, ferr
 }
 
 // Encode stores weights in type t as the demo model does (tests re-encode

@@ -17,6 +17,7 @@ import (
 
 // BenchOptions configures Bench.
 type BenchOptions struct {
+	Device       string // native.device ("": auto)
 	Threads      int
 	Kernels      string // CPU code path: auto ("" too), avx512, avx2, generic
 	PromptTokens int    // prefill length
@@ -79,7 +80,7 @@ func openProber(path string, o BenchOptions) (*prober, error) {
 	}
 	const bs = 32 // the engine's block size; checked below
 	perSeq := (max(o.PromptTokens, 32+o.DecodeSteps) + 16 + bs - 1) / bs
-	p, err := native.OpenComputeProbe(path, o.Threads, o.Kernels, maxSeqs*perSeq)
+	p, err := native.OpenComputeProbe(path, o.Device, o.Threads, o.Kernels, maxSeqs*perSeq)
 	if err != nil {
 		return nil, err
 	}
