@@ -187,3 +187,12 @@ type FusedDevice interface {
 	QKVPost(q, k, v Buf, T int, bq, bk, bv, qNorm, kNorm Buf, eps float32,
 		pos []int32, invFreq []float32, neox bool, heads, kvHeads, headDim int, p KVPool)
 }
+
+// PassDevice is implemented by devices that gather a forward pass's calls
+// and run them together (the CUDA device replays a pass that repeats an
+// earlier one as a single graph): BeginPass starts a pass; the next
+// Download ends it, after running everything before it.
+type PassDevice interface {
+	Device
+	BeginPass()
+}

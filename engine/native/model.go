@@ -229,6 +229,9 @@ type hostView interface {
 // [len(logitRows)][vocab], in host memory: the only rows downloaded. The
 // returned slice is reused by the next call.
 func (m *Model) forward(b *batch, s *scratch) []float32 {
+	if pd, ok := m.dev.(kernels.PassDevice); ok {
+		pd.BeginPass()
+	}
 	x := m.hidden(b, s)
 	c := m.cfg
 	dim := c.Dim
@@ -268,15 +271,10 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 	up := m.buf(&s.up, T*c.FFNDim)
 	down := m.buf(&s.down, T*dim)
 	dev := m.dev
-	dev.Embed(x, m.embd, b.tokens)
 	kv := b.kv
-	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
-	if b.lora {
-		planLoRA(b, s)
-	}
-	// A device that takes the whole pass per layer gets the segments once;
-	// one with fused kernels also runs the QKV tail and the residual+norm
-	// pairs as one call each.
+	// A device that takes the whole pass per layer gets the segments once,
+	// first (they are its persistent inputs); one with fused kernels also
+	// runs the QKV tail and the residual+norm pairs as one call each.
 	segDev, _ := dev.(kernels.SegmentDevice)
 	fused, _ := dev.(kernels.FusedDevice)
 	if segDev != nil {
@@ -285,6 +283,11 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 			s.segs = append(s.segs, kernels.Segment{First: sg.first, N: sg.n, Start: sg.start, Blocks: sg.blocks})
 		}
 		segDev.SetSegments(s.segs, kv.bs)
+	}
+	dev.Embed(x, m.embd, b.tokens)
+	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if b.lora {
+		planLoRA(b, s)
 	}
 	for li := range m.layers {
 		L := &m.layers[li]

@@ -34,12 +34,13 @@ type Device struct {
 	drv  Driver
 	name string
 
-	args []Arg      // launch argument scratch
-	ints []int32    // host staging for metadata
-	meta [3]devInts // device metadata buffers: ids/rows/slots, positions, tables
-	act  devBytes   // activations converted for 16-bit GEMMs
-	rope ropeTables
-	pass pass // SetSegments's
+	q     *queue
+	arena arena
+	args  []Arg    // launch argument scratch
+	ints  []int32  // host staging for metadata
+	act   devBytes // activations converted for 16-bit GEMMs
+	rope  ropeTables
+	pass  pass // SetSegments's
 }
 
 var _ kernels.Device = (*Device)(nil)
@@ -53,10 +54,61 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %v", e.Op, e.Err) }
 func (e *Error) Unwrap() error { return e.Err }
 
-// NewDevice returns the Device over drv; Close closes drv.
-func NewDevice(drv Driver) *Device {
-	return &Device{drv: drv, name: "cuda " + drv.Name()}
+// NewDevice returns the Device over drv; Close closes drv. With graphs,
+// a forward pass (BeginPass ... Download) whose launches repeat an earlier
+// pass's exactly replays as one CUDA graph.
+func NewDevice(drv Driver, graphs bool) *Device {
+	d := &Device{drv: drv, name: "cuda " + drv.Name()}
+	d.q = newQueue(drv, graphs)
+	d.q.before = d.send
+	return d
 }
+
+// BeginPass starts recording a forward pass: launches are queued when its
+// results are downloaded, as a graph when the same pass ran before.
+func (d *Device) BeginPass() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.q.graphs {
+		return
+	}
+	d.fail("flush", d.q.flush(false))
+	a := &d.arena
+	a.off, a.sent = 0, 0
+	a.epoch++
+	d.q.recording = true
+}
+
+// GraphStats says what the passes so far became.
+func (d *Device) GraphStats() GraphStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.q.stats
+	for _, e := range d.q.cache {
+		if e.graph != nil {
+			st.Graphs++
+		}
+	}
+	return st
+}
+
+// endPass runs the recorded pass and releases what it outgrew.
+func (d *Device) endPass() {
+	d.fail("run pass", d.q.flush(true))
+	a := &d.arena
+	a.off, a.sent = 0, 0
+	a.epoch++
+	if len(a.retired) > 0 {
+		d.fail("sync", d.drv.Sync())
+		for _, p := range a.retired {
+			d.drv.Free(p)
+		}
+		a.retired = a.retired[:0]
+	}
+}
+
+// flush runs what was recorded (before a driver call that must see it).
+func (d *Device) flush() { d.fail("flush", d.q.flush(false)) }
 
 // Driver is the driver d runs on.
 func (d *Device) Driver() Driver { return d.drv }
@@ -150,6 +202,7 @@ func (d *Device) Free(b kernels.Buf) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.flush()
 	d.drv.Free(m.p)
 	m.p = 0
 }
@@ -175,6 +228,7 @@ func (d *Device) Upload(dst kernels.Buf, src []float32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.flush()
 	d.fail("upload", d.drv.CopyIn(addr(dst), f32Bytes(src)))
 }
 
@@ -185,6 +239,7 @@ func (d *Device) Download(dst []float32, src kernels.Buf) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.endPass()
 	d.fail("download", d.drv.CopyOut(f32Bytes(dst), addr(src)))
 }
 
@@ -196,6 +251,7 @@ func (d *Device) UploadMatrix(m *kernels.Matrix) (kernels.Weight, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.flush()
 	w := &weight{src: m.Type, rows: m.Rows, cols: m.Cols}
 	n := int64(m.Rows) * int64(m.Cols)
 	switch m.Type {
@@ -272,15 +328,15 @@ func (d *Device) launch(name string, grid, block Dim3, shared uint32) {
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 {
 		return
 	}
-	d.fail(name, d.drv.Launch(name, grid, block, shared, d.args...))
+	d.fail(name, d.q.launch(name, grid, block, shared, d.args))
 }
 
 // with starts a launch's argument list.
 func (d *Device) with(a ...Arg) { d.args = append(d.args[:0], a...) }
 
-// upInts uploads x to metadata buffer i and returns its address; the
-// caller holds d.mu.
-func (d *Device) upInts(i int, x []int32) DevPtr { return d.put(&d.meta[i], x) }
+// upInts stages x for the launch that follows and returns its device
+// address; the caller holds d.mu.
+func (d *Device) upInts(x []int32) DevPtr { return d.stage(i32Bytes(x)) }
 
 func wtype(e ElemType) int32 {
 	switch e {
@@ -305,7 +361,7 @@ func (d *Device) Embed(out kernels.Buf, w kernels.Weight, ids []int32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	p := d.upInts(0, ids)
+	p := d.upInts(ids)
 	d.with(Ptr(addr(out)), Ptr(dw.p), I32(wtype(dw.elem)), Ptr(p), I32(int32(dw.cols)))
 	d.launch("embed_rows", rows(len(ids)), rowBlock(dw.cols), 0)
 }
@@ -322,7 +378,7 @@ func (d *Device) CopyRows(out, x kernels.Buf, width int, rs []int32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	p := d.upInts(0, rs)
+	p := d.upInts(rs)
 	d.with(Ptr(addr(out)), Ptr(addr(x)), Ptr(p), I32(int32(width)))
 	d.launch("copy_rows", rows(len(rs)), rowBlock(width), 0)
 }
@@ -338,6 +394,7 @@ func (d *Device) MatMul(out, x kernels.Buf, T int, w kernels.Weight) {
 	defer d.mu.Unlock()
 	g := Gemm{M: T, N: dw.rows, K: dw.cols, W: dw.p, X: addr(x), Out: addr(out), Type: dw.elem}
 	if dw.cols == 0 {
+		d.flush()
 		d.fail("zero matmul output", d.drv.Memset(g.Out, int64(T*dw.rows)*4))
 		return
 	}
@@ -346,6 +403,7 @@ func (d *Device) MatMul(out, x kernels.Buf, T int, w kernels.Weight) {
 		n := int64(T) * int64(dw.cols)
 		if need := n * 2; need > d.act.cap {
 			if d.act.p != 0 {
+				d.flush()
 				d.fail("sync", d.drv.Sync())
 				d.drv.Free(d.act.p)
 				d.act = devBytes{}
@@ -363,7 +421,7 @@ func (d *Device) MatMul(out, x kernels.Buf, T int, w kernels.Weight) {
 		d.launch(conv, grid1D(n), Dim3{256, 1, 1}, 0)
 		g.X = d.act.p
 	}
-	d.fail("gemm", d.drv.Gemm(g))
+	d.fail("gemm", d.q.gemm(g))
 }
 
 func (d *Device) RMSNorm(out, x, w kernels.Buf, nrows, dim int, eps float32) {
@@ -381,26 +439,27 @@ func (d *Device) RMSNorm(out, x, w kernels.Buf, nrows, dim int, eps float32) {
 
 // ropeTables caches the cos/sin rows of the last RoPE call's positions
 // (the q and k of a layer, and every layer of a pass, share them), on the
-// host and on the device.
+// host and, while the arena's epoch lasts, on the device.
 type ropeTables struct {
 	pos     []int32
 	invFreq []float32
 	neox    bool
 	cs, sn  []float32 // [T][nPairs]
-	dev     devBytes  // cs then sn
+	epoch   int64     // of the arena holding them
+	dcs     DevPtr
+	dsn     DevPtr
 }
 
-// tables returns the device cos and sin tables of pos and invFreq, computed
-// as kernels.CPU.RoPE computes them: the angle pos·invFreq rounded to
-// float32, its sine and cosine in float64.
+// ropeRows returns the device cos and sin tables of pos and invFreq,
+// computed as kernels.CPU.RoPE computes them: the angle pos·invFreq
+// rounded to float32, its cosine and sine in float64.
 func (d *Device) ropeRows(pos []int32, invFreq []float32, neox bool) (cs, sn DevPtr) {
 	r := &d.rope
+	if slices.Equal(r.pos, pos) && slices.Equal(r.invFreq, invFreq) && r.neox == neox && r.epoch == d.arena.epoch && r.dcs != 0 {
+		return r.dcs, r.dsn
+	}
 	n := len(invFreq)
 	T := len(pos)
-	bytes := int64(2 * T * n * 4)
-	if slices.Equal(r.pos, pos) && slices.Equal(r.invFreq, invFreq) && r.neox == neox && r.dev.p != 0 {
-		return r.dev.p, r.dev.p + DevPtr(bytes/2)
-	}
 	r.pos = append(r.pos[:0], pos...)
 	r.invFreq = append(r.invFreq[:0], invFreq...)
 	r.neox = neox
@@ -412,20 +471,12 @@ func (d *Device) ropeRows(pos []int32, invFreq []float32, neox bool) (cs, sn Dev
 			r.cs[t*n+i], r.sn[t*n+i] = float32(c), float32(s)
 		}
 	}
-	if bytes > r.dev.cap {
-		if r.dev.p != 0 {
-			d.fail("sync", d.drv.Sync())
-			d.drv.Free(r.dev.p)
-			r.dev = devBytes{}
-		}
-		c := max(bytes, 2*r.dev.cap, 1<<14)
-		p, err := d.drv.Alloc(c)
-		d.fail("alloc rope tables", err)
-		r.dev = devBytes{p: p, cap: c}
-	}
-	d.fail("upload rope tables", d.drv.CopyIn(r.dev.p, f32Bytes(r.cs)))
-	d.fail("upload rope tables", d.drv.CopyIn(r.dev.p+DevPtr(bytes/2), f32Bytes(r.sn)))
-	return r.dev.p, r.dev.p + DevPtr(bytes/2)
+	// Both in one reservation, so that they share an epoch.
+	d.reserve(int64(2*len(r.cs)*4 + 2*arenaAlign))
+	r.dcs = d.stage(f32Bytes(r.cs))
+	r.dsn = d.stage(f32Bytes(r.sn))
+	r.epoch = d.arena.epoch
+	return r.dcs, r.dsn
 }
 
 func (d *Device) RoPE(x kernels.Buf, T, heads, headDim int, pos []int32, invFreq []float32, neox bool) {
@@ -525,7 +576,7 @@ func (d *Device) WriteKV(p kernels.KVPool, k, v kernels.Buf, blocks []int32, sta
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sl := d.upInts(0, d.slots(p, blocks, start, n))
+	sl := d.upInts(d.slots(p, blocks, start, n))
 	d.with(Ptr(addr(p.K)), Ptr(addr(p.V)), Ptr(addr(k)), Ptr(addr(v)), Ptr(sl), I32(int32(n)), I32(int32(p.Width)))
 	d.launch("write_kv", rows(n), rowBlock(p.Width), 0)
 }
@@ -548,12 +599,12 @@ func (d *Device) PagedAttention(out, q kernels.Buf, p kernels.KVPool, blocks []i
 	for i := range nTok {
 		d.ints = append(d.ints, int32(start+i))
 	}
-	pos := d.upInts(1, d.ints)
+	pos := d.upInts(d.ints)
 	for i := range d.ints {
 		d.ints[i] = 0
 	}
-	seq := d.upInts(0, d.ints)
-	tables := d.upInts(2, blocks)
+	seq := d.upInts(d.ints)
+	tables := d.upInts(blocks)
 	d.attention(out, q, p, seq, pos, tables, len(blocks), nTok, nHeads, nKVHeads, headDim, scale)
 }
 
@@ -575,17 +626,27 @@ func (d *Device) Close() {
 	if d.drv == nil {
 		return
 	}
+	_ = d.q.flush(false)
 	_ = d.drv.Sync()
-	for _, m := range []devInts{d.meta[0], d.meta[1], d.meta[2], d.pass.slots, d.pass.seq, d.pass.pos, d.pass.tables} {
+	d.q.close()
+	for _, m := range []devInts{d.pass.slots, d.pass.seq, d.pass.pos, d.pass.tables} {
 		if m.p != 0 {
 			d.drv.Free(m.p)
 		}
 	}
-	for _, b := range []devBytes{d.act, d.rope.dev} {
-		if b.p != 0 {
-			d.drv.Free(b.p)
+	for _, p := range append(d.arena.retired, d.arena.dev, d.act.p) {
+		if p != 0 {
+			d.drv.Free(p)
 		}
 	}
 	d.drv.Close()
 	d.drv = nil
+}
+
+// MemInfo is the GPU's free and total memory in bytes (the native engine
+// sizes its KV cache from it).
+func (d *Device) MemInfo() (free, total int64, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.MemInfo()
 }

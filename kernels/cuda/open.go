@@ -1,5 +1,10 @@
 package cuda
 
+import (
+	"os"
+	"strings"
+)
+
 // Open opens GPU ordinal (0 is the first) with batchd's kernels loaded: the
 // Device the native engine runs on. Without a usable GPU the error wraps
 // ErrNoDevice and says what is missing.
@@ -8,7 +13,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewDevice(drv), nil
+	return NewDevice(drv, graphsWanted()), nil
 }
 
 // Describe says what this binary can do with NVIDIA GPUs, for `batchd
@@ -24,4 +29,15 @@ func Describe() string {
 	}
 	defer d.Close()
 	return "built in; GPU 0: " + d.Name()
+}
+
+// graphsWanted is whether passes replay as CUDA graphs: yes unless
+// BATCHD_CUDA_GRAPHS is off (0, false, off, no): for measuring what they
+// save, or ruling them out.
+func graphsWanted() bool {
+	switch strings.ToLower(os.Getenv("BATCHD_CUDA_GRAPHS")) {
+	case "0", "false", "off", "no":
+		return false
+	}
+	return true
 }

@@ -69,6 +69,7 @@ func grow32(b *[]int32, n int) []int32 {
 // put uploads x into m, growing it, and returns its address; the caller
 // holds d.mu.
 func (d *Device) put(m *devInts, x []int32) DevPtr {
+	d.flush()
 	if len(x) > m.cap {
 		if m.p != 0 {
 			d.fail("sync", d.drv.Sync())
