@@ -248,6 +248,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	workload := fs.String("workload", nativebench.SpecWorkloadRepetitive, "--speculative: repetitive (greedy, prompts whose continuations repeat), openings (greedy, plain story openings) or random (temperature 1, token prompts)")
 	rowsFlag := fs.String("rows", "", "instead, time forward passes of each of --seqs sequences holding --prompt positions with each of these rows per sequence (1: a decode step, 1+k: a step verifying k drafts; logits for every row), --steps passes a run, best of 5")
 	device := fs.String("device", "", "native.device to run on: auto, cpu, cuda, cuda:N, reference (default: $BATCHD_DEVICE, else auto)")
+	parity := fs.String("parity", "", "instead, compare two devices (e.g. cpu,cuda): the logits of a --prompt-token prompt and --steps greedy tokens chosen by the first; exit 1 when their greedy tokens differ")
 	offline := fs.Int("offline", 0, "instead, run an offline batch of this many requests through the whole engine, all submitted at once (prompts of --min-prompt..--prompt random tokens, --output tokens each, greedy, EOS ignored) and report output tok/s")
 	minPrompt := fs.Int("min-prompt", 32, "--offline: shortest prompt in tokens")
 	seed := fs.Uint64("seed", 1, "--offline: the batch's random seed (the same seed, options and vocabulary give the same batch)")
@@ -290,6 +291,22 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return code
 		}
 		path = strings.TrimSpace(out.String())
+	}
+	if *parity != "" {
+		devs := strings.Split(*parity, ",")
+		if len(devs) != 2 {
+			return errorf(stderr, exitUsage, "--parity: want two devices, e.g. cpu,cuda; got %q", *parity)
+		}
+		res, err := nativebench.Parity(path, nativebench.ParityOptions{Devices: [2]string{devs[0], devs[1]}, Threads: *threads,
+			Kernels: *kernelsName, Prompt: *prompt, Tokens: *steps})
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		if !res.Equal() {
+			return exitFailure
+		}
+		return exitOK
 	}
 	if *offline > 0 {
 		oo := nativebench.OfflineOptions{Device: *device, Threads: *threads, Kernels: *kernelsName, Requests: *offline,

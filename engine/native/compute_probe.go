@@ -103,9 +103,11 @@ func (p *ComputeProbe) WeightBytes() int64 {
 	return n
 }
 
-// Forward runs one forward pass over seqs, with logits for each one's
-// last token. It panics on an adapter LoadAdapter did not load.
-func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
+// Forward runs one forward pass over seqs and returns the logits of each
+// one's last token (of every token with AllLogits), row after row, in a
+// slice the next call reuses. It panics on an adapter LoadAdapter did not
+// load.
+func (p *ComputeProbe) Forward(seqs []ProbeSeq) []float32 {
 	b := batch{kv: p.kv}
 	for _, s := range seqs {
 		f := len(b.tokens)
@@ -129,7 +131,7 @@ func (p *ComputeProbe) Forward(seqs []ProbeSeq) {
 			b.logitRows = append(b.logitRows, f+len(s.Tokens)-1)
 		}
 	}
-	p.m.forward(&b, &p.s)
+	return p.m.forward(&b, &p.s)
 }
 
 // Close releases the model and the CPU.
