@@ -24,6 +24,7 @@ import (
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/kernels/cuda"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
@@ -33,8 +34,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(args) > 0 && args[0] == "engine" {
 		return benchEngine(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "gpu" {
+		return benchGPU(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]]\n       batchd bench gpu [--gpu N] [--mib N]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -399,5 +403,29 @@ func writeOfflineBatch(path, file string, o nativebench.OfflineOptions, stdout, 
 		return errorf(stderr, exitFailure, "bench engine: --write-batch %s: %v", file, err)
 	}
 	fmt.Fprintf(stdout, "wrote %d requests to %s\n", o.Requests, file)
+	return exitOK
+}
+
+// benchGPU measures an NVIDIA GPU's ceilings: copy bandwidths and GEMM
+// throughput, the figures engine numbers are read against.
+func benchGPU(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench gpu", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	gpu := fs.Int("gpu", 0, "the GPU's ordinal")
+	mib := fs.Int64("mib", 1024, "copy buffer size in MiB")
+	reps := fs.Int("reps", 5, "repetitions of each measurement (the best is kept)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	drv, err := cuda.OpenDriver(*gpu, cuda.ModulePTX)
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench gpu: %v", err)
+	}
+	defer drv.Close()
+	c, err := cuda.MeasureCeilings(drv, cuda.CeilingOptions{Bytes: *mib << 20, Reps: *reps})
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench gpu: %v", err)
+	}
+	fmt.Fprint(stdout, c)
 	return exitOK
 }

@@ -9,7 +9,7 @@ import (
 // Device the native engine runs on. Without a usable GPU the error wraps
 // ErrNoDevice and says what is missing.
 func Open(ordinal int) (*Device, error) {
-	drv, err := OpenDriver(ordinal, modulePTX)
+	drv, err := OpenDriver(ordinal, ModulePTX)
 	if err != nil {
 		return nil, err
 	}
@@ -23,7 +23,7 @@ func Describe() string {
 	if !Built {
 		return "not built in (make build-cuda builds it)"
 	}
-	d, err := OpenDriver(0, modulePTX)
+	d, err := OpenDriver(0, ModulePTX)
 	if err != nil {
 		return "built in; " + err.Error()
 	}
