@@ -154,10 +154,14 @@ func harnessSource(ks []kernel) []byte {
 	return b.Bytes()
 }
 
-// findCompiler returns the first compiler of compilers on PATH and its
-// version text.
+// findCompiler returns the first compiler of compilers on PATH (or the one
+// BATCHD_EMU_CXX names) and its version text.
 func findCompiler() (string, []byte, error) {
-	for _, c := range compilers {
+	try := compilers
+	if cxx := os.Getenv("BATCHD_EMU_CXX"); cxx != "" {
+		try = []string{cxx}
+	}
+	for _, c := range try {
 		p, err := exec.LookPath(c)
 		if err != nil {
 			continue
@@ -168,7 +172,7 @@ func findCompiler() (string, []byte, error) {
 		}
 		return p, v, nil
 	}
-	return "", nil, fmt.Errorf("looked for %s on PATH: %w", strings.Join(compilers, ", "), ErrNoCompiler)
+	return "", nil, fmt.Errorf("looked for %s on PATH: %w", strings.Join(try, ", "), ErrNoCompiler)
 }
 
 // build returns the path of the harness binary for src, compiling it into

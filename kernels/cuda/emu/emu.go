@@ -6,9 +6,12 @@
 // what they mean on the GPU. Gemm is a plain host loop, the double for
 // cuBLASLt.
 //
-// Open compiles a harness (clang-19, clang++ or g++; cached under the user's
-// cache directory) and runs it as a subprocess spoken to over a pipe. It
-// must not import the device code that uses it (kernels/cuda's Device).
+// Open compiles a harness (clang-19, clang++ or g++, or the compiler
+// BATCHD_EMU_CXX names; cached under the user's cache directory) and runs it
+// as a subprocess spoken to over a pipe. Launches run to completion before
+// Launch returns; a kernel that faults kills the harness, and the error
+// (with the harness's stderr, which names the kernel) is returned by that
+// call and every later one.
 package emu
 
 import (
