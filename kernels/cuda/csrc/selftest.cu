@@ -78,9 +78,25 @@ KERNEL void selftest_index(int* out) {
 	out[block * BDX * BDY + TY * BDX + TX] = TX | TY << 8 | BX << 16 | BY << 22 | BZ << 28;
 }
 
-// selftest_bad_shuffle breaks the rules on purpose: half a warp shuffles.
+// selftest_early_exit: threads TX >= n return at once; the others meet at a
+// barrier (returned threads count as arrived) and read each other's writes:
+// out[i] = 2·(n-1-i) for i < n.
+KERNEL void selftest_early_exit(int* out, int n) {
+	SHARED(int, s, 1024);
+	if (TX >= n) return;
+	s[TX] = 2 * TX;
+	SYNC();
+	out[TX] = s[n - 1 - TX];
+}
+
+// selftest_bad_shuffle breaks the rules on purpose: half a warp shuffles
+// while the other half has returned (mode 0) or waits at a barrier (mode 1).
 // The emulation must refuse it (a GPU would hang or return garbage); it is
 // never launched on a GPU.
-KERNEL void selftest_bad_shuffle(int* out) {
-	if (TX < 16) out[TX] = SHFL_XOR_I(TX, 1);
+KERNEL void selftest_bad_shuffle(int* out, int mode) {
+	if (TX < 16) {
+		out[TX] = SHFL_XOR_I(TX, 1);
+	} else if (mode == 1) {
+		SYNC();
+	}
 }

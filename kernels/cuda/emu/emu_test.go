@@ -160,6 +160,20 @@ func TestDynamicShared(t *testing.T) {
 	}
 }
 
+// TestEarlyExit: threads that returned count as arrived at a barrier.
+func TestEarlyExit(t *testing.T) {
+	d := open(t, Options{})
+	const n = 45
+	p := alloc(t, d, 4*128)
+	mustLaunch(t, d, "selftest_early_exit", d3(1, 1, 1), d3(128, 1, 1), 0, cuda.Ptr(p), cuda.I32(n))
+	got := readI32(t, d, p, n)
+	for i := range n {
+		if want := int32(2 * (n - 1 - i)); got[i] != want {
+			t.Fatalf("out[%d] = %d, want %d", i, got[i], want)
+		}
+	}
+}
+
 // TestMixedArgs passes every parameter kind in mixed order, with values
 // whose high bits would show a wrong width.
 func TestMixedArgs(t *testing.T) {
@@ -221,7 +235,8 @@ func TestMisuse(t *testing.T) {
 		args  []cuda.Arg
 		want  string
 	}{
-		{"selftest_bad_shuffle", d3(64, 1, 1), []cuda.Arg{cuda.Ptr(p)}, "kernel selftest_bad_shuffle: deadlock in block (0,0,0): 16 lanes of warp 0 wait at a warp shuffle"},
+		{"selftest_bad_shuffle", d3(64, 1, 1), []cuda.Arg{cuda.Ptr(p), cuda.I32(0)}, "kernel selftest_bad_shuffle: deadlock in block (0,0,0): 16 lanes of warp 0 wait at a warp shuffle while lane 16 (thread 16,0) has returned"},
+		{"selftest_bad_shuffle", d3(64, 1, 1), []cuda.Arg{cuda.Ptr(p), cuda.I32(1)}, "while lane 16 (thread 16,0) waits at SYNC()"},
 		{"no_such_kernel", d3(32, 1, 1), nil, "launch no_such_kernel: no such kernel"},
 		{"selftest_dyn", d3(32, 1, 1), []cuda.Arg{cuda.Ptr(p)}, "launch selftest_dyn: 1 arguments, the kernel (csrc/selftest.cu) takes 2"},
 		{"selftest_dyn", d3(32, 1, 1), []cuda.Arg{cuda.Ptr(p), cuda.I64(3)}, "argument 1 (int n) is 8 bytes, the kernel takes 4"},

@@ -151,11 +151,11 @@ int emu_shfl_i32(int v, int srcLane) { return (int)emu_shfl((uint32_t)v, srcLane
 
 static const char* emu_state_name(int s) {
 	switch (s) {
-	case ST_SYNC: return "at SYNC()";
-	case ST_SHFL: return "at a warp shuffle";
-	case ST_DONE: return "returned";
+	case ST_SYNC: return "waits at SYNC()";
+	case ST_SHFL: return "waits at a warp shuffle";
+	case ST_DONE: return "has returned";
 	}
-	return "running";
+	return "runs";
 }
 
 // emu_block runs one block to completion; 0 or -1 (emu_abort_msg set).
@@ -184,7 +184,7 @@ static int emu_block() {
 				if (lanes[l].state != ST_SHFL) {
 					EmuThread* t = &lanes[l].t;
 					emu_fail("kernel %s: deadlock in block (%d,%d,%d): %d lanes of warp %d wait at a warp shuffle "
-					         "while lane %d (thread %d,%d) is %s; every lane of a warp must reach SHFL_* together",
+					         "while lane %d (thread %d,%d) %s; every lane of a warp must reach SHFL_* together",
 					         emu_run.name, t->bx, t->by, t->bz, atShfl, w / 32, l, t->tx, t->ty,
 					         emu_state_name(lanes[l].state));
 					return -1;
