@@ -50,7 +50,8 @@ KERNEL void selftest_warp0(int* out, const int* in) {
 // selftest_dyn: block BX writes 3·i + BX to dynamic shared slot i < n, then
 // out[BX·n + i] = slot n-1-i (another thread's write, after the barrier).
 KERNEL void selftest_dyn(int* out, int n) {
-	SHARED_DYN(int, buf);
+	SHARED_DYN(int, selftest_dyn_buf); // a module-wide name in the PTX build: keep it unique
+	int* buf = selftest_dyn_buf;
 	for (int i = TX; i < n; i += BDX) buf[i] = 3 * i + BX;
 	SYNC();
 	for (int i = TX; i < n; i += BDX) out[BX * n + i] = buf[n - 1 - i];
