@@ -2,3 +2,5 @@
 // compiles it to PTX; package kernels/cuda/emu builds it for the host.
 // One line per kernel file:
 #include "selftest.cu"
+#include "attention.cu"
+#include "sampling.cu"
