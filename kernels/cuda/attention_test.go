@@ -231,3 +231,31 @@ func TestPagedAttentionMatchesCPU(t *testing.T) {
 	}
 	t.Logf("paged_attention: worst error %.3g relative to the head's largest output", worst)
 }
+
+// TestPagedAttentionRefusedShapes: a head larger than 256 or query heads
+// that are not a multiple of the KV heads leave out untouched (the host
+// refuses such models before they get here).
+func TestPagedAttentionRefusedShapes(t *testing.T) {
+	d := ktOpen(t)
+	for _, c := range []struct{ heads, kv, hd int }{{2, 1, 264}, {3, 2, 64}} {
+		n := c.heads * c.hd
+		sentinel := make([]float32, n)
+		for i := range sentinel {
+			sentinel[i] = 42
+		}
+		out := ktUpload(t, d, ktF32(sentinel))
+		pool := ktUpload(t, d, make([]byte, 4*16*c.kv*c.hd))
+		zero := ktUpload(t, d, make([]byte, 4))
+		err := d.Launch("paged_attention", cuda.Dim3{X: 1, Y: uint32(c.kv), Z: 1}, cuda.Dim3{X: 128, Y: 1, Z: 1}, attnShared(c.heads, c.kv, c.hd),
+			cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, ktF32(ktRand(rand.New(rand.NewPCG(1, 2)), n, 1)))), cuda.Ptr(pool), cuda.Ptr(pool),
+			cuda.Ptr(zero), cuda.Ptr(zero), cuda.Ptr(zero), cuda.I32(1), cuda.I32(int32(c.heads)), cuda.I32(int32(c.kv)), cuda.I32(int32(c.hd)), cuda.I32(16), cuda.F32(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range ktReadF32(t, d, out, n) {
+			if v != 42 {
+				t.Fatalf("heads %d kv %d headDim %d: out[%d] = %v, want it untouched", c.heads, c.kv, c.hd, i, v)
+			}
+		}
+	}
+}
