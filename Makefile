@@ -13,10 +13,16 @@ DESTDIR ?=
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
-.PHONY: build run test test-short bench fuzz vet clean install
+.PHONY: build build-cuda run test test-short bench fuzz vet clean install
 
 build:
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)" -o $(BIN) ./cmd/batchd
+
+# The same binary with the CUDA device (kernels/cuda, build tag cuda): it
+# finds libcuda and libcublasLt when it starts (purego, still CGO_ENABLED=0),
+# which makes it dynamically linked against libc, unlike the static default.
+build-cuda:
+	$(GO) build -tags cuda -trimpath -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)" -o $(BIN) ./cmd/batchd
 
 # The main job: starts the daemon on $(DATA), drops examples/ into the inbox
 # and shows where the results appear. See scripts/run.sh.

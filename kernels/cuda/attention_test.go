@@ -14,14 +14,24 @@ import (
 	"github.com/batchd/batchd/kernels/cuda/emu"
 )
 
-// The kernels run on emu's host emulation of the GPU (a named double for
-// the device CI does not have): the same CUDA C source, launched by name
-// with the arguments a GPU gets.
+// The kernels run on the GPU when BATCHD_CUDA_TEST=gpu (scripts/gpu-check.sh
+// on a machine with one), else on emu's host emulation of it (a named
+// double for the device CI does not have): the same CUDA C source, launched
+// by name with the arguments a GPU gets.
 
-// ktOpen starts an emulated device for one test, skipping when there is no
-// C++ compiler to build it (unless BATCHD_REQUIRE_CLANG=1, as CI sets).
-func ktOpen(t *testing.T) *emu.Driver {
+// ktOpen opens the driver for one test: the GPU, failing if it cannot be
+// opened, or the emulation, skipping when there is no C++ compiler to build
+// it (unless BATCHD_REQUIRE_CLANG=1, as CI sets).
+func ktOpen(t *testing.T) cuda.Driver {
 	t.Helper()
+	if os.Getenv("BATCHD_CUDA_TEST") == "gpu" {
+		d, err := cuda.OpenDriver(0, cuda.ModulePTX)
+		if err != nil {
+			t.Fatalf("BATCHD_CUDA_TEST=gpu: %v", err)
+		}
+		t.Cleanup(d.Close)
+		return d
+	}
 	d, err := emu.Open()
 	if errors.Is(err, emu.ErrNoCompiler) && os.Getenv("BATCHD_REQUIRE_CLANG") != "1" {
 		t.Skipf("skipping: the kernels run on the CUDA emulation, which needs a C++ compiler: %v", err)

@@ -41,3 +41,10 @@ func graphsWanted() bool {
 	}
 	return true
 }
+
+// ModulePTX is batchd's kernel module for a GPU of compute capability arch
+// (major·10+minor): what OpenDriver loads.
+func ModulePTX(arch int) ([]byte, error) {
+	b, _, err := PTX(arch)
+	return b, err
+}

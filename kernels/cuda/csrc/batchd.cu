@@ -4,3 +4,4 @@
 #include "selftest.cu"
 #include "attention.cu"
 #include "sampling.cu"
+#include "bench.cu"
