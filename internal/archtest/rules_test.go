@@ -26,6 +26,8 @@ var rules = []struct {
 	{"wire", "the OpenAI wire contract: answer shapes, the error object, body limits", nil},
 	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention, the Device interface and the CPU device", nil},
 	{"kernels/refdev", "the reference device: the Device interface in plain Go", []string{"kernels"}},
+	{"kernels/cuda", "the CUDA device: kernels.Device over a Driver, the kernels' sources and PTX", []string{"kernels"}},
+	{"kernels/cuda/emu", "the host emulation of the CUDA kernels, a cuda.Driver for tests", []string{"kernels", "kernels/cuda"}},
 	{"internal/fsx", "atomic file writes and fsyncs, paths a request names under a configured root", nil},
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},

@@ -1,0 +1,4 @@
+// batchd.cu: the one module of batchd's CUDA kernels. scripts/gen-ptx.sh
+// compiles it to PTX; package kernels/cuda/emu builds it for the host.
+// One line per kernel file:
+#include "selftest.cu"
