@@ -2,3 +2,4 @@
 // compiles it to PTX; package kernels/cuda/emu builds it for the host.
 // One line per kernel file:
 #include "selftest.cu"
+#include "elementwise.cu"
