@@ -350,6 +350,30 @@ func TestEmbedRows(t *testing.T) {
 	}
 }
 
+// TestEmbedEveryHalf widens every f16 and bf16 value (NaNs, infinities,
+// subnormals) through embed_rows and compares with kernels.F16ToF32 and
+// BF16ToF32 bit for bit.
+func TestEmbedEveryHalf(t *testing.T) {
+	g := openGPU(t)
+	all := make([]uint16, 1<<16)
+	for i := range all {
+		all[i] = uint16(i)
+	}
+	pw, pid, pout := g.upload(u16Bytes(all)), g.upload(i32Bytes([]int32{0})), g.alloc(4<<16)
+	for _, typ := range []struct {
+		wtype int32
+		conv  func(uint16) float32
+	}{{2, kernels.F16ToF32}, {3, kernels.BF16ToF32}} {
+		g.launch("embed_rows", 1, 1024, cuda.Ptr(pout), cuda.Ptr(pw), cuda.I32(typ.wtype), cuda.Ptr(pid), cuda.I32(1<<16))
+		got := g.getF32(pout, 1<<16)
+		for i, h := range all {
+			if want := typ.conv(h); math.Float32bits(got[i]) != math.Float32bits(want) {
+				t.Fatalf("wtype %d: %#x → %#x, want %#x", typ.wtype, h, math.Float32bits(got[i]), math.Float32bits(want))
+			}
+		}
+	}
+}
+
 // TestCopyRowsWriteKV: copy_rows and write_kv against refdev's CopyRows and
 // WriteKV (a shuffled block table), bit for bit, with odd and
 // vector-friendly widths.
