@@ -2,6 +2,7 @@
 // compiles it to PTX; package kernels/cuda/emu builds it for the host.
 // One line per kernel file:
 #include "selftest.cu"
+#include "elementwise.cu"
 #include "attention.cu"
 #include "sampling.cu"
 #include "bench.cu"

@@ -116,7 +116,8 @@ DEV float f16_to_f32(uint16_t h) {
 		return v.f;
 	}
 	if (exp == 31) {
-		v.u = sign | 0x7f800000u | (man << 13);
+		// Inf, or a NaN quieted as kernels.F16ToF32 (and F16C) quiet it.
+		v.u = sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u);
 		return v.f;
 	}
 	v.u = sign | ((exp + 112u) << 23) | (man << 13);

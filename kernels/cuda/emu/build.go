@@ -28,9 +28,9 @@ var compilers = []string{"clang-19", "clang++", "g++"}
 // roundings, as Go computes it, so host results are reproducible.
 var compileFlags = []string{"-x", "c++", "-std=c++17", "-O2", "-DBATCHD_EMU", "-U_FORTIFY_SOURCE", "-ffp-contract=off"}
 
-// linkFlags follow the source: libm, for common.cuh's host fexp/frsqrt
-// (clang-19 as a C driver links no libstdc++ and so no libm).
-const linkFlags = "-lm"
+// linkFlags follow the source: libm, for the expf and sqrtf behind
+// common.cuh's emulated fexp and frsqrt.
+var linkFlags = []string{"-lm"}
 
 // param is one kernel parameter: its C type as declared and its size.
 type param struct {
@@ -190,7 +190,7 @@ func build(src fs.FS, ks []kernel) (string, error) {
 	}
 	gen := harnessSource(ks)
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s %s\n", cc, version, strings.Join(compileFlags, " "), linkFlags)
+	fmt.Fprintf(h, "%s\n%s\n%s %s\n", cc, version, strings.Join(compileFlags, " "), strings.Join(linkFlags, " "))
 	h.Write(gen)
 	err = fs.WalkDir(src, "csrc", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -230,7 +230,7 @@ func build(src fs.FS, ks []kernel) (string, error) {
 		return "", fmt.Errorf("write harness source: %w", err)
 	}
 	out := filepath.Join(work, "harness")
-	args := append(append([]string{}, compileFlags...), "-I", filepath.Join(work, "csrc"), "-o", out, unit, linkFlags)
+	args := append(append(append([]string{}, compileFlags...), "-I", filepath.Join(work, "csrc"), "-o", out, unit), linkFlags...)
 	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("compile the CUDA emulation with %s: %w\n%s", cc, err, tail(msg, 8000))
 	}
