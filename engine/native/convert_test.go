@@ -124,8 +124,15 @@ func TestStoriesAsHFDirectoryMatchesGGUF(t *testing.T) {
 		worst = math.Max(worst, math.Abs(float64(want[i]-got[i])))
 	}
 	t.Logf("max |Δlogit| GGUF vs HF over %d positions: %.3g", len(storiesPrompt), worst)
-	if worst > 1e-5 {
-		t.Fatalf("HF directory logits differ from the GGUF's by %.3g > 1e-5", worst)
+	// The HF layout permutes each head's dimensions: a device whose
+	// attention reduces a head in a tree (the CUDA kernels) then adds in
+	// another order than for the GGUF, a few float32 roundings apart.
+	tol := 1e-5
+	if _, ok := h.dev.(*kernels.CPUDevice); !ok {
+		tol = 5e-5
+	}
+	if worst > tol {
+		t.Fatalf("HF directory logits differ from the GGUF's by %.3g > %g", worst, tol)
 	}
 }
 

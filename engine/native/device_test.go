@@ -12,11 +12,22 @@ import (
 
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/kernels/cuda"
+	"github.com/batchd/batchd/kernels/cuda/emu"
 )
 
 // BATCHD_DEVICE, when set, runs every model of this package's tests on
 // that device (cpu or reference): make test runs the suite once on each.
 func init() {
+	// cuda-emu is the CUDA device on the host emulation of its kernels
+	// (kernels/cuda/emu, a double for the GPU CI lacks), graphs on: the
+	// suite runs on it with BATCHD_DEVICE=cuda-emu.
+	testDevices["cuda-emu"] = func() (kernels.Device, error) {
+		drv, err := emu.Open()
+		if err != nil {
+			return nil, err
+		}
+		return cuda.NewDevice(drv, true), nil
+	}
 	if d := os.Getenv("BATCHD_DEVICE"); d != "" {
 		defaultDevice = d
 	}

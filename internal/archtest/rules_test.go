@@ -27,6 +27,7 @@ var rules = []struct {
 	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention, the Device interface and the CPU device", nil},
 	{"kernels/refdev", "the reference device: the Device interface in plain Go", []string{"kernels"}},
 	{"kernels/cuda", "the CUDA device: kernels.Device over a Driver, the kernels' sources and PTX", []string{"kernels"}},
+	{"kernels/cuda/nvml", "GPU discovery through NVML (build tag nvml)", nil},
 	{"kernels/cuda/emu", "the host emulation of the CUDA kernels, a cuda.Driver for tests", []string{"kernels", "kernels/cuda"}},
 	{"internal/fsx", "atomic file writes and fsyncs, paths a request names under a configured root", nil},
 	{"internal/failpoint", "crash points for the durability tests", nil},
@@ -43,7 +44,7 @@ var rules = []struct {
 	{"engine/openai", "the remote engine", []string{"engine", "wire", "internal/fsx"}},
 	{"engine/openai/openaitest", "a stand-in OpenAI-compatible server", []string{"wire"}},
 	{"engine/native", "the in-process engine", []string{"engine", "wire", "internal/fsx", "kernels", "kernels/refdev",
-		"engine/native/chat", "engine/native/gguf", "engine/native/tokenizer", "engine/native/weights"}},
+		"kernels/cuda", "kernels/cuda/emu", "engine/native/chat", "engine/native/gguf", "engine/native/tokenizer", "engine/native/weights"}},
 	{"engine/native/chat", "chat templates (Jinja)", nil},
 	{"engine/native/gguf", "the GGUF file format", nil},
 	{"engine/native/hub", "model downloads from the Hugging Face hub", nil},
@@ -81,7 +82,7 @@ var rules = []struct {
 		"watcher", "watcher/dir", "watcher/s3", "internal/fsx", "internal/sdnotify"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",
-		"engine/openai", "engine/openai/openaitest", "kernels",
+		"engine/openai", "engine/openai/openaitest", "kernels", "kernels/cuda", "engine/native/weights",
 		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher", "internal/fsx"}},
 
 	// Benchmark aids beside the project, never imported by it.
