@@ -64,7 +64,11 @@ func newDraftModel(target, draft *runner, budget int64) (*draftModel, error) {
 	}
 	d := &draftModel{name: draft.name, model: draft.model, argmax: target.e.cpu.Argmax, bm: newBlockManager(n, kvBlockSize, true),
 		maxBatchTokens: max(target.e.cfg.MaxBatchTokens, 1), seqs: map[*seq]*seq{}, draftEOG: draft.tok.IsEOG}
-	d.mr.model, d.mr.compute, d.mr.kv = draft.model, &target.e.compute, draft.model.newKVStore(kvBlockSize, n)
+	kv, err := newKVStore(draft.model.dev, len(draft.model.layers), c.KVHeads*c.HeadDim, kvBlockSize, n)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s for %s: a KV cache of %d blocks on %s: %w", draft.name, target.name, n, draft.model.dev.Name(), err)
+	}
+	d.mr.model, d.mr.compute, d.mr.kv = draft.model, &target.e.compute, kv
 	return d, nil
 }
 

@@ -186,9 +186,13 @@ func TestDraftBatchedEqualsAlone(t *testing.T) {
 		ks = append(ks, 1+i%5)
 	}
 	solo := make([]*draftModel, len(seqs))
+	// Each alone in a cache of its own, small: eight default-sized ones do
+	// not fit a device with memory of its own (the emulated GPU's 1 GiB).
+	c := r.model.cfg
+	soloBudget := 64 * blockBytes(len(r.model.layers), c.KVHeads*c.HeadDim, kvBlockSize)
 	for i := range solo {
 		var err error
-		if solo[i], err = newDraftModel(r, r, 0); err != nil {
+		if solo[i], err = newDraftModel(r, r, soloBudget); err != nil {
 			t.Fatal(err)
 		}
 	}

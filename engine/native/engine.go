@@ -340,8 +340,21 @@ func kernelsName(s string) string {
 }
 
 // kvShare is how many models' KV caches are still to be sized on the
-// device: the one loading now and those after it.
-func (e *Engine) kvShare() int { return max(len(e.cfg.Models)-len(e.runners), 1) }
+// device, the one loading now and those after it, each a draft model's
+// cache counting a fraction of its target's.
+func (e *Engine) kvShare() float64 {
+	share := 0.0
+	for _, mc := range e.cfg.Models {
+		if _, done := e.runners[mc.modelName()]; done {
+			continue
+		}
+		share++
+		if mc.Draft != "" {
+			share += 1.0 / draftKVFraction
+		}
+	}
+	return max(share, 1)
+}
 
 // device returns the device the models run on, opening it over e.cpu the
 // first time.
@@ -387,7 +400,11 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	c := w.Config
 	e.log.Info("model loaded", "name", mc.modelName(), "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,
 		"vocab", c.VocabSize, "context", c.ContextLength, "chat_template", tmpl != nil)
-	r := newRunner(e, mc.modelName(), m, tok, tmpl)
+	r, err := newRunner(e, mc.modelName(), m, tok, tmpl)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
 	for _, name := range sortedKeys(mc.Adapters) {
 		a, err := m.loadAdapter(name, mc.Adapters[name])
 		if err != nil {

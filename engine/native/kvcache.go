@@ -101,7 +101,7 @@ func defaultKVCacheBytes() int64 {
 // less the workspace a step of maxBatchTokens tokens grows to (activations,
 // logits, GEMM scratch) and a fixed reserve for the driver and libraries,
 // split evenly among the share models still to be sized.
-func deviceKVBudget(dm deviceMemory, m *Model, maxBatchTokens, share int) int64 {
+func deviceKVBudget(dm deviceMemory, m *Model, maxBatchTokens int, share float64) int64 {
 	const reserve = 512 << 20
 	free, _, err := dm.MemInfo()
 	if err != nil || free <= 0 {
@@ -110,6 +110,6 @@ func deviceKVBudget(dm deviceMemory, m *Model, maxBatchTokens, share int) int64 
 	c := m.cfg
 	perToken := int64(4*c.Dim+3*c.Heads*c.HeadDim+2*c.KVHeads*c.HeadDim+3*c.FFNDim+c.VocabSize) * 4
 	work := int64(maxBatchTokens)*perToken + reserve
-	b := (free*9/10 - work) / int64(max(share, 1))
+	b := int64(float64(free*9/10-work) / max(share, 1))
 	return max(b, 1<<20)
 }

@@ -54,7 +54,7 @@ type runner struct {
 // on the machine's timing.
 var testStepCost *stepCost
 
-func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) *runner {
+func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl *chat.Template) (*runner, error) {
 	r := &runner{e: e, name: name, model: m, tok: tok, tmpl: tmpl, wake: make(chan struct{}, 1), pooling: PoolMean,
 		adapters: map[string]*adapter{}, loading: map[string]*adapterLoad{}}
 	r.samp.cpu, r.samp.tok = e.cpu, tok
@@ -70,12 +70,15 @@ func newRunner(e *Engine, name string, m *Model, tok *tokenizer.Tokenizer, tmpl 
 	if testStepCost != nil {
 		r.sched.cost = *testStepCost
 	}
-	r.initKV()
-	return r
+	if err := r.initKV(); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
-// initKV sizes the runner's block pool from the engine's KV budget.
-func (r *runner) initKV() {
+// initKV sizes the runner's block pool from the engine's KV budget and
+// allocates it.
+func (r *runner) initKV() error {
 	c := r.model.cfg
 	kvDim := c.KVHeads * c.HeadDim
 	budget := r.e.cfg.KVCacheBytes
@@ -92,10 +95,16 @@ func (r *runner) initKV() {
 		n = min(n, r.e.cfg.MaxSeqs*blocksFor(c.ContextLength, kvBlockSize))
 	}
 	n = max(n, 1)
-	r.mr.kv = r.model.newKVStore(kvBlockSize, n)
+	kv, err := newKVStore(r.model.dev, len(r.model.layers), kvDim, kvBlockSize, n)
+	if err != nil {
+		return fmt.Errorf("native.kv_cache_bytes: a KV cache of %d blocks (%d bytes) for %s on %s: %w (set a smaller kv_cache_bytes)",
+			n, int64(n)*bb, r.name, r.model.dev.Name(), err)
+	}
+	r.mr.kv = kv
 	r.sched.bm = newBlockManager(n, kvBlockSize, r.e.cfg.DisablePrefixCache)
 	r.stats.blocksTotal.Store(int64(n))
 	r.stats.blockBytes.Store(bb)
+	return nil
 }
 
 func (r *runner) inFlight() int { return r.sched.inFlight() }
