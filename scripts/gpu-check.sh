@@ -115,9 +115,14 @@ run() {
 		echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); mode: $([ $smoke = 1 ] && echo 'SMOKE (CPU, tiny shapes: not GPU figures)' || echo GPU)"
 	} >>"$report"
 	printf '\n## Environment\n' >>"$report"
-	step "nvidia-smi" 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+	if [ $smoke = 1 ] && ! command -v nvidia-smi >/dev/null; then
+		results+=("| nvidia-smi | not run (smoke, no driver) |")
+	else
+		step "nvidia-smi" 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+	fi
 	step "batchd version (CUDA libraries found)" 30 "$b/batchd" version
-	step "PyTorch and Triton" 60 "$py" -c 'import torch, importlib.util as u
+	[ $smoke = 1 ] && ! "$py" -c 'import torch' 2>/dev/null && results+=("| PyTorch and Triton | not run (smoke, no PyTorch) |") ||
+		step "PyTorch and Triton" 60 "$py" -c 'import torch, importlib.util as u
 print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
 print("triton", __import__("triton").__version__ if u.find_spec("triton") else "absent")'
 
@@ -129,7 +134,7 @@ print("triton", __import__("triton").__version__ if u.find_spec("triton") else "
 
 	printf '\n## Ceilings\n' >>"$report"
 	if [ $smoke = 1 ]; then
-		step "copy and GEMM ceilings" 30 "$b/batchd" bench gpu --mib 16 --reps 2
+		results+=("| copy and GEMM ceilings | not run (smoke: needs a GPU) |")
 	else
 		step "copy and GEMM ceilings" 60 "$b/batchd" bench gpu
 	fi
@@ -143,7 +148,9 @@ print("triton", __import__("triton").__version__ if u.find_spec("triton") else "
 	for shape in $qwen $llama; do
 		step "$shape: write the batch" 120 "$b/batchd" bench engine --data "$data" --shape $shape --type bf16 --offline $reqs --prompt $maxp --output $out --write-batch "$tmp/$shape.jsonl"
 		step "$shape BF16 offline: batchd" 150 "$b/batchd" bench engine --data "$data" --device $dev --shape $shape --type bf16 --offline $reqs --prompt $maxp --output $out --max-seqs 256
-		if [ $smoke = 1 ]; then
+		if [ $smoke = 1 ] && ! "$py" -c 'import torch' 2>/dev/null; then
+			results+=("| $shape offline: PyTorch peer | not run (smoke, no PyTorch) |")
+		elif [ $smoke = 1 ]; then
 			step "$shape offline: PyTorch peer (CPU)" 60 "$py" "$b/gpu_peer.py" --batch-file "$tmp/$shape.jsonl" --shape $shape --device cpu --dtype float32 --wave 8
 		else
 			step "$shape BF16 offline: PyTorch peer, CUDA graphs" 150 "$py" "$b/gpu_peer.py" --batch-file "$tmp/$shape.jsonl" --shape $shape --graphs
