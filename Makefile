@@ -29,13 +29,23 @@ build-cuda:
 run: build
 	DATA=$(DATA) bash scripts/run.sh
 
+# The slowest engine tests, left out on the emulated CUDA device (minutes
+# each there: every CUDA thread is a fiber); they run on the CPU and the
+# reference device.
+EMU_SKIP = TestDeepQueueGroupsSharedPrefixes|TestBatchInvarianceSixtyFourMixed|TestSpecSamplingIdentical|TestSpecSampledHistogramMatches|TestSpecBatchedMixedPerRequest
+
 # Every test, with the race detector; then the native engine's tests again
 # on the plain-Go reference device (kernels/refdev), which proves the model
-# runs through the kernels.Device interface alone.
+# runs through the kernels.Device interface alone; and on the CUDA device
+# over the host emulation of its kernels.
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	BATCHD_DEVICE=reference $(GO) test -count=1 -timeout 20m ./engine/native/...
+	@if command -v clang-19 >/dev/null || command -v clang++ >/dev/null || command -v g++ >/dev/null; then \
+	  echo "engine tests on the emulated CUDA device (kernels/cuda/emu)"; \
+	  BATCHD_DEVICE=cuda-emu $(GO) test -count=1 -timeout 20m -skip "$(EMU_SKIP)" ./engine/native/; \
+	else echo "skipping the engine tests on the emulated CUDA device: no C++ compiler (apt install clang-19)"; fi
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -59,22 +59,6 @@ func ktUpload(t *testing.T, d cuda.Driver, b []byte) cuda.DevPtr {
 	return p
 }
 
-func ktF32(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func ktI32(v []int32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return b
-}
-
 func ktReadF32(t *testing.T, d cuda.Driver, p cuda.DevPtr, n int) []float32 {
 	t.Helper()
 	b := make([]byte, 4*n)
@@ -196,8 +180,8 @@ func TestPagedAttentionMatchesCPU(t *testing.T) {
 			out := ktUpload(t, d, make([]byte, 4*nTok*qn))
 			err := d.Launch("paged_attention", cuda.Dim3{X: uint32(nTok), Y: uint32(c.kv), Z: 1}, cuda.Dim3{X: c.block, Y: 1, Z: 1},
 				attnShared(c.heads, c.kv, c.hd),
-				cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, ktF32(q))), cuda.Ptr(ktUpload(t, d, ktF32(K))), cuda.Ptr(ktUpload(t, d, ktF32(V))),
-				cuda.Ptr(ktUpload(t, d, ktI32(tokSeq))), cuda.Ptr(ktUpload(t, d, ktI32(tokPos))), cuda.Ptr(ktUpload(t, d, ktI32(tables))),
+				cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(q))), cuda.Ptr(ktUpload(t, d, f32Bytes(K))), cuda.Ptr(ktUpload(t, d, f32Bytes(V))),
+				cuda.Ptr(ktUpload(t, d, i32Bytes(tokSeq))), cuda.Ptr(ktUpload(t, d, i32Bytes(tokPos))), cuda.Ptr(ktUpload(t, d, i32Bytes(tables))),
 				cuda.I32(int32(maxBlocks)), cuda.I32(int32(c.heads)), cuda.I32(int32(c.kv)), cuda.I32(int32(c.hd)), cuda.I32(bs), cuda.F32(scale))
 			if err != nil {
 				t.Fatal(err)
@@ -253,11 +237,11 @@ func TestPagedAttentionRefusedShapes(t *testing.T) {
 		for i := range sentinel {
 			sentinel[i] = 42
 		}
-		out := ktUpload(t, d, ktF32(sentinel))
+		out := ktUpload(t, d, f32Bytes(sentinel))
 		pool := ktUpload(t, d, make([]byte, 4*16*c.kv*c.hd))
 		zero := ktUpload(t, d, make([]byte, 4))
 		err := d.Launch("paged_attention", cuda.Dim3{X: 1, Y: uint32(c.kv), Z: 1}, cuda.Dim3{X: 128, Y: 1, Z: 1}, attnShared(c.heads, c.kv, c.hd),
-			cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, ktF32(ktRand(rand.New(rand.NewPCG(1, 2)), n, 1)))), cuda.Ptr(pool), cuda.Ptr(pool),
+			cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(ktRand(rand.New(rand.NewPCG(1, 2)), n, 1)))), cuda.Ptr(pool), cuda.Ptr(pool),
 			cuda.Ptr(zero), cuda.Ptr(zero), cuda.Ptr(zero), cuda.I32(1), cuda.I32(int32(c.heads)), cuda.I32(int32(c.kv)), cuda.I32(int32(c.hd)), cuda.I32(16), cuda.F32(1))
 		if err != nil {
 			t.Fatal(err)

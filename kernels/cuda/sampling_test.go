@@ -57,7 +57,7 @@ func TestArgmaxRows(t *testing.T) {
 			for _, block := range []uint32{32, 256} {
 				out := ktUpload(t, d, make([]byte, 4*len(rows)))
 				err := d.Launch("argmax_rows", cuda.Dim3{X: uint32(len(rows)), Y: 1, Z: 1}, cuda.Dim3{X: block, Y: 1, Z: 1}, 0,
-					cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, ktF32(flat))), cuda.I32(int32(vocab)))
+					cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(flat))), cuda.I32(int32(vocab)))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -183,8 +183,8 @@ func TestSampleRowsMatchesCPU(t *testing.T) {
 			}
 			out := ktUpload(t, d, make([]byte, 4*c.rows))
 			err := d.Launch("sample_rows", cuda.Dim3{X: uint32(c.rows), Y: 1, Z: 1}, cuda.Dim3{X: c.block, Y: 1, Z: 1}, 0,
-				cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, ktF32(x))), cuda.I32(int32(c.vocab)), cuda.Ptr(ktUpload(t, d, sb)),
-				cuda.Ptr(ktUpload(t, d, ktI32(pos))), cuda.Ptr(ktUpload(t, d, ktF32(invT))), cuda.Ptr(ktUpload(t, d, ktF32(minP32))))
+				cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(x))), cuda.I32(int32(c.vocab)), cuda.Ptr(ktUpload(t, d, sb)),
+				cuda.Ptr(ktUpload(t, d, i32Bytes(pos))), cuda.Ptr(ktUpload(t, d, f32Bytes(invT))), cuda.Ptr(ktUpload(t, d, f32Bytes(minP32))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,8 +249,8 @@ func TestSampleRowsSpecialRows(t *testing.T) {
 	n := len(rows)
 	out := ktUpload(t, d, make([]byte, 4*n))
 	err := d.Launch("sample_rows", cuda.Dim3{X: uint32(n), Y: 1, Z: 1}, cuda.Dim3{X: 64, Y: 1, Z: 1}, 0,
-		cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, ktF32(flat))), cuda.I32(vocab), cuda.Ptr(ktUpload(t, d, make([]byte, 8*n))),
-		cuda.Ptr(ktUpload(t, d, make([]byte, 4*n))), cuda.Ptr(ktUpload(t, d, ktF32(invT))), cuda.Ptr(ktUpload(t, d, ktF32(minP))))
+		cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(flat))), cuda.I32(vocab), cuda.Ptr(ktUpload(t, d, make([]byte, 8*n))),
+		cuda.Ptr(ktUpload(t, d, make([]byte, 4*n))), cuda.Ptr(ktUpload(t, d, f32Bytes(invT))), cuda.Ptr(ktUpload(t, d, f32Bytes(minP))))
 	if err != nil {
 		t.Fatal(err)
 	}

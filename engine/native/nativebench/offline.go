@@ -97,15 +97,7 @@ func BenchOffline(path string, o OfflineOptions) (*OfflineResult, error) {
 	vocab := w.Config.VocabSize
 	w.Close()
 	reqs := OfflineBatch(vocab, o)
-	cfg := native.DefaultConfig()
-	cfg.Models = []native.ModelConfig{{Path: path}}
-	cfg.Device, cfg.Threads, cfg.Kernels, cfg.KVCacheBytes = o.Device, o.Threads, o.Kernels, o.KVCacheBytes
-	if o.MaxSeqs > 0 {
-		cfg.MaxSeqs = o.MaxSeqs
-	}
-	if o.MaxBatchTokens > 0 {
-		cfg.MaxBatchTokens = o.MaxBatchTokens
-	}
+	cfg := engineConfig(path, o.Device, o.Threads, o.Kernels, o.KVCacheBytes, o.MaxSeqs, o.MaxBatchTokens)
 	ctx := context.Background()
 	e, err := openQuiet(ctx, cfg)
 	if err != nil {

@@ -54,15 +54,8 @@ func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) 
 	w.Close()
 	res := &PrefixBenchResult{Model: path, Options: o}
 	for _, cache := range []bool{true, false} {
-		cfg := native.DefaultConfig()
-		cfg.Models = []native.ModelConfig{{Path: path}}
-		cfg.Threads, cfg.Kernels, cfg.KVCacheBytes, cfg.DisablePrefixCache = o.Threads, o.Kernels, o.KVCacheBytes, !cache
-		if o.MaxSeqs > 0 {
-			cfg.MaxSeqs = o.MaxSeqs
-		}
-		if o.MaxBatchTokens > 0 {
-			cfg.MaxBatchTokens = o.MaxBatchTokens
-		}
+		cfg := engineConfig(path, "", o.Threads, o.Kernels, o.KVCacheBytes, o.MaxSeqs, o.MaxBatchTokens)
+		cfg.DisablePrefixCache = !cache
 		ctx := context.Background()
 		e, err := openQuiet(ctx, cfg)
 		if err != nil {
@@ -143,4 +136,19 @@ func openQuiet(ctx context.Context, cfg native.Config) (*native.Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// engineConfig is the engine configuration of a benchmark: one model,
+// the defaults where a size is 0.
+func engineConfig(path, device string, threads int, kernels string, kvBytes int64, maxSeqs, maxBatchTokens int) native.Config {
+	cfg := native.DefaultConfig()
+	cfg.Models = []native.ModelConfig{{Path: path}}
+	cfg.Device, cfg.Threads, cfg.Kernels, cfg.KVCacheBytes = device, threads, kernels, kvBytes
+	if maxSeqs > 0 {
+		cfg.MaxSeqs = maxSeqs
+	}
+	if maxBatchTokens > 0 {
+		cfg.MaxBatchTokens = maxBatchTokens
+	}
+	return cfg
 }
