@@ -57,7 +57,6 @@ func (d *Device) stage(b []byte) DevPtr {
 		copy(a.host[a.off:], b)
 	} else if len(b) > 0 {
 		d.fail("upload inputs", d.drv.CopyIn(p, b))
-		a.sent = a.off + n
 	}
 	a.off += max(n, arenaAlign)
 	if !d.q.recording {

@@ -85,14 +85,6 @@ func ktReadI32(t *testing.T, d cuda.Driver, p cuda.DevPtr, n int) []int32 {
 	return v
 }
 
-func ktRand(r *rand.Rand, n int, scale float32) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = (2*r.Float32() - 1) * scale
-	}
-	return v
-}
-
 // attnTile is csrc/attention.cu's ATT_TILE.
 const attnTile = 64
 
@@ -147,7 +139,7 @@ func TestPagedAttentionMatchesCPU(t *testing.T) {
 			}
 			nPool := used + 5
 			perm := r.Perm(nPool)
-			K, V := ktRand(r, nPool*bs*stride, 1), ktRand(r, nPool*bs*stride, 1)
+			K, V := randF32(r, nPool*bs*stride, 1), randF32(r, nPool*bs*stride, 1)
 			tables := make([]int32, len(spans)*maxBlocks)
 			for i := range tables {
 				tables[i] = -1 // never read
@@ -174,7 +166,7 @@ func TestPagedAttentionMatchesCPU(t *testing.T) {
 			}
 			nTok := len(tokSeq)
 			qn := c.heads * c.hd
-			q := ktRand(r, nTok*qn, c.qScale)
+			q := randF32(r, nTok*qn, c.qScale)
 			scale := float32(1 / math.Sqrt(float64(c.hd)))
 
 			out := ktUpload(t, d, make([]byte, 4*nTok*qn))
@@ -241,7 +233,7 @@ func TestPagedAttentionRefusedShapes(t *testing.T) {
 		pool := ktUpload(t, d, make([]byte, 4*16*c.kv*c.hd))
 		zero := ktUpload(t, d, make([]byte, 4))
 		err := d.Launch("paged_attention", cuda.Dim3{X: 1, Y: uint32(c.kv), Z: 1}, cuda.Dim3{X: 128, Y: 1, Z: 1}, attnShared(c.heads, c.kv, c.hd),
-			cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(ktRand(rand.New(rand.NewPCG(1, 2)), n, 1)))), cuda.Ptr(pool), cuda.Ptr(pool),
+			cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(randF32(rand.New(rand.NewPCG(1, 2)), n, 1)))), cuda.Ptr(pool), cuda.Ptr(pool),
 			cuda.Ptr(zero), cuda.Ptr(zero), cuda.Ptr(zero), cuda.I32(1), cuda.I32(int32(c.heads)), cuda.I32(int32(c.kv)), cuda.I32(int32(c.hd)), cuda.I32(16), cuda.F32(1))
 		if err != nil {
 			t.Fatal(err)

@@ -22,7 +22,7 @@ func TestArgmaxRows(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(vocab), 1))
 			var rows [][]float32
 			row := func(f func(x []float32)) {
-				x := ktRand(r, vocab, 3)
+				x := randF32(r, vocab, 3)
 				f(x)
 				rows = append(rows, x)
 			}
@@ -223,7 +223,7 @@ func TestSampleRowsSpecialRows(t *testing.T) {
 		want       int32
 	}
 	var rows []row
-	base := func() []float32 { return ktRand(r, vocab, 2) }
+	base := func() []float32 { return randF32(r, vocab, 2) }
 	x := base()
 	x[17] = 50
 	rows = append(rows, row{x, 0, 0, 17}, row{x, -1, 0, 17})

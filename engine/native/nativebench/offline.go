@@ -8,10 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/native/weights"
 )
@@ -105,29 +102,14 @@ func BenchOffline(path string, o OfflineOptions) (*OfflineResult, error) {
 	}
 	defer e.Close(ctx)
 	res := &OfflineResult{Model: path, Device: e.DeviceName(), Options: o}
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(reqs))
+	prompts := make([][]int32, len(reqs))
 	for i, r := range reqs {
+		prompts[i] = r.Prompt
 		res.PromptTokens += len(r.Prompt)
 		res.OutputTokens += r.MaxTokens
-		body, _ := json.Marshal(map[string]any{"prompt": r.Prompt, "max_tokens": r.MaxTokens, "ignore_eos": true, "temperature": 0})
-		wg.Go(func() {
-			resp, err := e.Do(ctx, &engine.Request{CustomID: fmt.Sprint(i), Endpoint: engine.EndpointCompletions, Body: body})
-			if err == nil && resp.StatusCode != 200 {
-				err = fmt.Errorf("request %d: status %d: %s", i, resp.StatusCode, resp.Body)
-			}
-			if err != nil {
-				errs <- err
-			}
-		})
 	}
-	wg.Wait()
-	res.Seconds = time.Since(start).Seconds()
-	select {
-	case err := <-errs:
+	if res.Seconds, err = greedyAll(ctx, e, prompts, o.Output); err != nil {
 		return nil, err
-	default:
 	}
 	res.OutputTPS = float64(res.OutputTokens) / res.Seconds
 	res.TotalTPS = float64(res.PromptTokens+res.OutputTokens) / res.Seconds

@@ -67,33 +67,19 @@ func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) 
 		for i := range system {
 			system[i] = tok(i)
 		}
-		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make(chan error, o.Requests)
-		for r := range o.Requests {
+		prompts := make([][]int32, o.Requests)
+		for r := range prompts {
 			prompt := append([]int32(nil), system...)
 			for i := range o.UserTokens {
 				prompt = append(prompt, tok(1_000_003*(r+1)+i))
 			}
-			body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": o.OutputTokens, "ignore_eos": true, "temperature": 0})
-			wg.Go(func() {
-				resp, err := e.Do(ctx, &engine.Request{CustomID: fmt.Sprint(r), Endpoint: engine.EndpointCompletions, Body: body})
-				if err == nil && resp.StatusCode != 200 {
-					err = fmt.Errorf("status %d: %s", resp.StatusCode, resp.Body)
-				}
-				if err != nil {
-					errs <- err
-				}
-			})
+			prompts[r] = prompt
 		}
-		wg.Wait()
-		secs := time.Since(start).Seconds()
+		secs, err := greedyAll(ctx, e, prompts, o.OutputTokens)
 		run := PrefixBenchRun{PrefixCache: cache, Seconds: secs, OutputTPS: float64(o.Requests*o.OutputTokens) / secs, Cache: e.CacheStats()}
 		e.Close(ctx)
-		select {
-		case err := <-errs:
+		if err != nil {
 			return nil, err
-		default:
 		}
 		res.Runs = append(res.Runs, run)
 	}
@@ -151,4 +137,33 @@ func engineConfig(path, device string, threads int, kernels string, kvBytes int6
 		cfg.MaxBatchTokens = maxBatchTokens
 	}
 	return cfg
+}
+
+// greedyAll submits a completion of maxTokens greedy tokens (EOS ignored)
+// for every prompt at once, waits for them all and returns the seconds
+// that took; the first failure, if any, is the error.
+func greedyAll(ctx context.Context, e *native.Engine, prompts [][]int32, maxTokens int) (float64, error) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(prompts))
+	for i, p := range prompts {
+		body, _ := json.Marshal(map[string]any{"prompt": p, "max_tokens": maxTokens, "ignore_eos": true, "temperature": 0})
+		wg.Go(func() {
+			resp, err := e.Do(ctx, &engine.Request{CustomID: fmt.Sprint(i), Endpoint: engine.EndpointCompletions, Body: body})
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("request %d: status %d: %s", i, resp.StatusCode, resp.Body)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	select {
+	case err := <-errs:
+		return secs, err
+	default:
+		return secs, nil
+	}
 }
