@@ -192,19 +192,36 @@ func (s *Server) Put(bucket, key string, data []byte) {
 // Get reads an object ("" and false when it does not exist).
 func (s *Server) Get(bucket, key string) ([]byte, bool) {
 	s.t.Helper()
+	// A server just restarted answers 503 (XMinioServerNotInitialized)
+	// until it has loaded its state: that is "ask again", not a failure.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, status, err := s.get(bucket, key)
+		switch {
+		case err == nil:
+			return data, true
+		case status == http.StatusNotFound:
+			return nil, false
+		case status == http.StatusServiceUnavailable && time.Now().Before(deadline):
+			time.Sleep(50 * time.Millisecond) // poll the server's readiness
+			continue
+		}
+		s.t.Fatalf("get %s: %v", key, err)
+	}
+}
+
+// get reads an object once: its bytes, or the error and its HTTP status.
+func (s *Server) get(bucket, key string) ([]byte, int, error) {
 	obj, err := s.Client().GetObject(context.Background(), bucket, key, minio.GetObjectOptions{})
 	if err != nil {
-		s.t.Fatalf("get %s: %v", key, err)
+		return nil, minio.ToErrorResponse(err).StatusCode, err
 	}
 	defer obj.Close()
 	data, err := readAll(obj)
 	if err != nil {
-		if minio.ToErrorResponse(err).StatusCode == http.StatusNotFound {
-			return nil, false
-		}
-		s.t.Fatalf("get %s: %v", key, err)
+		return nil, minio.ToErrorResponse(err).StatusCode, err
 	}
-	return data, true
+	return data, 0, nil
 }
 
 // Keys lists the keys under prefix.
