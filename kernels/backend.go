@@ -23,6 +23,12 @@ type backend struct {
 	// backend's multi-token tiles (T > 1), items of chunk tokens apart; it
 	// returns dst grown to what it wrote (mmArgs.xpk).
 	packAct func(dst, x []float32, T, cols, chunk int) []float32
+	// qtiles are the backend's tiles for the registered quant formats
+	// (quant.go), by DType; a nil entry runs the portable genericQTile.
+	qtiles [numDTypes]qTileFn
+	// quantAct, if set, replaces the portable activation quantizers
+	// (quantizeActRow) with ones giving the same bytes.
+	quantAct func(k actKind, dst []byte, x []float32)
 	// mmLanes names matmul's reduction order: backends with the same
 	// value (and floatQ8) compute MatMul bit for bit alike.
 	mmLanes int
@@ -49,6 +55,10 @@ type mmArgs struct {
 	rb     int       // bytes per weight row
 	act    *q8Act    // quantized x, for Q8_0
 	xpk    []float32 // x packed by the backend's packAct
+	// qact holds x's T rows quantized to the weight format's activation
+	// kind, qactStride bytes apart (registered quant formats).
+	qact       []byte
+	qactStride int
 }
 
 // q8Act holds T activation rows quantized to Q8_0 with float32 scales. Row t

@@ -28,6 +28,9 @@ type CPU struct {
 	mmRows, mmToks  int // rows and tokens per work item
 	mmRowItems      int // work items across the rows
 	act             q8Act
+	qact            []byte // activations quantized for a quant format
+	qtile           qTileFn
+	qkind           actKind
 	xpk             []float32 // activations packed for the backend's tiles
 	actX            []float32
 	actCols         int
@@ -142,6 +145,11 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mm = mmArgs{out: out, x: x, T: T, w: w, rb: rb}
+	if f := quantFormatOf(w.Type); f != nil {
+		c.quantMatMulCall(f, x, T, rb)
+		c.mm = mmArgs{}
+		return
+	}
 	if w.Type == Q8_0 && !c.be.floatQ8 {
 		c.quantizeActs(x, T, w.Cols)
 		c.mm.act = &c.act
@@ -190,8 +198,61 @@ func (c *CPU) planMatMul(rows, T, rb int) {
 	c.mmRowItems = (rows + per - 1) / per
 }
 
+// quantMatMulCall runs c.mm over a registered quant format: each x row is
+// quantized to the format's activation kind once, then the backend's tiles
+// (or the portable ones) take items of rows × tokens.
+func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
+	w := c.mm.w
+	stride := actRowBytes(f.act, w.Cols)
+	c.qact = growBytes(c.qact, T*stride)
+	c.qkind = f.act
+	c.actX, c.actCols = x, w.Cols
+	if T*w.Cols >= c.parallelMinWork {
+		c.pool.run(T, 1, c.fnQuant)
+	} else {
+		c.quantItems(0, 0, T)
+	}
+	c.actX, c.qkind = nil, 0
+	c.mm.qact, c.mm.qactStride = c.qact, stride
+	c.qtile = c.be.qtiles[w.Type]
+	if c.qtile == nil {
+		c.qtile = genericQTile(f)
+	}
+	c.planQuant(w.Rows, T, rb)
+	tokItems := (T + c.mmToks - 1) / c.mmToks
+	if T*w.Rows*w.Cols < c.parallelMinWork {
+		c.matmulItems(0, 0, c.mmRowItems*tokItems)
+	} else {
+		c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
+	}
+	c.qtile = nil
+}
+
+// planQuant is planMatMul for the quant formats: items of whole 4-row,
+// 4-token tiles, their weights within L2.
+func (c *CPU) planQuant(rows, T, rb int) {
+	toks := min(T, 64)
+	budget := 256 << 10
+	per := max(budget/max(rb, 1), 4)
+	tokItems := (T + toks - 1) / toks
+	if want := 4 * c.threads; c.threads > 1 && ((rows+per-1)/per)*tokItems < want {
+		per = max((rows*tokItems+want-1)/want, 4)
+	}
+	per = (per + 3) &^ 3
+	c.mmRows, c.mmToks = per, toks
+	c.mmRowItems = (rows + per - 1) / per
+}
+
 func (c *CPU) matmulItems(wk, lo, hi int) {
 	rows := c.mm.w.Rows
+	if c.qtile != nil {
+		for it := lo; it < hi; it++ {
+			rc, tc := it%c.mmRowItems, it/c.mmRowItems
+			r0, t0 := rc*c.mmRows, tc*c.mmToks
+			quantMatMul(&c.mm, &c.workers[wk], c.qtile, r0, min(r0+c.mmRows, rows), t0, min(t0+c.mmToks, c.mm.T))
+		}
+		return
+	}
 	for it := lo; it < hi; it++ {
 		rc, tc := it%c.mmRowItems, it/c.mmRowItems
 		r0, t0 := rc*c.mmRows, tc*c.mmToks
@@ -217,6 +278,17 @@ func (c *CPU) quantizeActs(x []float32, T, cols int) {
 }
 
 func (c *CPU) quantItems(_, lo, hi int) {
+	if c.qkind != 0 {
+		q := quantizeActRow
+		if c.be.quantAct != nil {
+			q = c.be.quantAct
+		}
+		stride := actRowBytes(c.qkind, c.actCols)
+		for t := lo; t < hi; t++ {
+			q(c.qkind, c.qact[t*stride:(t+1)*stride], c.actX[t*c.actCols:(t+1)*c.actCols])
+		}
+		return
+	}
 	for t := lo; t < hi; t++ {
 		qs, xs := c.act.row(t)
 		c.be.quantizeAct(qs, xs, c.actX[t*c.actCols:(t+1)*c.actCols])

@@ -12,13 +12,32 @@ import (
 type DType uint8
 
 // The weight types. Q8_0 is ggml's: blocks of 32 int8 values, each block led
-// by its float16 scale (34 bytes per block), value = scale·q.
+// by its float16 scale (34 bytes per block), value = scale·q. The types after
+// it are ggml's other block quantizations, laid out byte for byte as
+// llama.cpp writes them (quant.go): the legacy 32-value blocks, the K-quants
+// and IQ4_XS of 256-value super-blocks, IQ4_NL and gpt-oss's MXFP4.
 const (
 	F32 DType = iota + 1
 	F16
 	BF16
 	Q8_0
+	Q4_0
+	Q4_1
+	Q5_0
+	Q5_1
+	Q2_K
+	Q3_K
+	Q4_K
+	Q5_K
+	Q6_K
+	IQ4_NL
+	IQ4_XS
+	MXFP4
+	numDTypes
 )
+
+// quantNames are ggml's names of the types after Q8_0, in order.
+var quantNames = [...]string{"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"}
 
 // Q8_0 block geometry.
 const (
@@ -45,6 +64,9 @@ func (t DType) String() string {
 	case Q8_0:
 		return "Q8_0"
 	}
+	if t > Q8_0 && t < numDTypes {
+		return quantNames[t-Q8_0-1]
+	}
 	return fmt.Sprintf("DType(%d)", uint8(t))
 }
 
@@ -67,7 +89,14 @@ func (t DType) RowBytes(cols int) (int, error) {
 		}
 		n, per = cols/Q8BlockSize, Q8BlockBytes
 	default:
-		return 0, fmt.Errorf("%w: %d", ErrDType, uint8(t))
+		f := quantFormatOf(t)
+		if f == nil {
+			return 0, fmt.Errorf("%w: %d", ErrDType, uint8(t))
+		}
+		if cols%f.block != 0 {
+			return 0, fmt.Errorf("%w: %v row of %d columns is not a multiple of %d", ErrShape, t, cols, f.block)
+		}
+		n, per = cols/f.block, f.blockBytes
 	}
 	hi, lo := bits.Mul64(uint64(n), uint64(per))
 	if hi != 0 || lo > math.MaxInt {
@@ -150,6 +179,8 @@ func (m *Matrix) Row(r int, dst []float32) {
 		}
 	case Q8_0:
 		dequantizeQ8(dst, src)
+	default:
+		quantFormatOf(m.Type).dequant(dst, src)
 	}
 }
 

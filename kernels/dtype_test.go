@@ -24,7 +24,7 @@ func TestRowBytes(t *testing.T) {
 		{F32, -1, 0, ErrShape},
 		{F32, math.MaxInt/4 + 1, 0, ErrShape},
 		{DType(0), 4, 0, ErrDType},
-		{DType(9), 4, 0, ErrDType},
+		{DType(99), 4, 0, ErrDType},
 	}
 	for _, tc := range tests {
 		got, err := tc.dt.RowBytes(tc.cols)
@@ -35,8 +35,8 @@ func TestRowBytes(t *testing.T) {
 	if s := Q8_0.String(); s != "Q8_0" {
 		t.Errorf("Q8_0.String() = %q", s)
 	}
-	if s := DType(9).String(); s != "DType(9)" {
-		t.Errorf("DType(9).String() = %q", s)
+	if s := DType(99).String(); s != "DType(99)" {
+		t.Errorf("DType(99).String() = %q", s)
 	}
 }
 
@@ -54,7 +54,7 @@ func TestNewMatrix(t *testing.T) {
 		{F32, -1, 4, 0},
 		{Q8_0, 2, 31, 68},
 		{F32, math.MaxInt / 8, 16, 64}, // rows·rowBytes overflows
-		{DType(7), 1, 1, 4},
+		{DType(99), 1, 1, 4},
 	} {
 		if _, err := NewMatrix(tc.dt, tc.rows, tc.cols, make([]byte, tc.n)); err == nil {
 			t.Errorf("NewMatrix(%v, %d, %d, %d bytes) succeeded", tc.dt, tc.rows, tc.cols, tc.n)

@@ -82,8 +82,8 @@ func encodeMatrix(t *testing.T, dt DType, rows, cols int, vals []float32) *Matri
 			for i, v := range row {
 				binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
 			}
-		case Q8_0:
-			if err := QuantizeQ8_0(dst, row); err != nil {
+		default:
+			if err := Quantize(dt, dst, row); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,0 +1,269 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// The block quantizations the engine must read (issue: every GGUF
+// quantization people download), besides Q8_0.
+var quantTypesWanted = []DType{Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4}
+
+// quantRoundTripMax is each type's bound on the RMS error of
+// quantize→dequantize relative to the RMS of normally distributed values.
+var quantRoundTripMax = map[DType]float64{
+	Q4_0: 0.12, Q4_1: 0.10, Q5_0: 0.06, Q5_1: 0.05,
+	Q2_K: 0.40, Q3_K: 0.20, Q4_K: 0.10, Q5_K: 0.05, Q6_K: 0.025,
+	IQ4_NL: 0.10, IQ4_XS: 0.10, MXFP4: 0.20,
+}
+
+func TestQuantFormatsRegistered(t *testing.T) {
+	for _, dt := range quantTypesWanted {
+		f := quantFormatOf(dt)
+		if f == nil {
+			t.Errorf("%v: no format registered", dt)
+			continue
+		}
+		if f.dequant == nil || f.quantize == nil || f.dot == nil || f.act == 0 {
+			t.Errorf("%v: incomplete format %+v", dt, f)
+		}
+		if got, err := ParseDType(dt.String()); err != nil || got != dt {
+			t.Errorf("ParseDType(%q) = %v, %v", dt.String(), got, err)
+		}
+		if (f.act == actQ8K) != (f.block == 256) {
+			t.Errorf("%v: %d-value blocks with activation kind %d", dt, f.block, f.act)
+		}
+	}
+}
+
+func TestQuantRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, dt := range quantTypesWanted {
+		f := quantFormatOf(dt)
+		if f == nil {
+			continue
+		}
+		n := 8 * 256
+		x := randF32(r, n, 0.7)
+		// A block of zeros and one with an outlier: both must survive.
+		clear(x[256:512])
+		x[700] = 25
+		rb, _ := dt.RowBytes(n)
+		data := make([]byte, rb)
+		if err := Quantize(dt, data, x); err != nil {
+			t.Fatal(err)
+		}
+		y := make([]float32, n)
+		if err := Dequantize(dt, y, data); err != nil {
+			t.Fatal(err)
+		}
+		var se, sx float64
+		for i := range x {
+			if math.IsNaN(float64(y[i])) || math.IsInf(float64(y[i]), 0) {
+				t.Fatalf("%v: value %d decodes to %v", dt, i, y[i])
+			}
+			d := float64(y[i] - x[i])
+			se += d * d
+			sx += float64(x[i]) * float64(x[i])
+		}
+		for i := 256; i < 512; i++ {
+			if y[i] != 0 {
+				t.Errorf("%v: zero block decodes value %d to %v", dt, i, y[i])
+				break
+			}
+		}
+		rel := math.Sqrt(se / sx)
+		t.Logf("%v: relative RMS error %.4f (%d bytes for %d values, %.3f bits each)", dt, rel, rb, n, float64(8*rb)/float64(n))
+		if rel > quantRoundTripMax[dt] {
+			t.Errorf("%v: relative RMS error %.4f over %.4f", dt, rel, quantRoundTripMax[dt])
+		}
+	}
+}
+
+// dequantAct decodes one activation row of kind k.
+func dequantAct(k actKind, a []byte, cols int) []float32 {
+	out := make([]float32, cols)
+	if k == actQ8K {
+		for b := range cols / ActQ8KBlock {
+			blk := a[b*ActQ8KBytes:]
+			d := math.Float32frombits(binary.LittleEndian.Uint32(blk))
+			for i := range ActQ8KBlock {
+				out[b*ActQ8KBlock+i] = d * float32(int8(blk[4+i]))
+			}
+		}
+		return out
+	}
+	for b := range cols / ActQ8x32Block {
+		blk := a[b*ActQ8x32Bytes:]
+		d := math.Float32frombits(binary.LittleEndian.Uint32(blk))
+		for i := range ActQ8x32Block {
+			out[b*ActQ8x32Block+i] = d * float32(int8(blk[8+i]))
+		}
+	}
+	return out
+}
+
+func TestQuantActBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	x := randF32(r, 512, 2)
+	a := make([]byte, actRowBytes(actQ8K, 512))
+	quantizeActQ8K(a, x)
+	for b := range 2 {
+		blk := a[b*ActQ8KBytes:]
+		for g := range 16 {
+			var s int
+			for i := range 16 {
+				s += int(int8(blk[4+g*16+i]))
+			}
+			if got := int16(binary.LittleEndian.Uint16(blk[260+2*g:])); int(got) != s {
+				t.Fatalf("Q8_K block %d sum %d = %d, want %d", b, g, got, s)
+			}
+		}
+	}
+	a = make([]byte, actRowBytes(actQ8x32, 512))
+	quantizeActQ8x32(a, x)
+	for b := range 16 {
+		blk := a[b*ActQ8x32Bytes:]
+		d := math.Float32frombits(binary.LittleEndian.Uint32(blk))
+		var s int32
+		for i := range 32 {
+			s += int32(int8(blk[8+i]))
+		}
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(blk[4:])); got != d*float32(s) {
+			t.Fatalf("Q8x32 block %d s = %v, want %v", b, got, d*float32(s))
+		}
+	}
+	for _, k := range []actKind{actQ8x32, actQ8K} {
+		y := dequantAct(k, func() []byte { b := make([]byte, actRowBytes(k, 512)); quantizeActRow(k, b, x); return b }(), 512)
+		for i := range x {
+			if d := math.Abs(float64(y[i] - x[i])); d > 8.0/127*0.51+1e-6 { // |x| < 8 here: half a step
+				t.Fatalf("kind %d: value %d: %v decodes to %v", k, i, x[i], y[i])
+			}
+		}
+	}
+}
+
+// TestQuantDot checks each format's portable integer dot product against
+// the float64 product of the dequantized weights and activations: the
+// integer sums are exact, so only float32 scaling error remains.
+func TestQuantDot(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, dt := range quantTypesWanted {
+		f := quantFormatOf(dt)
+		if f == nil {
+			continue
+		}
+		for _, cols := range []int{256, 768, 2816} {
+			w := randF32(r, cols, 0.5)
+			x := randF32(r, cols, 1.5)
+			rb, _ := dt.RowBytes(cols)
+			wq := make([]byte, rb)
+			if err := Quantize(dt, wq, w); err != nil {
+				t.Fatal(err)
+			}
+			wd := make([]float32, cols)
+			Dequantize(dt, wd, wq)
+			a := make([]byte, actRowBytes(f.act, cols))
+			quantizeActRow(f.act, a, x)
+			xd := dequantAct(f.act, a, cols)
+			var want, mag float64
+			for i := range cols {
+				want += float64(wd[i]) * float64(xd[i])
+				mag += math.Abs(float64(wd[i]) * float64(xd[i]))
+			}
+			got := f.dot(wq, a, cols/f.block)
+			if d := math.Abs(float64(got) - want); d > 2e-6*mag+1e-6 {
+				t.Errorf("%v cols %d: dot %v, want %v (Σ|w·x| %v)", dt, cols, got, want, mag)
+			}
+		}
+	}
+}
+
+// TestQuantMatMul runs every format on every backend this CPU has: each
+// output within float32 rounding of the product of the dequantized
+// weights and activations, and bit-identical alone or batched.
+func TestQuantMatMul(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range quantTypesWanted {
+		f := quantFormatOf(dt)
+		if f == nil {
+			continue
+		}
+		rows, cols, T := 37, 512, 11
+		m := encodeMatrix(t, dt, rows, cols, randF32(r, rows*cols, 0.3))
+		wd := dequantized(m)
+		x := randF32(r, T*cols, 1)
+		for _, be := range backendsUnderTest(t) {
+			t.Run(fmt.Sprintf("%v/%s", dt, be.name), func(t *testing.T) {
+				c := newCPU(2, be)
+				defer c.Close()
+				out := make([]float32, T*rows)
+				c.MatMul(out, x, T, m)
+				a := make([]byte, actRowBytes(f.act, cols))
+				for tok := range T {
+					quantizeActRow(f.act, a, x[tok*cols:(tok+1)*cols])
+					xd := dequantAct(f.act, a, cols)
+					for row := range rows {
+						var want, mag float64
+						for i := range cols {
+							p := float64(wd[row*cols+i]) * float64(xd[i])
+							want += p
+							mag += math.Abs(p)
+						}
+						if d := math.Abs(float64(out[tok*rows+row]) - want); d > 2e-6*mag+1e-6 {
+							t.Fatalf("token %d row %d: %v, want %v", tok, row, out[tok*rows+row], want)
+						}
+					}
+				}
+				// Batch invariance: each token alone, and tokens 2..8 as a batch.
+				one := make([]float32, rows)
+				for tok := range T {
+					c.MatMul(one, x[tok*cols:(tok+1)*cols], 1, m)
+					if i := bitsEqual(one, out[tok*rows:(tok+1)*rows]); i >= 0 {
+						t.Fatalf("token %d row %d: %v alone, %v batched", tok, i, one[i], out[tok*rows+i])
+					}
+				}
+				part := make([]float32, 7*rows)
+				c.MatMul(part, x[2*cols:9*cols], 7, m)
+				if i := bitsEqual(part, out[2*rows:9*rows]); i >= 0 {
+					t.Fatalf("tokens 2..8, element %d: %v, want %v", i, part[i], out[2*rows+i])
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkQuantMatMul(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, dt := range append([]DType{Q8_0}, quantTypesWanted...) {
+		if dt != Q8_0 && quantFormatOf(dt) == nil {
+			continue
+		}
+		rows, cols := 896, 4864
+		rb, _ := dt.RowBytes(cols)
+		data := make([]byte, rows*rb)
+		for row := range rows {
+			if err := Quantize(dt, data[row*rb:(row+1)*rb], randF32(r, cols, 0.3)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		m, _ := NewMatrix(dt, rows, cols, data)
+		for _, be := range backendsUnderTest(b) {
+			for _, T := range []int{1, 8, 32} {
+				b.Run(fmt.Sprintf("%v/%s/T%d", dt, be.name, T), func(b *testing.B) {
+					c := newCPU(1, be)
+					defer c.Close()
+					x := randF32(r, T*cols, 1)
+					out := make([]float32, T*rows)
+					b.SetBytes(int64(len(data)))
+					for b.Loop() {
+						c.MatMul(out, x, T, m)
+					}
+				})
+			}
+		}
+	}
+}
