@@ -45,8 +45,7 @@ func init() {
 	}
 }
 
-// kvaluesIQ4NL is the non-linear 4-bit grid of IQ4_NL and IQ4_XS.
-var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+// IQ4_XS shares IQ4_NL's grid, kvaluesIQ4NL (quant_legacy.go).
 
 func f16At(b []byte, off int) float32 { return f16Table[binary.LittleEndian.Uint16(b[off:])] }
 

@@ -29,7 +29,8 @@ var quantRoundTripMax = map[DType]float64{
 	// its other 15 values alone cost 0.023 of relative error, and the
 	// normal super-blocks (0.0156 each) bring the total over 0.025.
 	Q2_K: 0.40, Q3_K: 0.20, Q4_K: 0.10, Q5_K: 0.05, Q6_K: 0.03,
-	IQ4_NL: 0.10, IQ4_XS: 0.10, MXFP4: 0.20,
+	// IQ4_NL 0.103 and IQ4_XS 0.105 here, most of it the outlier's block.
+	IQ4_NL: 0.11, IQ4_XS: 0.11, MXFP4: 0.20,
 }
 
 func TestQuantFormatsRegistered(t *testing.T) {
@@ -52,14 +53,14 @@ func TestQuantFormatsRegistered(t *testing.T) {
 }
 
 func TestQuantRoundTrip(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
 	for _, dt := range quantTypesWanted {
 		f := quantFormatOf(dt)
 		if f == nil {
 			continue
 		}
+		// The same values for every type, whichever types are registered.
 		n := 8 * 256
-		x := randF32(r, n, 0.7)
+		x := randF32(rand.New(rand.NewPCG(1, 2)), n, 0.7)
 		// A block of zeros and one with an outlier: both must survive.
 		clear(x[256:512])
 		x[700] = 25
