@@ -191,6 +191,9 @@ var Shapes = map[string]Shape{
 	// tiny-qwen3 and tiny-llama exercise the other architectures' paths.
 	"tiny-qwen3": {Name: "tiny-qwen3", Arch: "qwen3", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048},
 	"tiny-llama": {Name: "tiny-llama", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, FFNDim: 352, Context: 2048},
+	// tiny-k: rows of whole 256-value blocks, so K-quants and IQ4_XS apply
+	// without llama.cpp's fallbacks (tiny's 128-value rows take them all).
+	"tiny-k": {Name: "tiny-k", Dim: 256, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 768, Context: 2048},
 	// qwen2.5-0.5b: Qwen2.5-0.5B's shape, for benchmarks.
 	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
 	// llama-3.1-8b: Llama-3.1-8B's shape (16 GB in bf16), for GPU benchmarks.
