@@ -64,7 +64,7 @@ func writeKL(t *testing.T, dir string, q demomodel.Quant) string {
 // wants Q8_0 much closer.
 func klOrder(t *testing.T, dequantized bool) {
 	dir := t.TempDir()
-	ref, err := NewKLRef(writeKL(t, dir, demomodel.Single(kernels.F32)), KLOptions{Threads: 1})
+	ref, err := NewKLRef(writeKL(t, dir, demomodel.Single(kernels.F32)), KLOptions{Threads: 1, MaxTokens: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
