@@ -272,3 +272,48 @@ func TestWritePinned(t *testing.T) {
 		}
 	}
 }
+
+// A matrix drawn in parallel chunks holds, in a block type, the values of
+// the same draw in F32 rounded block by block: every chunk lands at its
+// whole blocks' offset.
+func TestRandomParallelBlocks(t *testing.T) {
+	const n = 3<<16 + 512 // three chunks and part of a fourth
+	ref, _, err := randomParallel(n, kernels.F32, 9, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, n)
+	if err := kernels.Dequantize(kernels.F32, want, ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.Q4_K, kernels.Q6_K, kernels.Q4_0} {
+		if dt.BlockSize() == 0 {
+			t.Logf("kernels has no %v quantizer registered yet", dt)
+			continue
+		}
+		b, g, err := randomParallel(n, dt, 9, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wg, _ := GGMLType(dt); g != wg || uint64(len(b)) != n/g.BlockSize()*g.TypeSize() {
+			t.Fatalf("%v: type %v, %d bytes", dt, g, len(b))
+		}
+		got := make([]float32, n)
+		if err := kernels.Dequantize(dt, got, b); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			// 0.02·N(0,1) within 4-bit rounding: far below 0.02.
+			if d := got[i] - want[i]; d > 0.012 || d < -0.012 {
+				t.Fatalf("%v: value %d is %g, drawn %g", dt, i, got[i], want[i])
+			}
+		}
+		deq, g, err := randomParallel(n, dt, 9, true)
+		if err != nil || g != gguf.F32 {
+			t.Fatalf("%v dequantized: %v %v", dt, g, err)
+		}
+		if enc, _, _ := Encode(got, kernels.F32); !bytes.Equal(enc, deq) {
+			t.Errorf("%v dequantized: not the decoded %v values", dt, dt)
+		}
+	}
+}
