@@ -216,7 +216,7 @@ func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
 	c.mm.qact, c.mm.qactStride = c.qact, stride
 	c.qtile = c.be.qtiles[w.Type]
 	if c.qtile == nil {
-		c.qtile = genericQTile(f)
+		c.qtile = f.tile
 	}
 	c.planQuant(w.Rows, T, rb)
 	tokItems := (T + c.mmToks - 1) / c.mmToks

@@ -28,6 +28,9 @@ type quantFormat struct {
 	// act blocks covering the same columns: the portable path's product,
 	// integer sums per block as in ggml's vec_dot, scaled in float32.
 	dot func(w, act []byte, nb int) float32
+	// tile is the portable qTileFn over dot, made once at registration
+	// (a closure per MatMul would allocate).
+	tile qTileFn
 }
 
 // actKind is the quantized form a format's activations take.
@@ -58,6 +61,7 @@ func registerQuant(t DType, f *quantFormat) {
 	if quantFormats[t] != nil {
 		panic(fmt.Sprintf("kernels: %v registered twice", t))
 	}
+	f.tile = genericQTile(f)
 	quantFormats[t] = f
 }
 

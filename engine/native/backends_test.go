@@ -93,13 +93,15 @@ func TestStoriesGoldenOnEveryBackend(t *testing.T) {
 }
 
 // TestQuantizedModelsOnEveryBackend: prefill and decode agree bit for bit
-// for Q8_0, F16 and BF16 weights on each backend (demo models whose shapes
-// run the backends' assembly kernels).
+// for F16, BF16 and every block quantization on each backend (demo models
+// whose shapes run the backends' assembly kernels).
 func TestQuantizedModelsOnEveryBackend(t *testing.T) {
 	dir := t.TempDir()
-	for _, dt := range []kernels.DType{kernels.Q8_0, kernels.F16, kernels.BF16} {
+	for _, dt := range append([]kernels.DType{kernels.F16, kernels.BF16}, kernels.QuantTypes()...) {
 		path := filepath.Join(dir, dt.String()+".gguf")
-		if err := demomodel.WriteFile(path, demomodel.Shapes["tiny"], dt, 7); err != nil {
+		// tiny-k's rows are whole 256-value blocks: every K-quant runs as
+		// itself, no fallback type.
+		if err := demomodel.WriteFile(path, demomodel.Shapes["tiny-k"], dt, 7); err != nil {
 			t.Fatal(err)
 		}
 		t.Run(dt.String(), func(t *testing.T) {

@@ -27,6 +27,18 @@ var demoModel = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// BATCHD_TEST_WEIGHTS=TYPE (a weight type or llama.cpp mixture, e.g.
+	// q4_k_m) runs the engine's tests on the demo model in that type, in
+	// the tiny-k shape whose rows are whole K-quant blocks: CI runs the
+	// invariance and caching tests so on quantized weights too.
+	if name := os.Getenv("BATCHD_TEST_WEIGHTS"); name != "" {
+		q, err := demomodel.ParseDType(name)
+		if err != nil {
+			return "", fmt.Errorf("BATCHD_TEST_WEIGHTS: %w", err)
+		}
+		path := filepath.Join(dir, "demo-tiny.gguf") // the model's name in the tests
+		return path, demomodel.WriteQuantFile(path, demomodel.Shapes["tiny-k"], q, 1)
+	}
 	path := filepath.Join(dir, "demo-tiny.gguf")
 	return path, demomodel.WriteFile(path, demomodel.Shapes["tiny"], kernels.F32, 1)
 })

@@ -250,6 +250,7 @@ func TestSamplingPenalties(t *testing.T) {
 	if len(distinct) > n/2 {
 		t.Fatalf("greedy output is not repetitive enough to test penalties: %v", greedy)
 	}
+	changed := 0
 	for _, c := range []struct {
 		field                           string
 		presence, frequency, repetition float64
@@ -261,8 +262,8 @@ func TestSamplingPenalties(t *testing.T) {
 		{`"repetition_penalty":2,"presence_penalty":1,"frequency_penalty":-0.5`, 1, -0.5, 2},
 	} {
 		want, _ := f.run(prompt, n, penalized(prompt, c.presence, c.frequency, c.repetition))
-		if slices.Equal(want, greedy) {
-			t.Fatalf("%s: the reference equals greedy; pick a stronger penalty", c.field)
+		if !slices.Equal(want, greedy) {
+			changed++
 		}
 		if c.repetition == 1 && want[0] != greedy[0] {
 			t.Fatalf("%s: presence/frequency changed the first token: they must only see generated tokens", c.field)
@@ -271,6 +272,11 @@ func TestSamplingPenalties(t *testing.T) {
 		if w := f.text(prompt, want, true); got != w {
 			t.Errorf("%s: got %q, want %q (greedy %q)", c.field, got, w, f.text(prompt, greedy, true))
 		}
+	}
+	// Which penalty moves greedy's tokens depends on the model's weights
+	// (BATCHD_TEST_WEIGHTS); most must, or the test proves little.
+	if changed < 4 {
+		t.Fatalf("only %d of 5 penalties changed greedy's tokens; pick stronger ones", changed)
 	}
 }
 
