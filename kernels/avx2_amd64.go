@@ -140,7 +140,7 @@ func avx2MatMul(a *mmArgs, w *worker, r0, r1, t0, t1 int) {
 	}
 	k := &avx2ByType[m.Type]
 	if t1-t0 == 1 {
-		avx2Rows(a, k, r0, r1, t0)
+		avx2Rows(a, w, k, r0, r1, t0)
 		return
 	}
 	rows, cols := m.Rows, m.Cols
@@ -254,18 +254,19 @@ const avx2PrefetchRows = 8
 const avx2PrefetchPanelRows = 2
 
 // avx2Rows is the single-token matvec: four rows at a time, straight from
-// the weights.
-func avx2Rows(a *mmArgs, k *avx2Kernels, r0, r1, t int) {
+// the weights. The results go through the worker's scratch: a local array
+// handed to the indirect k.rows4 would escape to the heap on every call.
+func avx2Rows(a *mmArgs, w *worker, k *avx2Kernels, r0, r1, t int) {
 	m := a.w
 	base := bptr(m.Data)
 	x := unsafe.Add(f32ptr(a.x), 4*t*m.Cols)
 	out := a.out[t*m.Rows:]
 	n := m.Cols / k.colsPerStep
 	pf := avx2PrefetchRows * a.rb
-	var res [4]float32
+	res := (*[4]float32)(w.res[:4])
 	for r := r0; r < r1; r += 4 {
 		p0, p1, p2, p3 := rowPtrs(base, a.rb, r, r1)
-		k.rows4(&res, p0, p1, p2, p3, x, n, pf)
+		k.rows4(res, p0, p1, p2, p3, x, n, pf)
 		copy(out[r:min(r+4, r1)], res[:])
 	}
 }
@@ -614,8 +615,10 @@ func avx2RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox bool)
 	archsimd.ClearAVXUpperBits()
 }
 
-// exp8 is exp512 on 8 lanes (same arithmetic).
+// exp8 is exp512 on 8 lanes (same arithmetic, same 0 below the range and
+// NaN kept).
 func exp8(x archsimd.Float32x8) archsimd.Float32x8 {
+	in := x
 	x = x.Max(archsimd.BroadcastFloat32x8(expLo)).Min(archsimd.BroadcastFloat32x8(expHi))
 	n := x.Mul(archsimd.BroadcastFloat32x8(log2e)).RoundToEven()
 	r := n.MulAdd(archsimd.BroadcastFloat32x8(-ln2Hi), x)
@@ -628,7 +631,8 @@ func exp8(x archsimd.Float32x8) archsimd.Float32x8 {
 	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(expC0))
 	p = p.MulAdd(r.Mul(r), r).Add(archsimd.BroadcastFloat32x8(1))
 	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x8(127)).ShiftAllLeft(23).AsFloat32x8()
-	return p.Mul(pow)
+	e := p.Mul(pow).Masked(in.GreaterEqual(archsimd.BroadcastFloat32x8(expLo)))
+	return in.Merge(e, in.IsNaN())
 }
 
 func avx2SiLUMul(gate, up []float32) {
@@ -732,14 +736,40 @@ func avx2Add(dst, src []float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// avx2Argmax finds the max in vectors, then its first index. A NaN sends
+// it to genericArgmax, whose scan is the rule (doc.go): VMAXPS drops or
+// keeps NaNs by operand order, so the vector max means nothing then.
 func avx2Argmax(x []float32) int {
-	m := avx2Max(x) // returns with the vector state clean
-	for i, v := range x {
-		if v == m {
-			return i
+	m, nan := avx2MaxNaN(x) // returns with the vector state clean
+	if !nan {
+		for i, v := range x {
+			if v == m {
+				return i
+			}
 		}
 	}
 	return genericArgmax(x)
+}
+
+// avx2MaxNaN is avx2Max and whether x holds a NaN.
+func avx2MaxNaN(x []float32) (float32, bool) {
+	var q [4]float32
+	n := len(x)
+	px := f32ptr(x)
+	mv := archsimd.BroadcastFloat32x8(x[0])
+	var nan uint8
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		v := archsimd.LoadFloat32x8(f32x8At(px, i))
+		nan |= v.IsNaN().ToBits()
+		mv = mv.Max(v)
+	}
+	avx2Leave(mv.GetLo().Max(mv.GetHi()), &q)
+	m := max(max(q[0], q[1]), max(q[2], q[3]))
+	for ; i < n; i++ {
+		m = max(m, x[i]) // Go's max: a NaN in the tail makes m NaN
+	}
+	return m, nan != 0 || m != m
 }
 
 // avx2Attention is avx512Attention with 16-lane accumulators in halves,

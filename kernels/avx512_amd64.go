@@ -566,8 +566,12 @@ func avx512RoPE(x []float32, heads, headDim, pairs int, c, s []float32, neox boo
 }
 
 // exp512 is e^x in float32 (Cephes' expf polynomial, ~1 ulp), inputs
-// clamped to [-87.34, 88.38] so 2^n stays a normal float.
+// clamped to [-87.34, 88.38] so 2^n stays a normal float. Below that range
+// (-Inf included) it is 0 and a NaN stays NaN, as math.Exp has them: the
+// clamp alone would turn both into numbers, and Softmax's rule for ±Inf and
+// NaN (doc.go) rests on these two.
 func exp512(x archsimd.Float32x16) archsimd.Float32x16 {
+	in := x
 	x = x.Max(archsimd.BroadcastFloat32x16(expLo)).Min(archsimd.BroadcastFloat32x16(expHi))
 	n := x.Mul(archsimd.BroadcastFloat32x16(log2e)).RoundToEvenScaled(0)
 	r := n.MulAdd(archsimd.BroadcastFloat32x16(-ln2Hi), x)
@@ -580,7 +584,8 @@ func exp512(x archsimd.Float32x16) archsimd.Float32x16 {
 	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(expC0))
 	p = p.MulAdd(r.Mul(r), r).Add(archsimd.BroadcastFloat32x16(1))
 	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x16(127)).ShiftAllLeft(23).AsFloat32x16()
-	return p.Mul(pow)
+	e := p.Mul(pow).Masked(in.GreaterEqual(archsimd.BroadcastFloat32x16(expLo)))
+	return in.Merge(e, in.IsNaN())
 }
 
 func avx512SiLUMul(gate, up []float32) {

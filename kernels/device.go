@@ -44,9 +44,11 @@ type Device interface {
 	Upload(dst Buf, src []float32)
 	Download(dst []float32, src Buf)
 
-	// UploadMatrix copies a weight matrix to the device in its own type
-	// (F32, F16, BF16 or Q8_0); the Matrix may be released afterwards only
-	// if the device copied it (CPUDevice keeps a reference, zero-copy).
+	// UploadMatrix copies a weight matrix to the device, in its own type
+	// or one the device converts it to exactly enough for its numerics
+	// (the CUDA device keeps block quantizations as BF16); the Matrix may
+	// be released afterwards only if the device copied it (CPUDevice
+	// keeps a reference, zero-copy).
 	UploadMatrix(m *Matrix) (Weight, error)
 	// Embed writes row ids[t] of w, dequantized, to out[t*Cols:(t+1)*Cols]:
 	// out is [len(ids)][Cols]. Exact (no rounding beyond the weight type's
@@ -58,8 +60,10 @@ type Device interface {
 
 	// MatMul computes out[t][r] = Σ_c x[t][c]·W[r][c] for t in [0,T): x is
 	// [T][Cols], out [T][Rows]. F32, F16 and BF16 multiply the exact
-	// float32 weights; Q8_0 quantizes each x row to Q8_0 first, as
-	// CPU.MatMul does.
+	// float32 weights; the block quantizations quantize each x row to
+	// int8 blocks first (Q8_0 to Q8_0, the others to their activation
+	// kind), as CPU.MatMul does; a device may instead multiply the
+	// dequantized weights with unquantized activations (refdev, CUDA).
 	MatMul(out, x Buf, T int, w Weight)
 	// RMSNorm normalizes each row of dim floats of x (len rows·dim):
 	// out = x/sqrt(mean(x²)+eps)·weight[:dim]. With dim the head size it is

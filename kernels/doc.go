@@ -47,6 +47,29 @@
 // rounding, not bit for bit; its RoPE, Add and Q8_0 activation quantization
 // are bit-identical to the SIMD ones.
 //
+// # NaN and infinities
+//
+// Every path, and the CUDA kernels (kernels/cuda/csrc), follow one rule;
+// TestArgmaxSpecialValues and TestSoftmaxSpecialValues hold each backend to
+// it, kernels/cuda's TestArgmaxRows the GPU's argmax.
+//   - Argmax scans in index order and moves only to a strictly larger value:
+//     +Inf is the largest number, -Inf the smallest, -0 ties +0 (the first
+//     wins). A NaN is never larger than anything and nothing is larger than
+//     a NaN, so a NaN at index 0 gives 0 and NaNs elsewhere are passed over;
+//     a row of only -Inf gives 0.
+//   - Softmax subtracts the row's max before exponentiating, in IEEE float
+//     arithmetic: a NaN anywhere, a +Inf max (Inf-Inf is NaN) or a row of
+//     only -Inf gives NaN in every element; otherwise a -Inf element gets
+//     exactly 0. The SIMD exp keeps these edges (0 below its range, NaN
+//     kept) rather than clamping them into numbers.
+//   - Attention's softmax over each head's scores is the same max
+//     subtraction and the same exp, so a NaN or +Inf score (only NaN or Inf
+//     in q or k make one) turns that head's output NaN.
+//   - MatMul screens nothing: over F32, F16 and BF16 weights a NaN (or an
+//     Inf·0) makes the outputs it reaches NaN on every path
+//     (TestMatMulPropagatesNaN). The quantized formats quantize the
+//     activations first, which has no defined result for a NaN or Inf.
+//
 // # Q8_0
 //
 // Q8_0 products on the generic and avx512 paths quantize each activation row

@@ -3,8 +3,10 @@ package kernels
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // Backend names NewCPUBackend accepts. Auto is the fastest built path the
@@ -95,7 +97,35 @@ func backendInfo(name string) (BackendInfo, bool) {
 	return all[i], true
 }
 
-// BestBackend is the name of the path Auto chooses here.
+// testBackendEnv names the environment variable that, in a test binary
+// only, forces best (what NewCPU, NewCPUBackend("auto") and the
+// package-level kernels use) to one backend: "avx512", "avx2", "neon" or
+// "generic".
+// It lets every test of this package and of its users (kernels/cuda's
+// references, the engine's) run once per code path. A daemon reads the same
+// variable as its configuration instead (daemon/config.go).
+const testBackendEnv = "BATCHD_KERNELS"
+
+func init() {
+	detectSIMD()
+	if !testing.Testing() {
+		return
+	}
+	name := os.Getenv(testBackendEnv)
+	if name == "" {
+		return
+	}
+	be, err := resolveBackend(name)
+	if err != nil {
+		// A silent fallback would pass the tests on a path they were not
+		// asked to cover.
+		panic(fmt.Sprintf("kernels: %s=%s in a test binary: %v", testBackendEnv, name, err))
+	}
+	best = be
+}
+
+// BestBackend is the name of the path Auto chooses here (in a test binary,
+// the one BATCHD_KERNELS forces).
 func BestBackend() string { return best.name }
 
 // builtBackend returns the backend of that name if this binary has it.

@@ -10,3 +10,6 @@ var best = portable
 var simdBuilt, simdBackends []*backend
 
 func afterSIMD() {}
+
+// detectSIMD has nothing to detect: best stays portable.
+func detectSIMD() {}

@@ -7,8 +7,8 @@ import (
 	"simd/archsimd"
 )
 
-// best is the backend NewCPU and the package-level kernels use; init in
-// simd_amd64.go upgrades it from the CPU's features.
+// best is the backend NewCPU and the package-level kernels use; detectSIMD
+// in simd_amd64.go upgrades it from the CPU's features.
 var best = portable
 
 // simdBuilt lists the SIMD backends this binary has, fastest first;
@@ -36,9 +36,10 @@ const (
 )
 
 // afterSIMD runs VZEROUPPER, which needs AVX: only when a SIMD backend can
-// have run.
+// have run (best may be portable in a test binary that forced it while
+// tests still run the SIMD backends by name).
 func afterSIMD() {
-	if best != portable {
+	if len(simdBackends) > 0 {
 		archsimd.ClearAVXUpperBits()
 	}
 }

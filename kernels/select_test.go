@@ -3,13 +3,15 @@ package kernels
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
 
 // TestBackendSelection: auto is the fastest usable backend, every usable one
 // can be forced, and asking for one the binary or CPU lacks is an error
-// naming what is missing. BATCHD_EXPECT_BACKEND, when set, is the backend
+// naming what is missing; BATCHD_KERNELS, when set, is what auto picks in
+// a test binary. BATCHD_EXPECT_BACKEND, when set, is the backend
 // auto must pick here (CI sets it for its emulated CPUs).
 func TestBackendSelection(t *testing.T) {
 	t.Logf("auto picks %s; CPU features: %s", BestBackend(), strings.Join(Features(), " "))
@@ -43,7 +45,11 @@ func TestBackendSelection(t *testing.T) {
 			t.Errorf("NewCPUBackend(%s): %v does not say it is not built", b.Name, err)
 		}
 	}
-	if BestBackend() != firstUsable {
+	if forced := strings.ToLower(strings.TrimSpace(os.Getenv(testBackendEnv))); forced != "" {
+		if BestBackend() != forced {
+			t.Errorf("%s=%s, but auto picks %s", testBackendEnv, forced, BestBackend())
+		}
+	} else if BestBackend() != firstUsable {
 		t.Errorf("auto picks %s, the fastest usable backend is %s", BestBackend(), firstUsable)
 	}
 	for _, name := range []string{"", "auto", " Auto "} {
@@ -56,5 +62,19 @@ func TestBackendSelection(t *testing.T) {
 	}
 	if _, err := NewCPUBackend(1, "sse9"); !errors.Is(err, ErrBackendUnavailable) || !strings.Contains(err.Error(), "sse9") {
 		t.Errorf("NewCPUBackend(sse9): %v", err)
+	}
+}
+
+// TestForcedBackendUnavailable: a test binary told to force a backend it
+// cannot run stops at start-up naming it, rather than testing another.
+func TestForcedBackendUnavailable(t *testing.T) {
+	if os.Getenv(testBackendEnv) != "" {
+		t.Skipf("%s is set: this test sets it itself", testBackendEnv)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), testBackendEnv+"=sse9")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), testBackendEnv+"=sse9") || !strings.Contains(string(out), "unknown backend") {
+		t.Errorf("%s=sse9: %v, output:\n%s", testBackendEnv, err, out)
 	}
 }

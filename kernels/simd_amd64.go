@@ -24,7 +24,9 @@ import (
 //     (a0+a1)+(a2+a3)), see hsum16.
 // AVX2 keeps each 16-lane accumulator as two 8-lane halves.
 
-func init() {
+// detectSIMD fills simdBackends from CPUID and makes the fastest of them
+// best (select.go's init calls it, before any test override).
+func detectSIMD() {
 	for _, b := range simdBuilt {
 		if canRun(b) {
 			simdBackends = append(simdBackends, b)

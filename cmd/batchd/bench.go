@@ -37,8 +37,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(args) > 0 && args[0] == "gpu" {
 		return benchGPU(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "kl" {
+		return benchKL(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|neon|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]]\n       batchd bench gpu [--gpu N] [--mib N]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|neon|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]]\n       batchd bench kl [--shape SHAPE --types T1,T2 [--dequantized] | --model FILE[,FILE] --ref FILE] [--text FILE] [--tokens N]\n       batchd bench gpu [--gpu N] [--mib N]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)

@@ -655,3 +655,40 @@ func TestBenchEngineSpeculative(t *testing.T) {
 		t.Errorf("an unknown case: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// bench kl writes the demo model in F32 and each type and prints a row per
+// type; a type against itself is at 0 and always agrees; model files
+// compare with --ref; bad arguments are refused by name.
+func TestBenchKL(t *testing.T) {
+	data := t.TempDir()
+	code, stdout, stderr := cli(t, "bench", "kl", "--data", data, "--shape", "tiny", "--types", "f32,Q8_0", "--threads", "1", "--tokens", "40")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"over 40 positions", "demo-tiny-f32.gguf", "0.000e+00   0.000e+00   0.000e+00   100.00%", "Q8_0                         8.5"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	ref := filepath.Join(data, "models", "demo-tiny-f32.gguf")
+	code, stdout, stderr = cli(t, "bench", "kl", "--model", ref, "--ref", ref, "--threads", "1", "--tokens", "10")
+	if code != exitOK || !strings.Contains(stdout, "demo-tiny-f32.gguf          32.00   0.000e+00") {
+		t.Errorf("--model --ref: exit %d, stderr %s, stdout:\n%s", code, stderr, stdout)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", ref}, "--ref"},
+		{[]string{"--data", data, "--shape", "tiny", "--types", "q4_k_x"}, "q4_k_m"},
+		{[]string{"--data", data, "--shape", "nope"}, `"nope"`},
+	} {
+		code, _, stderr := cli(t, append([]string{"bench", "kl"}, c.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error naming %s", c.args, code, stderr, c.want)
+		}
+	}
+	if code, _, stderr := cli(t, "demo-model", "--data", data, "--type", "q9_k"); code != exitUsage || !strings.Contains(stderr, "iq4_xs") {
+		t.Errorf("demo-model --type q9_k: exit %d, stderr %q", code, stderr)
+	}
+}

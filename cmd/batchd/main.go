@@ -38,7 +38,7 @@ func init() {
 		{"status", "show every batch, or one", cmdStatus},
 		{"check", "verify a finished batch's exactly-once invariant", cmdCheck},
 		{"ledger", "check, back up or compact the ledger (ledger check|backup|compact)", cmdLedger},
-		{"bench", "measure the pipeline (bench pipeline)", cmdBench},
+		{"bench", "measure the pipeline, the engine or a quantization (bench pipeline|engine|kl|gpu)", cmdBench},
 		{"demo-model", "write a small random-weight model (GGUF, real tokenizer) to try the native engine", cmdDemoModel},
 		{"pull", "download a Hugging Face model repo into the local cache", cmdPull},
 		{"echo-server", "serve a stand-in OpenAI-compatible server that echoes (for trying batchd without a model)", cmdEchoServer},

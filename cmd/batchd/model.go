@@ -28,8 +28,9 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	out := fs.String("out", "", "where to write the .gguf (default: models/demo-SHAPE-TYPE.gguf under --data)")
 	data := dataFlag(fs)
 	shapeName := fs.String("shape", "tiny", "model shape: "+strings.Join(shapes, ", "))
-	typeName := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0")
+	typeName := fs.String("type", "f32", "weight type, or llama.cpp mixture: "+strings.Join(demomodel.TypeNames(), ", "))
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
+	dequantized := fs.Bool("dequantized", false, "store each matrix as F32 holding its --type values decoded: the --type model's weight rounding, for an engine that cannot run the type")
 	force := fs.Bool("force", false, "overwrite an existing file")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage
@@ -38,13 +39,18 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if !ok {
 		return errorf(stderr, exitUsage, "unknown shape %q (known: %s)", *shapeName, strings.Join(shapes, ", "))
 	}
-	dt, err := demomodel.ParseDType(*typeName)
+	q, err := demomodel.ParseDType(*typeName)
 	if err != nil {
 		return errorf(stderr, exitUsage, "%v", err)
 	}
+	q.Dequantized = *dequantized
 	path := *out
 	if path == "" {
-		path = filepath.Join(*data, "models", fmt.Sprintf("demo-%s-%s.gguf", shape.Name, strings.ToLower(*typeName)))
+		name := fmt.Sprintf("demo-%s-%s", shape.Name, strings.ToLower(*typeName))
+		if q.Dequantized {
+			name += "-dequantized"
+		}
+		path = filepath.Join(*data, "models", name+".gguf")
 	}
 	if _, err := os.Stat(path); err == nil && !*force {
 		fmt.Fprintln(stdout, path)
@@ -59,7 +65,7 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return errorf(stderr, exitFailure, "%v", err)
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	err = demomodel.Write(w, shape, dt, *seed)
+	err = demomodel.WriteQuant(w, shape, q, *seed)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -76,7 +82,7 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		os.Remove(tmp)
 		return errorf(stderr, exitFailure, "demo model: %v", err)
 	}
-	fmt.Fprintf(stderr, "batchd: wrote a demo model, shape %s, %s weights — random weights: its text is noise\n", shape, strings.ToUpper(*typeName))
+	fmt.Fprintf(stderr, "batchd: wrote a demo model, shape %s, %s weights — random weights: its text is noise\n", shape, q)
 	fmt.Fprintln(stdout, path)
 	return exitOK
 }

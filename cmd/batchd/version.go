@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/batchd/batchd/engine/native"
+	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/kernels/cuda"
 )
@@ -79,6 +80,7 @@ func writeVersion(w io.Writer, b build, envDevice, model string) {
 	fmt.Fprintf(w, "device: %s (%s); built: %s, %s, %s, %s; cuda: %s\n",
 		device, why, native.DeviceAuto, native.DeviceCPU, native.DeviceCUDA, native.DeviceReference, cuda.Describe())
 	fmt.Fprintln(w, "engines: native (default, runs the models on the device), openai (a remote OpenAI-compatible server)")
+	fmt.Fprintf(w, "weights: GGUF %s; safetensors F32 F16 BF16\n", strings.Join(weights.GGUFTypes(), " "))
 	var usable []string
 	for _, b := range kernels.Backends() {
 		if b.Usable() {

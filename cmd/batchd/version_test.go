@@ -22,7 +22,7 @@ func TestVersionNamesTheKernels(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	backends := kernels.Backends()
-	const head = 4 // version, build, device, engines
+	const head = 5 // version, build, device, engines, weights
 	if len(lines) != head+2+len(backends) {
 		t.Fatalf("version printed %d lines, want %d:\n%s", len(lines), head+2+len(backends), stdout)
 	}
@@ -42,6 +42,9 @@ func TestVersionNamesTheKernels(t *testing.T) {
 	}
 	if !strings.HasPrefix(lines[3], "engines: native (default") {
 		t.Errorf("engines line %q", lines[3])
+	}
+	if want := "weights: GGUF F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS BF16 MXFP4; safetensors F32 F16 BF16"; lines[4] != want {
+		t.Errorf("weights line %q, want %q", lines[4], want)
 	}
 	lines = lines[head-1:] // the rest as before: kernels, backends, cpu
 	var usable []string

@@ -88,6 +88,16 @@ func (p *ComputeProbe) Kernels() string {
 // VocabSize is the model's vocabulary size.
 func (p *ComputeProbe) VocabSize() int { return p.m.cfg.VocabSize }
 
+// Encode tokenizes text with the model's tokenizer, adding the special
+// tokens its vocabulary asks for (a BOS) and reading none in the text.
+func (p *ComputeProbe) Encode(text string) ([]int32, error) {
+	tok, err := newTokenizer(p.w.Tokenizer, p.w.Config.EOSIDs)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return tok.Encode(text, true, false), nil
+}
+
 // BlockSize is the positions per KV block.
 func (p *ComputeProbe) BlockSize() int { return kvBlockSize }
 

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -15,8 +16,10 @@ import (
 // Driver's one stream, so calls run in call order and Download waits for
 // what came before it.
 //
-// Weights keep their type on the device, except Q8_0, which is dequantized
-// to BF16 at upload (by a kernel, from the uploaded blocks): F32 matrices
+// Weights keep their type on the device, except the block quantizations,
+// which are dequantized to BF16 at upload: Q8_0 by a kernel from the
+// uploaded blocks, the others (Q4_0 … Q6_K, IQ4_NL, IQ4_XS, MXFP4) on the
+// host, exactly, a few MiB of rows at a time (uploadDequantized): F32 matrices
 // multiply in float32 (no TF32), F16 and BF16 ones in their type with
 // float32 accumulation, the activations rounded to the weight's type first.
 // So a Q8_0 or 16-bit model agrees with the CPU within bf16/f16 rounding of
@@ -243,8 +246,8 @@ func (d *Device) Download(dst []float32, src kernels.Buf) {
 	d.fail("download", d.drv.CopyOut(f32Bytes(dst), addr(src)))
 }
 
-// UploadMatrix copies m to the device: F32, F16 and BF16 as they are, Q8_0
-// dequantized to BF16 there.
+// UploadMatrix copies m to the device: F32, F16 and BF16 as they are, the
+// block quantizations dequantized to BF16 (Q8_0 there, the others here).
 func (d *Device) UploadMatrix(m *kernels.Matrix) (kernels.Weight, error) {
 	if _, err := kernels.NewMatrix(m.Type, m.Rows, m.Cols, m.Data); err != nil {
 		return nil, err
@@ -262,13 +265,23 @@ func (d *Device) UploadMatrix(m *kernels.Matrix) (kernels.Weight, error) {
 	case kernels.BF16, kernels.Q8_0:
 		w.elem = ElemBF16
 	default:
-		return nil, fmt.Errorf("upload %v matrix: %w", m.Type, kernels.ErrDType)
+		if m.Type.BlockSize() <= 1 {
+			return nil, fmt.Errorf("upload %v matrix: %w", m.Type, kernels.ErrDType)
+		}
+		w.elem = ElemBF16
 	}
 	p, err := d.drv.Alloc(max(n*int64(w.elem.Size()), 4))
 	if err != nil {
 		return nil, fmt.Errorf("upload %dx%d %v matrix to %s: %w", m.Rows, m.Cols, m.Type, d.name, err)
 	}
 	w.p = p
+	if m.Type.BlockSize() > 1 && m.Type != kernels.Q8_0 {
+		if err := d.uploadDequantized(p, m); err != nil {
+			d.drv.Free(p)
+			return nil, fmt.Errorf("upload %dx%d %v matrix as BF16: %w", m.Rows, m.Cols, m.Type, err)
+		}
+		return w, nil
+	}
 	if m.Type != kernels.Q8_0 {
 		if err := d.drv.CopyIn(p, m.Data); err != nil {
 			d.drv.Free(p)
@@ -297,6 +310,30 @@ func (d *Device) UploadMatrix(m *kernels.Matrix) (kernels.Weight, error) {
 		return nil, fmt.Errorf("dequantize %dx%d Q8_0 matrix: %w", m.Rows, m.Cols, err)
 	}
 	return w, nil
+}
+
+// uploadDequantized writes m's rows, dequantized exactly and rounded to
+// BF16, to p: at most dequantChunk bytes of BF16 are staged at a time, so a
+// model's upload never holds a dequantized copy of a whole matrix.
+func (d *Device) uploadDequantized(p DevPtr, m *kernels.Matrix) error {
+	const dequantChunk = 4 << 20
+	rows := max(1, dequantChunk/(2*max(m.Cols, 1)))
+	f := make([]float32, m.Cols)
+	buf := make([]byte, 0, 2*m.Cols*min(rows, m.Rows))
+	for r0 := 0; r0 < m.Rows; r0 += rows {
+		r1 := min(r0+rows, m.Rows)
+		buf = buf[:0]
+		for r := r0; r < r1; r++ {
+			m.Row(r, f)
+			for _, v := range f {
+				buf = binary.LittleEndian.AppendUint16(buf, kernels.F32ToBF16(v))
+			}
+		}
+		if err := d.drv.CopyIn(p+DevPtr(2*r0*m.Cols), buf); err != nil { // buf is free again on return
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *Device) weight(w kernels.Weight) *weight {

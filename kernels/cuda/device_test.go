@@ -122,8 +122,8 @@ func TestDeviceMatchesReference(t *testing.T) {
 	// MatMul in every weight type, against the reference's own numerics:
 	// 16-bit activations (and Q8_0's bf16 dequantization) allow bf16's
 	// rounding of each product, relative to Σ|x·w|.
-	for _, typ := range []kernels.DType{kernels.F32, kernels.F16, kernels.BF16, kernels.Q8_0} {
-		const R, C, M = 33, 96, 3
+	for _, typ := range append([]kernels.DType{kernels.F32, kernels.F16, kernels.BF16}, kernels.QuantTypes()...) {
+		const R, C, M = 33, 256, 3
 		wv := randVec(r, R*C)
 		var data []byte
 		switch typ {
@@ -141,9 +141,13 @@ func TestDeviceMatchesReference(t *testing.T) {
 				}
 				data[2*i], data[2*i+1] = byte(h), byte(h>>8)
 			}
-		case kernels.Q8_0:
-			data = make([]byte, len(wv)/32*34)
-			if err := kernels.QuantizeQ8_0(data, wv); err != nil {
+		default:
+			rb, err := typ.RowBytes(C)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = make([]byte, R*rb)
+			if err := kernels.Quantize(typ, data, wv); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -170,10 +174,12 @@ func TestDeviceMatchesReference(t *testing.T) {
 			tol = 1.0 / 128
 		}
 		scale := make([]float64, M*R)
-		for t := range M {
-			for j := range R {
+		wq := make([]float32, C) // the weights as stored
+		for j := range R {
+			m.Row(j, wq)
+			for t := range M {
 				for c := range C {
-					scale[t*R+j] += math.Abs(float64(xs[t*C+c] * wv[j*C+c]))
+					scale[t*R+j] += math.Abs(float64(xs[t*C+c] * wq[c]))
 				}
 			}
 		}
@@ -186,8 +192,8 @@ func TestDeviceMatchesReference(t *testing.T) {
 		d.Embed(ed, Wd, ids)
 		ref.Embed(er, Wr, ids)
 		etol := 0.0
-		if typ == kernels.Q8_0 {
-			etol = 1.0 / 256 // bf16 of scale·q
+		if typ.BlockSize() > 1 {
+			etol = 1.0 / 256 // bf16 of the dequantized value
 		}
 		near(t, "Embed "+typ.String(), down(d, ed), down(ref, er), etol, nil)
 	}

@@ -16,7 +16,11 @@
 // whatever else shares the call (batch-invariant by construction); Q8_0 products quantize each
 // activation row to Q8_0 (scale max|x|/127 in float32, values rounded to
 // nearest even) and sum int8·int8 products per block in int32, as the CPU
-// does. It agrees with CPUDevice within float32 rounding, not bit for bit.
+// does. The other block quantizations (Q4_0 … MXFP4) multiply the exactly
+// dequantized weights with the float32 activations: the reference of what
+// the CPU's integer products approximate. It agrees with CPUDevice within
+// float32 rounding (and those types' activation quantization), not bit for
+// bit.
 //
 // It imports only kernels and the standard library.
 package refdev
@@ -141,7 +145,12 @@ func row(m *kernels.Matrix, r int, dst []float32) {
 			blk := src[c/kernels.Q8BlockSize*kernels.Q8BlockBytes:]
 			dst[c] = kernels.F16ToF32(binary.LittleEndian.Uint16(blk)) * float32(int8(blk[2+c%kernels.Q8BlockSize]))
 		default:
-			panic(fmt.Sprintf("refdev: %v weights", m.Type))
+			// The other block quantizations: the package's exact
+			// dequantization, whose bit layouts its tests pin.
+			if err := kernels.Dequantize(m.Type, dst[:m.Cols], src); err != nil {
+				panic(fmt.Sprintf("refdev: %v weights: %v", m.Type, err))
+			}
+			return
 		}
 	}
 }

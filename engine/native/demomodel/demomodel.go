@@ -7,6 +7,7 @@
 package demomodel
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -14,7 +15,6 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode"
@@ -191,6 +191,9 @@ var Shapes = map[string]Shape{
 	// tiny-qwen3 and tiny-llama exercise the other architectures' paths.
 	"tiny-qwen3": {Name: "tiny-qwen3", Arch: "qwen3", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048},
 	"tiny-llama": {Name: "tiny-llama", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, FFNDim: 352, Context: 2048},
+	// tiny-k: rows of whole 256-value blocks, so K-quants and IQ4_XS apply
+	// without llama.cpp's fallbacks (tiny's 128-value rows take them all).
+	"tiny-k": {Name: "tiny-k", Dim: 256, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 768, Context: 2048},
 	// qwen2.5-0.5b: Qwen2.5-0.5B's shape, for benchmarks.
 	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
 	// llama-3.1-8b: Llama-3.1-8B's shape (16 GB in bf16), for GPU benchmarks.
@@ -233,11 +236,16 @@ func (d Shape) String() string {
 // WriteFile writes Write's model to a new file at path; the file is removed
 // when it cannot be written whole.
 func WriteFile(path string, shape Shape, dtype kernels.DType, seed uint64) error {
+	return WriteQuantFile(path, shape, Single(dtype), seed)
+}
+
+// WriteQuantFile is WriteFile with the weights stored as q says.
+func WriteQuantFile(path string, shape Shape, q Quant, seed uint64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	err = Write(f, shape, dtype, seed)
+	err = WriteQuant(f, shape, q, seed)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -253,6 +261,13 @@ func WriteFile(path string, shape Shape, dtype kernels.DType, seed uint64) error
 // seed, norms 1, a byte-level BPE tokenizer trained on Corpus and the
 // ChatML template. The same arguments always give the same bytes.
 func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
+	return WriteQuant(w, shape, Single(dtype), seed)
+}
+
+// WriteQuant is Write with each matrix stored as q chooses. The weights
+// drawn depend on shape and seed alone, so one seed's models in two Quants
+// are the same model quantized two ways.
+func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 	tokens, merges, types := demoVocab(2000)
 	eos := int32(len(tokens) - 1) // <|im_end|>
 	endoftext := int32(len(tokens) - 3)
@@ -260,12 +275,12 @@ func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
 		tokens = append(tokens, fmt.Sprintf("<|extra_%d|>", i))
 		types = append(types, 5)
 	}
-	vocab := len(tokens)
-	headDim := shape.Dim / shape.Heads
-	arch := shape.Arch
-	if arch == "" {
-		arch = "qwen2"
+	plan, err := planTensors(shape, len(tokens), q)
+	if err != nil {
+		return err
 	}
+	arch := shape.arch()
+	headDim := shape.Dim / shape.Heads
 	meta := []gguf.KV{
 		{Key: "general.architecture", Value: gguf.MustValue(arch)},
 		{Key: "general.name", Value: gguf.MustValue("batchd demo " + shape.Name + " (random weights: its text is noise)")},
@@ -291,73 +306,154 @@ func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
 		{Key: "tokenizer.chat_template", Value: gguf.MustValue(chat.ChatMLTemplate)},
 	}
 	rng := Rand(seed)
-	var tensors []gguf.TensorData
-	matrix := func(name string, rows, cols int) error {
-		if rows*cols >= bigTensor {
-			data, typ, err := randomParallel(rows*cols, dtype, uint64(rng.next()))
-			if err != nil {
-				return fmt.Errorf("demo tensor %s: %w", name, err)
-			}
-			tensors = append(tensors, gguf.TensorData{Name: name, Type: typ, Dims: []uint64{uint64(cols), uint64(rows)}, Data: data})
-			return nil
+	tensors := make([]gguf.TensorData, 0, len(plan))
+	for _, p := range plan {
+		var (
+			data []byte
+			typ  gguf.GGMLType
+			err  error
+		)
+		if p.fill != fillWeights {
+			data, typ = p.vector(&rng)
+		} else {
+			data, typ, err = p.matrix(&rng, q.Dequantized)
 		}
-		x := make([]float32, rows*cols)
-		for i := range x {
-			x[i] = 0.02 * rng.Normal()
-		}
-		data, typ, err := Encode(x, dtype)
 		if err != nil {
-			return fmt.Errorf("demo tensor %s: %w", name, err)
+			return fmt.Errorf("demo tensor %s: %w", p.Name, err)
 		}
-		tensors = append(tensors, gguf.TensorData{Name: name, Type: typ, Dims: []uint64{uint64(cols), uint64(rows)}, Data: data})
-		return nil
-	}
-	vector := func(name string, n int, fill func(i int) float32) {
-		b := make([]byte, 4*n)
-		for i := range n {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(fill(i)))
+		dims := []uint64{uint64(p.Cols), uint64(p.Rows)}
+		if p.fill != fillWeights {
+			dims = dims[:1]
 		}
-		tensors = append(tensors, gguf.TensorData{Name: name, Type: gguf.F32, Dims: []uint64{uint64(n)}, Data: b})
+		tensors = append(tensors, gguf.TensorData{Name: p.Name, Type: typ, Dims: dims, Data: data})
 	}
-	ones := func(int) float32 { return 1 }
-	small := func(int) float32 { return 0.02 * rng.Normal() }
-	if err := matrix("token_embd.weight", vocab, shape.Dim); err != nil {
-		return err
+	return gguf.Write(w, meta, tensors)
+}
+
+func (d Shape) arch() string {
+	if d.Arch == "" {
+		return "qwen2"
 	}
-	vector("output_norm.weight", shape.Dim, ones)
-	if arch == "llama" {
-		if err := matrix("output.weight", vocab, shape.Dim); err != nil {
-			return err
-		}
+	return d.Arch
+}
+
+// fill says how a tensor's values are drawn.
+type fill uint8
+
+const (
+	fillWeights fill = iota // a matrix: 0.02·N(0,1)
+	fillOnes                // a norm: 1
+	fillSmall               // a bias: 0.02·N(0,1)
+	fillNorm                // a q/k norm: 1 + 0.1·N(0,1)
+)
+
+// planned is a tensor of the model, in file order, with how it is drawn.
+type planned struct {
+	Tensor
+	fill fill
+}
+
+// Plan lists the tensors a demo model of shape writes with q, in file
+// order, with each one's type: what llama.cpp's quantize would have chosen
+// for the mixture, F32 for vectors.
+func Plan(shape Shape, q Quant) ([]Tensor, error) {
+	tokens, _, _ := demoVocab(2000)
+	plan, err := planTensors(shape, max(len(tokens), shape.Vocab), q)
+	if err != nil {
+		return nil, err
 	}
+	out := make([]Tensor, len(plan))
+	for i, p := range plan {
+		out[i] = p.Tensor
+	}
+	return out, nil
+}
+
+// planTensors lays out the tensors of shape with a vocabulary of vocab.
+func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
+	if _, ok := ggmlTypes[q.Base]; !ok {
+		return nil, fmt.Errorf("weight type %v is not supported for demo models", q.Base)
+	}
+	arch := shape.arch()
+	tied := arch != "llama"
+	headDim := shape.Dim / shape.Heads
 	qDim, kvDim := shape.Heads*headDim, shape.KVHeads*headDim
+	var out []planned
+	var err error
+	matrix := func(name string, r role, layer, rows, cols int) {
+		t, e := q.typeOf(r, layer, shape.Layers, cols, tied)
+		if e != nil && err == nil {
+			err = fmt.Errorf("demo tensor %s: %w", name, e)
+		}
+		out = append(out, planned{Tensor{Name: name, Type: t, Rows: rows, Cols: cols}, fillWeights})
+	}
+	vector := func(name string, n int, f fill) {
+		out = append(out, planned{Tensor{Name: name, Type: kernels.F32, Rows: 1, Cols: n}, f})
+	}
+	matrix("token_embd.weight", roleEmbd, 0, vocab, shape.Dim)
+	vector("output_norm.weight", shape.Dim, fillOnes)
+	if !tied {
+		matrix("output.weight", roleOutput, 0, vocab, shape.Dim)
+	}
 	for l := range shape.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
-		vector(p+"attn_norm.weight", shape.Dim, ones)
-		vector(p+"ffn_norm.weight", shape.Dim, ones)
+		vector(p+"attn_norm.weight", shape.Dim, fillOnes)
+		vector(p+"ffn_norm.weight", shape.Dim, fillOnes)
 		for _, m := range []struct {
 			name       string
+			r          role
 			rows, cols int
 		}{
-			{"attn_q.weight", qDim, shape.Dim}, {"attn_k.weight", kvDim, shape.Dim}, {"attn_v.weight", kvDim, shape.Dim},
-			{"attn_output.weight", shape.Dim, qDim},
-			{"ffn_gate.weight", shape.FFNDim, shape.Dim}, {"ffn_up.weight", shape.FFNDim, shape.Dim}, {"ffn_down.weight", shape.Dim, shape.FFNDim},
+			{"attn_q.weight", roleAttnQ, qDim, shape.Dim}, {"attn_k.weight", roleAttnK, kvDim, shape.Dim},
+			{"attn_v.weight", roleAttnV, kvDim, shape.Dim}, {"attn_output.weight", roleAttnOut, shape.Dim, qDim},
+			{"ffn_gate.weight", roleFFNGate, shape.FFNDim, shape.Dim}, {"ffn_up.weight", roleFFNUp, shape.FFNDim, shape.Dim},
+			{"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim},
 		} {
-			if err := matrix(p+m.name, m.rows, m.cols); err != nil {
-				return err
-			}
+			matrix(p+m.name, m.r, l, m.rows, m.cols)
 		}
 		switch arch {
 		case "qwen2":
-			vector(p+"attn_q.bias", qDim, small)
-			vector(p+"attn_k.bias", kvDim, small)
-			vector(p+"attn_v.bias", kvDim, small)
+			vector(p+"attn_q.bias", qDim, fillSmall)
+			vector(p+"attn_k.bias", kvDim, fillSmall)
+			vector(p+"attn_v.bias", kvDim, fillSmall)
 		case "qwen3":
-			vector(p+"attn_q_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.Normal() })
-			vector(p+"attn_k_norm.weight", headDim, func(int) float32 { return 1 + 0.1*rng.Normal() })
+			vector(p+"attn_q_norm.weight", headDim, fillNorm)
+			vector(p+"attn_k_norm.weight", headDim, fillNorm)
 		}
 	}
-	return gguf.Write(w, meta, tensors)
+	return out, err
+}
+
+// vector draws a vector tensor as F32.
+func (p planned) vector(rng *Rand) ([]byte, gguf.GGMLType) {
+	b := make([]byte, 4*p.Cols)
+	for i := range p.Cols {
+		var v float32
+		switch p.fill {
+		case fillOnes:
+			v = 1
+		case fillSmall:
+			v = 0.02 * rng.Normal()
+		case fillNorm:
+			v = 1 + 0.1*rng.Normal()
+		}
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b, gguf.F32
+}
+
+// matrix draws a weight matrix and encodes it in its type (decoded back
+// to F32 when dequantized).
+func (p planned) matrix(rng *Rand, dequantized bool) ([]byte, gguf.GGMLType, error) {
+	n := p.Rows * p.Cols
+	if n >= bigTensor {
+		return randomParallel(n, p.Type, uint64(rng.next()), dequantized)
+	}
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 0.02 * rng.Normal()
+	}
+	return encode(x, p.Type, dequantized)
 }
 
 // bigTensor is the size from which a demo matrix is drawn in parallel
@@ -366,30 +462,27 @@ func Write(w io.Writer, shape Shape, dtype kernels.DType, seed uint64) error {
 const bigTensor = 1 << 20
 
 // randomParallel draws n weights 0.02·N(0,1) and encodes them in type t,
-// in chunks of 64Ki values spread over every core: chunk c draws from its
-// own generator seeded by seed and c, so the weights do not depend on the
-// number of cores (the Qwen2.5-0.5B shape in BF16: 30 s → 18 s on two
-// busy cores; the 8B shape's gain grows with the cores).
-func randomParallel(n int, t kernels.DType, seed uint64) ([]byte, gguf.GGMLType, error) {
-	const chunk = 1 << 16 // a multiple of Q8_0's 32
-	var per float64
-	switch t {
-	case kernels.F32:
-		per = 4
-	case kernels.F16, kernels.BF16:
-		per = 2
-	case kernels.Q8_0:
-		per = float64(kernels.Q8BlockBytes) / kernels.Q8BlockSize
-	default:
+// in chunks of 64Ki values (whole blocks of every type) spread over every
+// core: chunk c draws from its own generator seeded by seed and c, so the
+// weights do not depend on the number of cores (the Qwen2.5-0.5B shape in
+// BF16: 30 s → 18 s on two busy cores; the 8B shape's gain grows with the
+// cores).
+func randomParallel(n int, t kernels.DType, seed uint64, dequantized bool) ([]byte, gguf.GGMLType, error) {
+	const chunk = 1 << 16 // a multiple of every block size (32, 256)
+	g, ok := ggmlTypes[t]
+	if !ok {
 		return nil, 0, fmt.Errorf("weight type %v is not supported for demo models", t)
 	}
-	if t == kernels.Q8_0 && n%kernels.Q8BlockSize != 0 {
-		return nil, 0, fmt.Errorf("%d values are not whole Q8_0 blocks", n)
+	if dequantized {
+		g = gguf.F32
 	}
-	out := make([]byte, int(float64(n)*per))
+	block, blockBytes := int(g.BlockSize()), int(g.TypeSize())
+	if n%int(ggmlTypes[t].BlockSize()) != 0 {
+		return nil, 0, fmt.Errorf("%d values are not whole %v blocks", n, t)
+	}
+	out := make([]byte, n/block*blockBytes)
 	chunks := (n + chunk - 1) / chunk
 	var (
-		typ  gguf.GGMLType
 		next atomic.Int64
 		mu   sync.Mutex
 		ferr error
@@ -409,19 +502,32 @@ func randomParallel(n int, t kernels.DType, seed uint64) ([]byte, gguf.GGMLType,
 				for i := range xs {
 					xs[i] = 0.02 * r.Normal()
 				}
-				b, tt, err := Encode(xs, t)
-				mu.Lock()
-				if err != nil && ferr == nil {
-					ferr = err
+				b, _, err := encode(xs, t, dequantized)
+				if err != nil {
+					mu.Lock()
+					ferr = cmp.Or(ferr, err)
+					mu.Unlock()
+					continue
 				}
-				typ = tt
-				mu.Unlock()
-				copy(out[int(float64(lo)*per):], b)
+				copy(out[lo/block*blockBytes:], b)
 			}
 		})
 	}
 	wg.Wait()
-	return out, typ, ferr
+	return out, g, ferr
+}
+
+// encode is Encode, decoded back to F32 when dequantized.
+func encode(x []float32, t kernels.DType, dequantized bool) ([]byte, gguf.GGMLType, error) {
+	b, g, err := Encode(x, t)
+	if err != nil || !dequantized || t == kernels.F32 {
+		return b, g, err
+	}
+	y := make([]float32, len(x))
+	if err := kernels.Dequantize(t, y, b); err != nil {
+		return nil, 0, fmt.Errorf("decode %v: %w", t, err)
+	}
+	return Encode(y, kernels.F32)
 }
 
 // Encode stores weights in type t as the demo model does (tests re-encode
@@ -454,20 +560,16 @@ func Encode(x []float32, t kernels.DType) ([]byte, gguf.GGMLType, error) {
 		}
 		return b, gguf.Q8_0, nil
 	}
-	return nil, 0, fmt.Errorf("weight type %v is not supported for demo models", t)
-}
-
-// ParseDType reads a weight type name (f32, f16, bf16, q8_0).
-func ParseDType(s string) (kernels.DType, error) {
-	switch strings.ToLower(s) {
-	case "f32":
-		return kernels.F32, nil
-	case "f16":
-		return kernels.F16, nil
-	case "bf16":
-		return kernels.BF16, nil
-	case "q8_0", "q8":
-		return kernels.Q8_0, nil
+	g, ok := ggmlTypes[t]
+	if !ok {
+		return nil, 0, fmt.Errorf("weight type %v is not supported for demo models", t)
 	}
-	return 0, fmt.Errorf("unknown weight type %q (f32, f16, bf16, q8_0)", s)
+	if len(x)%int(g.BlockSize()) != 0 {
+		return nil, 0, fmt.Errorf("%d values are not whole %v blocks of %d", len(x), t, g.BlockSize())
+	}
+	b := make([]byte, len(x)/int(g.BlockSize())*int(g.TypeSize()))
+	if err := kernels.Quantize(t, b, x); err != nil {
+		return nil, 0, fmt.Errorf("quantize %v: %w", t, err)
+	}
+	return b, g, nil
 }

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -251,8 +252,8 @@ func TestGGUFRejects(t *testing.T) {
 			td.Dims = []uint64{16, 2}
 			return true
 		}), ErrInvalid, []string{`tensor "blk.0.attn_norm.weight": shape [2 16] (rows × cols), want [32]`}},
-		{"q4_k", tiny{arch: "llama", vocab: 8, dim: 256, layers: 1, heads: 4, kvHeads: 4, headDim: 64, ffn: 256},
-			ggufOpts{matType: gguf.Q4_K}, ErrUnsupported, []string{`tensor "`, ": type Q4_K is not supported yet"}},
+		{"iq2_xxs", tiny{arch: "llama", vocab: 8, dim: 256, layers: 1, heads: 4, kvHeads: 4, headDim: 64, ffn: 256},
+			ggufOpts{matType: gguf.IQ2_XXS}, ErrUnsupported, []string{`tensor "`, ": type IQ2_XXS is not supported (batchd reads F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4)"}},
 		{"unused tensor", base, ggufOpts{editTens: func(ts []gguf.TensorData) []gguf.TensorData {
 			return append(ts, gguf.TensorData{Name: "blk.0.attn_output.bias", Type: gguf.F32, Dims: []uint64{32}, Data: encF32(values(32, 1))})
 		}}, ErrUnsupported, []string{`tensor "blk.0.attn_output.bias" is not used by arch llama`}},
@@ -301,5 +302,46 @@ func TestGGUFRejects(t *testing.T) {
 	os.WriteFile(other, []byte("x"), 0o644)
 	if _, err := Load(other); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "want a .gguf file or a Hugging Face model directory") {
 		t.Errorf("model.bin: %v", err)
+	}
+}
+
+// TestGGUFBlockTypes loads a model whose matrices and vectors are in each
+// block quantization: matrices stay as stored (memory-mapped, no
+// dequantized copy), vectors are dequantized exactly, and the model-loaded
+// summary names the type.
+func TestGGUFBlockTypes(t *testing.T) {
+	c := tiny{arch: "llama", vocab: 8, dim: 256, layers: 1, heads: 4, kvHeads: 4, headDim: 64, ffn: 256}
+	for gt, dt := range ggufTypes {
+		if dt.BlockSize() <= 1 {
+			continue
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			m, err := Load(writeGGUF(t, c, ggufOpts{matType: gt, vecType: gt}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if got, want := m.WeightTypes(), fmt.Sprintf("%v×%d", dt, len(m.Matrices)); got != want {
+				t.Errorf("WeightTypes() = %q, want %q", got, want)
+			}
+			for name, shape := range c.tensorShapes() {
+				want := values(product(shape), seedOf(name))
+				enc := ggufEncode(gt, want)
+				if len(shape) == 1 {
+					dq := make([]float32, len(want))
+					if err := kernels.Dequantize(dt, dq, enc); err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(m.Vectors[name], dq) {
+						t.Errorf("%s: vector differs from its exact dequantization", name)
+					}
+					continue
+				}
+				mat := m.Matrices[name]
+				if mat == nil || mat.Type != dt || !m.IsMapped(name) || !slices.Equal(mat.Data, enc) {
+					t.Errorf("%s: %v matrix, mapped %v, data as written %v", name, mat.Type, m.IsMapped(name), slices.Equal(mat.Data, enc))
+				}
+			}
+		})
 	}
 }

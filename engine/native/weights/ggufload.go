@@ -12,12 +12,40 @@ import (
 	"github.com/batchd/batchd/kernels"
 )
 
-// ggufTypes maps the GGUF tensor types the kernels run on.
+// ggufTypes maps the GGUF tensor types the kernels run on. The others
+// (the IQ1/IQ2/IQ3 lattice quantizations, the ternary TQ types, Q8_1/Q8_K
+// and the integer types) are refused at load, naming the tensor and type.
 var ggufTypes = map[gguf.GGMLType]kernels.DType{
-	gguf.F32:  kernels.F32,
-	gguf.F16:  kernels.F16,
-	gguf.BF16: kernels.BF16,
-	gguf.Q8_0: kernels.Q8_0,
+	gguf.F32:    kernels.F32,
+	gguf.F16:    kernels.F16,
+	gguf.BF16:   kernels.BF16,
+	gguf.Q8_0:   kernels.Q8_0,
+	gguf.Q4_0:   kernels.Q4_0,
+	gguf.Q4_1:   kernels.Q4_1,
+	gguf.Q5_0:   kernels.Q5_0,
+	gguf.Q5_1:   kernels.Q5_1,
+	gguf.Q2_K:   kernels.Q2_K,
+	gguf.Q3_K:   kernels.Q3_K,
+	gguf.Q4_K:   kernels.Q4_K,
+	gguf.Q5_K:   kernels.Q5_K,
+	gguf.Q6_K:   kernels.Q6_K,
+	gguf.IQ4_NL: kernels.IQ4_NL,
+	gguf.IQ4_XS: kernels.IQ4_XS,
+	gguf.MXFP4:  kernels.MXFP4,
+}
+
+// GGUFTypes names the GGUF tensor types batchd loads, in ggml's id order.
+func GGUFTypes() []string {
+	var ids []gguf.GGMLType
+	for id := range ggufTypes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
 }
 
 // ggufArchs are the architectures loaded from GGUF, with their RoPE layout:
@@ -256,7 +284,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 
 	raw := make(map[string]*rawTensor)
 	for _, ti := range f.Tensors() {
-		rt := &rawTensor{source: ti.Name, typeName: ti.Type.String(), data: ti.Data}
+		rt := &rawTensor{source: ti.Name, typeName: ti.Type.String(), accepts: strings.Join(GGUFTypes(), ", "), data: ti.Data}
 		rt.dtype, rt.ok = ggufTypes[ti.Type]
 		rt.shape = make([]uint64, len(ti.Dims))
 		for i, d := range ti.Dims { // ggml ne is fastest-first; shape is outermost-first

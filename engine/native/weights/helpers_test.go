@@ -141,8 +141,19 @@ func ggufEncode(typ gguf.GGMLType, v []float32) []byte {
 		return encBF16(v)
 	case gguf.Q8_0:
 		return encQ80(v)
-	case gguf.Q4_K:
-		return make([]byte, len(v)/256*144)
+	case gguf.IQ2_XXS:
+		return make([]byte, len(v)/256*66)
+	}
+	if dt, ok := ggufTypes[typ]; ok && dt.BlockSize() > 1 {
+		rb, err := dt.RowBytes(len(v))
+		if err != nil {
+			panic(err)
+		}
+		b := make([]byte, rb)
+		if err := kernels.Quantize(dt, b, v); err != nil {
+			panic(err)
+		}
+		return b
 	}
 	return encF32(v)
 }

@@ -559,7 +559,7 @@ func (m *Model) openShards(dir string) (map[string]*rawTensor, error) {
 			if prev, dup := raw[canon]; dup {
 				return nil, invalid("tensor %q appears twice (%s and %s in %s)", canon, prev.source, name, shard)
 			}
-			rt := &rawTensor{source: name, typeName: e.DType, shape: e.Shape, data: e.Data}
+			rt := &rawTensor{source: name, typeName: e.DType, accepts: "F32, F16, BF16", shape: e.Shape, data: e.Data}
 			rt.dtype, rt.ok = safeDTypes[e.DType]
 			raw[canon] = rt
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -166,8 +167,33 @@ func Load(path string) (*Model, error) {
 	m.Source = path
 	c := m.Config
 	log.Info("model loaded", "path", path, "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,
-		"heads", c.Heads, "kv_heads", c.KVHeads, "vocab", c.VocabSize, "matrices", len(m.Matrices))
+		"heads", c.Heads, "kv_heads", c.KVHeads, "vocab", c.VocabSize, "matrices", len(m.Matrices),
+		"weight_types", m.WeightTypes())
 	return m, nil
+}
+
+// WeightTypes names the types of the model's matrices with how many hold
+// each, most common first: "Q4_K×98 Q6_K×25 Q5_0×12".
+func (m *Model) WeightTypes() string {
+	count := map[kernels.DType]int{}
+	for _, mat := range m.Matrices {
+		count[mat.Type]++
+	}
+	types := make([]kernels.DType, 0, len(count))
+	for t := range count {
+		types = append(types, t)
+	}
+	slices.SortFunc(types, func(a, b kernels.DType) int {
+		if count[a] != count[b] {
+			return count[b] - count[a]
+		}
+		return int(a) - int(b)
+	})
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%v×%d", t, count[t])
+	}
+	return strings.Join(parts, " ")
 }
 
 // hasGGUFMagic reports whether the file at path starts with "GGUF", for
@@ -383,6 +409,7 @@ type rawTensor struct {
 	dtype    kernels.DType
 	ok       bool
 	typeName string
+	accepts  string // the types its format may hold that batchd reads, for messages
 	// shape is outermost first (PyTorch order): a matrix is {rows, cols}.
 	shape []uint64
 	data  []byte
@@ -458,7 +485,7 @@ func (m *Model) build(raw map[string]*rawTensor, ignorable func(canonical string
 			return invalid("%s: shape %s, want %s", r.label(s.name), fmtRaw(r.shape), fmtShape(s.rows, s.cols))
 		}
 		if !r.ok {
-			return unsupported("%s: type %s is not supported yet", r.label(s.name), r.typeName)
+			return unsupported("%s: type %s is not supported (batchd reads %s)", r.label(s.name), r.typeName, r.accepts)
 		}
 		if s.cols == 0 {
 			v, err := toFloat32(r.dtype, r.data, s.rows)
@@ -510,7 +537,7 @@ func elemAlign(t kernels.DType) uintptr {
 	case kernels.F16, kernels.BF16, kernels.Q8_0:
 		return 2
 	}
-	return 1
+	return 1 // the other block types are read byte by byte or with unaligned loads
 }
 
 // alignedFor returns data itself when it is aligned for t (always so for
@@ -545,15 +572,17 @@ func toFloat32(t kernels.DType, data []byte, n int) ([]float32, error) {
 		for i := range out {
 			out[i] = conv(le16(data[2*i:]))
 		}
-	case kernels.Q8_0:
-		if n%kernels.Q8BlockSize != 0 || len(data) != n/kernels.Q8BlockSize*kernels.Q8BlockBytes {
-			return nil, invalid("%d bytes for %d Q8_0 values", len(data), n)
+	default:
+		if t.BlockSize() <= 1 {
+			return nil, unsupported("type %s is not supported yet", t)
 		}
-		if err := kernels.DequantizeQ8_0(out, data); err != nil {
+		rb, err := t.RowBytes(n)
+		if err != nil || len(data) != rb {
+			return nil, invalid("%d bytes for %d %s values", len(data), n, t)
+		}
+		if err := kernels.Dequantize(t, out, data); err != nil {
 			return nil, invalid("%w", err)
 		}
-	default:
-		return nil, unsupported("type %s is not supported yet", t)
 	}
 	return out, nil
 }
