@@ -6,10 +6,11 @@
 // # Code paths
 //
 // The portable path ("generic") is plain Go, always built and tested. Built
-// with GOEXPERIMENT=simd on amd64, two more exist, and the best one the CPU
-// supports is chosen at run time from CPUID (Features, Backends); nothing
-// in this package executes a vector instruction before that choice, so the
-// same binary runs on any x86-64 (TestNoSIMDAtInit keeps it so).
+// with GOEXPERIMENT=simd on amd64, two more exist, and on arm64 one; the
+// best one the CPU supports is chosen at run time from CPUID or the hwcaps
+// (Features, Backends); nothing in this package executes a vector
+// instruction before that choice, so the same binary runs on any x86-64 or
+// arm64 (TestNoSIMDAtInit keeps it so).
 // NewCPUBackend forces a path by name:
 //   - avx512 (AVX-512 F/BW/DQ/VL): simd/archsimd for most kernels, plus Go
 //     assembly (tiles_amd64.s) for the matmul tiles archsimd cannot express
@@ -19,10 +20,15 @@
 //     the matmul: a 4-row single-token matvec and 1-row × 12/8/4-token tiles
 //     over 256-column panels, each widened weight vector serving every token
 //     of the tile.
+//   - neon (arm64, Advanced SIMD): the portable path except for the
+//     quantized MatMuls (Q8_0 and the block formats), whose int8·int8 group
+//     sums run in Go assembly (neon_arm64.s): SDOT where the CPU has the
+//     dot-product extension (hwcap asimddp), SMULL/SADALP otherwise. It
+//     computes Q8_0 bit for bit as the portable path does.
 //
-// Without GOEXPERIMENT=simd, or on other architectures (arm64 included),
-// the portable path runs, roughly ten times slower; production builds on
-// amd64 should set it.
+// Without GOEXPERIMENT=simd on amd64, or on other architectures, the
+// portable path runs, roughly ten times slower; production builds on amd64
+// should set it.
 //
 // # Determinism
 //

@@ -15,6 +15,7 @@ const (
 	BackendAuto    = "auto"
 	BackendAVX512  = "avx512"
 	BackendAVX2    = "avx2"
+	BackendNEON    = "neon"
 	BackendGeneric = "generic"
 )
 
@@ -25,9 +26,11 @@ var ErrBackendUnavailable = errors.New("kernel backend unavailable")
 // BackendInfo describes one code path as this binary and CPU see it.
 type BackendInfo struct {
 	Name string
-	// Built says the binary has this path (the SIMD ones need amd64 and
-	// GOEXPERIMENT=simd at build time).
+	// Built says the binary has this path (see BuildNeeds).
 	Built bool
+	// BuildNeeds is what a binary needs at build time to have the path
+	// ("amd64 and GOEXPERIMENT=simd", "arm64"); empty when always built.
+	BuildNeeds string
 	// Missing names the CPU features the path needs and this CPU lacks
 	// (/proc/cpuinfo spelling); empty when it can run here.
 	Missing []string
@@ -39,20 +42,24 @@ type BackendInfo struct {
 func (b BackendInfo) Usable() bool { return b.Built && len(b.Missing) == 0 }
 
 // selectable is every user-facing backend, fastest first, with what it needs.
+// Each runs on one architecture, so the order is by speed within one.
 var selectable = []struct {
-	name     string
-	requires []string
+	name, build string
+	requires    []string
 }{
-	{BackendAVX512, []string{"avx512f", "avx512bw", "avx512dq", "avx512vl"}},
-	{BackendAVX2, []string{"avx2", "fma", "f16c"}},
-	{BackendGeneric, nil},
+	{BackendAVX512, simdBuild, []string{"avx512f", "avx512bw", "avx512dq", "avx512vl"}},
+	{BackendAVX2, simdBuild, []string{"avx2", "fma", "f16c"}},
+	{BackendNEON, "arm64", []string{"asimd"}}, // SDOT where asimddp, inside
+	{BackendGeneric, "", nil},
 }
+
+const simdBuild = "amd64 and GOEXPERIMENT=simd"
 
 // Backends lists the selectable code paths, fastest first.
 func Backends() []BackendInfo {
 	var out []BackendInfo
 	for _, s := range selectable {
-		out = append(out, BackendInfo{Name: s.name, Requires: s.requires,
+		out = append(out, BackendInfo{Name: s.name, Requires: s.requires, BuildNeeds: s.build,
 			Built: builtBackend(s.name) != nil, Missing: lacking(s.requires)})
 	}
 	return out
@@ -92,7 +99,8 @@ func backendInfo(name string) (BackendInfo, bool) {
 
 // testBackendEnv names the environment variable that, in a test binary
 // only, forces best (what NewCPU, NewCPUBackend("auto") and the
-// package-level kernels use) to one backend: "avx512", "avx2" or "generic".
+// package-level kernels use) to one backend: "avx512", "avx2", "neon" or
+// "generic".
 // It lets every test of this package and of its users (kernels/cuda's
 // references, the engine's) run once per code path. A daemon reads the same
 // variable as its configuration instead (daemon/config.go).
@@ -141,10 +149,10 @@ func resolveBackend(name string) (*backend, error) {
 	}
 	bi, ok := backendInfo(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown backend %q (want auto, avx512, avx2 or generic)", ErrBackendUnavailable, name)
+		return nil, fmt.Errorf("%w: unknown backend %q (want auto, avx512, avx2, neon or generic)", ErrBackendUnavailable, name)
 	}
 	if !bi.Built {
-		return nil, fmt.Errorf("%w: %s: not built into this binary (it needs amd64 and GOEXPERIMENT=simd at build time)", ErrBackendUnavailable, name)
+		return nil, fmt.Errorf("%w: %s: not built into this binary (it needs %s at build time)", ErrBackendUnavailable, name, bi.BuildNeeds)
 	}
 	if len(bi.Missing) > 0 {
 		return nil, fmt.Errorf("%w: %s: this CPU lacks %s (it has: %s)", ErrBackendUnavailable, name,
@@ -154,7 +162,7 @@ func resolveBackend(name string) (*backend, error) {
 }
 
 // NewCPUBackend is NewCPU on a chosen code path: "auto" (or "") for the best
-// this CPU supports, or "avx512", "avx2", "generic". Asking for a path the
+// this CPU supports, or "avx512", "avx2", "neon", "generic". Asking for a path the
 // binary lacks or the CPU cannot run is an error wrapping
 // ErrBackendUnavailable that names the missing features.
 func NewCPUBackend(threads int, name string) (*CPU, error) {
@@ -165,5 +173,5 @@ func NewCPUBackend(threads int, name string) (*CPU, error) {
 	return newCPU(threads, be), nil
 }
 
-// Backend is the name of the code path this CPU runs ("avx2", ...).
+// Backend is the name of the code path this CPU runs ("avx2", "neon", ...).
 func (c *CPU) Backend() string { return c.be.name }

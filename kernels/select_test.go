@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -74,6 +75,11 @@ func TestForcedBackendUnavailable(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), testBackendEnv+"=sse9")
 	out, err := cmd.CombinedOutput()
+	if errors.Is(err, syscall.ENOEXEC) {
+		// QEMU's user-mode emulation (ci-emulated.sh) runs this binary but
+		// cannot exec it again without binfmt_misc.
+		t.Skipf("this test binary cannot run itself here: %v", err)
+	}
 	if err == nil || !strings.Contains(string(out), testBackendEnv+"=sse9") || !strings.Contains(string(out), "unknown backend") {
 		t.Errorf("%s=sse9: %v, output:\n%s", testBackendEnv, err, out)
 	}

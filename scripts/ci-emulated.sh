@@ -7,7 +7,10 @@
 #     AVX-512 instruction reached without a feature check dies with SIGILL;
 #     the daemon binary (bin/batchd, from make build) must start, report
 #     its kernels and run the engine there;
-#   - arm64, where the portable kernels run.
+#   - arm64 with the dot-product extension (QEMU's -cpu max) and without it
+#     (-cpu cortex-a53): auto must pick neon on both, its SDOT path runs on
+#     the first and its plain NEON path on the second (an SDOT reached
+#     without the asimddp check dies with SIGILL there).
 #
 # Emulated AVX2 is slow (about ten times arm64's emulation), so the x86-64
 # engine run is a selection that covers every backend-dependent path; the
@@ -62,17 +65,29 @@ native_x86() {
   (cd engine/native && qemu-x86_64 -cpu max "$out/native-amd64.test" -test.short -test.v -test.run "$native_x86" 2>&1 | quiet)
 }
 kernels_arm64() {
-  (cd kernels && BATCHD_EXPECT_BACKEND=generic qemu-aarch64 "$out/kernels-arm64.test" -test.short -test.v 2>&1 | quiet)
+  (cd kernels && BATCHD_EXPECT_BACKEND=neon qemu-aarch64 -cpu max "$out/kernels-arm64.test" -test.short -test.v 2>&1 | quiet) | tee "$out/arm64.log"
+  if grep -q 'SDOT not tested' "$out/arm64.log"; then echo "-cpu max has no asimddp: SDOT did not run"; return 1; fi
+}
+# Without asimddp only the tests that reach the neon backend's kernels.
+kernels_arm64_nodot() {
+  (cd kernels && BATCHD_EXPECT_BACKEND=neon qemu-aarch64 -cpu cortex-a53 "$out/kernels-arm64.test" -test.short -test.v \
+    -test.run 'NEON|Backend|Quant|MatMul|SIMD|NoSIMDAtInit' 2>&1 | quiet) | tee "$out/arm64-nodot.log"
+  grep -q 'SDOT not tested' "$out/arm64-nodot.log" || { echo "cortex-a53 has asimddp: the plain NEON path was not the one run"; return 1; }
 }
 native_arm64() {
-  (cd engine/native && qemu-aarch64 "$out/native-arm64.test" -test.short 2>&1 | quiet)
+  (cd engine/native && qemu-aarch64 -cpu max "$out/native-arm64.test" -test.short 2>&1 | quiet)
+}
+native_arm64_nodot() {
+  (cd engine/native && qemu-aarch64 -cpu cortex-a53 "$out/native-arm64.test" -test.short -test.run "$native_x86" 2>&1 | quiet)
 }
 
 step "build test binaries" build
 step "kernels, x86-64 without AVX-512" kernels_x86
 step "engine/native, x86-64 without AVX-512" native_x86
-step "kernels, arm64" kernels_arm64
-step "engine/native, arm64" native_arm64
+step "kernels, arm64 with dotprod" kernels_arm64
+step "kernels, arm64 without dotprod" kernels_arm64_nodot
+step "engine/native, arm64 with dotprod" native_arm64
+step "engine/native, arm64 without dotprod" native_arm64_nodot
 
 # The daemon binary on an AVX2-only CPU: it starts, names avx2 as auto's
 # choice, runs the engine on it, and refuses avx512 naming what is missing.

@@ -92,7 +92,7 @@ func writeVersion(w io.Writer, b build, envDevice, model string) {
 		var state string
 		switch {
 		case !b.Built:
-			state = "not built (it needs amd64 and GOEXPERIMENT=simd at build time)"
+			state = "not built (it needs " + b.BuildNeeds + " at build time)"
 		case len(b.Missing) > 0:
 			state = "built, not usable: this CPU lacks " + strings.Join(b.Missing, " ")
 		case len(b.Requires) > 0:

@@ -16,7 +16,7 @@ func forEachBackend(t *testing.T, f func(t *testing.T, cpu *kernels.CPU)) {
 	for _, b := range kernels.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			if !b.Built {
-				t.Skipf("backend %s is not built into this test binary (amd64 with GOEXPERIMENT=simd only)", b.Name)
+				t.Skipf("backend %s is not built into this test binary (it needs %s)", b.Name, b.BuildNeeds)
 			}
 			if len(b.Missing) > 0 {
 				t.Skipf("backend %s needs CPU features this machine lacks: %s", b.Name, strings.Join(b.Missing, " "))

@@ -188,9 +188,9 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Kernels {
-	case "", kernels.BackendAuto, kernels.BackendAVX512, kernels.BackendAVX2, kernels.BackendGeneric:
+	case "", kernels.BackendAuto, kernels.BackendAVX512, kernels.BackendAVX2, kernels.BackendNEON, kernels.BackendGeneric:
 	default:
-		return fmt.Errorf("native.kernels: must be auto, avx512, avx2 or generic, got %q", c.Kernels)
+		return fmt.Errorf("native.kernels: must be auto, avx512, avx2, neon or generic, got %q", c.Kernels)
 	}
 	if _, _, err := parseDevice(c.Device); err != nil {
 		return err
