@@ -1,0 +1,316 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"math"
+	"simd/archsimd"
+	"unsafe"
+)
+
+// The avx2 backend's tiles for the block quantizations (quant.go).
+//
+// Each tile runs in two phases over a chunk of blocks. The vector phase
+// (the *Ints functions) computes every block's integer sums for the tile's
+// rows and tokens: a weight block is unpacked to bytes once per row and
+// then multiplied with each token's int8 activations (VPMADDUBSW, weights
+// unsigned, then VPMADDWD with the sub-block scales), so a 4-token tile
+// pays the unpacking once where a per-token vec_dot pays it four times. The
+// sums are exact integers, so how they are reduced (per token or four
+// tokens at once) cannot change them. The scalar phase, after VZEROUPPER,
+// scales each (block, row, token) sum into its output in float32, in block
+// order: the same operations for every output whatever the tile's shape,
+// which is what makes the tiles batch-invariant.
+//
+// Tokens: a tile of one token runs a one-token loop (decode); two to four
+// tokens run the four-token loop, missing tokens reading token 0's
+// activations again (their sums are dropped).
+
+// qaChunkK is how many 256-value blocks one vector phase covers: the sums of
+// a chunk stay in a 1 KiB stack array.
+const qaChunkK = 8
+
+// qaSums holds a chunk's integer sums: per block and row, 8 int32 (the
+// format says which: for Q4_K the 4 tokens' scaled sums, then their min
+// sums).
+type qaSums [qaChunkK][4][8]int32
+
+func init() {
+	avx2.qtiles[Q4_K] = avx2Q4KTile
+	avx2.qtiles[Q6_K] = avx2Q6KTile
+}
+
+func qaU8x32(p unsafe.Pointer, off int) *[32]uint8 { return (*[32]uint8)(unsafe.Add(p, off)) }
+func qaS8x32(p unsafe.Pointer, off int) *[32]int8  { return (*[32]int8)(unsafe.Add(p, off)) }
+func qaS16x16(p unsafe.Pointer, off int) *[16]int16 {
+	return (*[16]int16)(unsafe.Add(p, off))
+}
+func qaU16(p unsafe.Pointer, off int) uint16 { return *(*uint16)(unsafe.Add(p, off)) }
+func qaU32(p unsafe.Pointer, off int) uint32 { return *(*uint32)(unsafe.Add(p, off)) }
+func qaF32(p unsafe.Pointer, off int) float32 {
+	return math.Float32frombits(*(*uint32)(unsafe.Add(p, off)))
+}
+
+// qaTokPtrs are the activation rows of tokens 0..3 at byte offset off; past
+// nt, token 0's again.
+func qaTokPtrs(act unsafe.Pointer, stride, nt, off int) (a0, a1, a2, a3 unsafe.Pointer) {
+	a0 = unsafe.Add(act, off)
+	a1, a2, a3 = a0, a0, a0
+	if nt > 1 {
+		a1 = unsafe.Add(a0, stride)
+	}
+	if nt > 2 {
+		a2 = unsafe.Add(a0, 2*stride)
+	}
+	if nt > 3 {
+		a3 = unsafe.Add(a0, 3*stride)
+	}
+	return
+}
+
+// qaSum4x8 reduces four tokens' 8-lane sums x0..x3 and y0..y3 to
+// [Σx0, Σx1, Σx2, Σx3, Σy0, Σy1, Σy2, Σy3].
+func qaSum4x8(x0, x1, x2, x3, y0, y1, y2, y3 archsimd.Int32x8) archsimd.Int32x8 {
+	x := x0.AddPairsGrouped(x1).AddPairsGrouped(x2.AddPairsGrouped(x3))
+	y := y0.AddPairsGrouped(y1).AddPairsGrouped(y2.AddPairsGrouped(y3))
+	return x.Select128FromPair(0, 2, y).Add(x.Select128FromPair(1, 3, y))
+}
+
+// qaSum1x8 reduces one token's sums x and y to [Σx, Σy, Σx, Σy] (low half).
+func qaSum1x8(x, y archsimd.Int32x8) archsimd.Int32x4 {
+	h := x.AddPairsGrouped(y)
+	h = h.AddPairsGrouped(h)
+	return h.GetLo().Add(h.GetHi())
+}
+
+// qaShr and qaShl shift 32-bit lanes, for byte fields the caller masks:
+// bits crossing into a byte from its neighbour are masked off, so the
+// arithmetic shift serves (the compiler has an immediate form for it, not
+// for the logical one, whose count it moves through a legacy-SSE MOVQ).
+func qaShr(x archsimd.Uint8x32, n uint64) archsimd.Uint8x32 {
+	return x.AsInt32x8().ShiftAllRight(n).AsUint8x32()
+}
+
+func qaShl(x archsimd.Uint8x32, n uint64) archsimd.Uint8x32 {
+	return x.AsInt32x8().ShiftAllLeft(n).AsUint8x32()
+}
+
+// qaWordPats[k] makes VPSHUFB copy int16 word k of each 128-bit lane to
+// all 8 words of that lane.
+var qaWordPats = func() (p [8][32]int8) {
+	for k := range 8 {
+		for b := range 32 {
+			p[k][b] = int8(2*k + b%2)
+		}
+	}
+	return
+}()
+
+// qaPairPats[g] copies word 2g of each lane to the low lane's 8 words and
+// word 2g+1 to the high lane's: the two 16-value scales of 32 values.
+var qaPairPats = func() (p [4][32]int8) {
+	for g := range 4 {
+		for b := range 32 {
+			w := 2 * g
+			if b >= 16 {
+				w++
+			}
+			p[g][b] = int8(2*w + b%2)
+		}
+	}
+	return
+}()
+
+// qaMinPat spreads 8 words m0..m7 (both lanes) to m0,m0,m1,m1,…,m3,m3 in
+// the low lane and m4,m4,…,m7,m7 in the high lane: each min against the
+// pair of 16-value activation sums of its 32 values.
+var qaMinPat = func() (p [32]int8) {
+	for b := range 32 {
+		w := (b % 16) / 4
+		if b >= 16 {
+			w += 4
+		}
+		p[b] = int8(2*w + b%2)
+	}
+	return
+}()
+
+// ---- Q4_K: 144-byte blocks: f16 d, f16 dmin, 12 bytes of 6-bit scales
+// and mins for 8 sub-blocks of 32, 128 bytes of nibbles (per 64 values, 32
+// bytes: low nibbles the first 32, high nibbles the next). The sums per
+// token are Σ_j sc_j·Σ q·q8 and Σ_j m_j·Σ q8.
+
+const qaQ4KBytes = 144
+
+func avx2Q4KTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	var sums qaSums
+	var acc [16]float32
+	wp, ap := bptr(w), bptr(act)
+	for b0 := 0; b0 < nb; b0 += qaChunkK {
+		n := min(qaChunkK, nb-b0)
+		qaQ4KInts(&sums, unsafe.Add(wp, b0*qaQ4KBytes), rb, nr, unsafe.Add(ap, b0*ActQ8KBytes), actStride, nt, n)
+		for b := range n {
+			for i := range nr {
+				blk := unsafe.Add(wp, i*rb+(b0+b)*qaQ4KBytes)
+				d, dmin := F16ToF32(qaU16(blk, 0)), F16ToF32(qaU16(blk, 2))
+				s := &sums[b][i]
+				for j := range nt {
+					d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
+					acc[j*4+i] += d8 * (d*float32(s[j]) - dmin*float32(s[4+j]))
+				}
+			}
+		}
+	}
+	*res = acc
+}
+
+// qaQ4KScales unpacks a Q4_K block's 6-bit scales and mins to bytes
+// sc0..sc7, m0..m7.
+func qaQ4KScales(blk unsafe.Pointer) [4]uint32 {
+	u0, u1, u2 := qaU32(blk, 4), qaU32(blk, 8), qaU32(blk, 12)
+	return [4]uint32{
+		u0 & 0x3f3f3f3f,
+		u2&0x0f0f0f0f | (u0>>6&0x03030303)<<4,
+		u1 & 0x3f3f3f3f,
+		u2>>4&0x0f0f0f0f | (u1>>6&0x03030303)<<4,
+	}
+}
+
+func qaQ4KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	for b := range n {
+		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
+		for i := range nr {
+			blk := unsafe.Add(w, i*rb+b*qaQ4KBytes)
+			scm := qaQ4KScales(blk)
+			m4 := archsimd.BroadcastUint8x32(0x0f)
+			sm := archsimd.LoadUint32x4(&scm).AsUint8x16().ExtendToUint16().AsInt16x16()
+			scs := sm.Select128FromPair(0, 0, sm)
+			mins := sm.Select128FromPair(1, 1, sm).AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaMinPat)).AsInt16x16()
+			if nt == 1 {
+				var s0 archsimd.Int32x8
+				for c := range 4 {
+					qs := archsimd.LoadUint8x32(qaU8x32(blk, 16+32*c))
+					lo := qs.And(m4)
+					hi := qaShr(qs, 4).And(m4)
+					sl := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c])).AsInt16x16()
+					sh := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c+1])).AsInt16x16()
+					off := 4 + 64*c
+					s0 = s0.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sl))
+					s0 = s0.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off+32))).DotProductPairs(sh))
+				}
+				m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(mins)
+				var r [4]int32
+				qaSum1x8(s0, m0).Store(&r)
+				sums[b][i][0], sums[b][i][4] = r[0], r[1]
+				continue
+			}
+			var s0, s1, s2, s3 archsimd.Int32x8
+			for c := range 4 {
+				qs := archsimd.LoadUint8x32(qaU8x32(blk, 16+32*c))
+				lo := qs.And(m4)
+				hi := qaShr(qs, 4).And(m4)
+				sl := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c])).AsInt16x16()
+				sh := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c+1])).AsInt16x16()
+				off := 4 + 64*c
+				s0 = s0.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sl))
+				s0 = s0.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off+32))).DotProductPairs(sh))
+				s1 = s1.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off))).DotProductPairs(sl))
+				s1 = s1.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off+32))).DotProductPairs(sh))
+				s2 = s2.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off))).DotProductPairs(sl))
+				s2 = s2.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off+32))).DotProductPairs(sh))
+				s3 = s3.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off))).DotProductPairs(sl))
+				s3 = s3.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off+32))).DotProductPairs(sh))
+			}
+			m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(mins)
+			m1 := archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(mins)
+			m2 := archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(mins)
+			m3 := archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(mins)
+			qaSum4x8(s0, s1, s2, s3, m0, m1, m2, m3).Store(&sums[b][i])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// ---- Q6_K: 210-byte blocks: 128 bytes of low nibbles, 64 bytes of high
+// 2-bit pairs, 16 int8 scales (one per 16 values), f16 d; q = 6 bits − 32.
+// The sum per token is Σ_s sc_s·Σ q6·q8 − 32·Σ_s sc_s·Σ q8 (q6 unsigned).
+
+const qaQ6KBytes = 210
+
+func avx2Q6KTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	var sums qaSums
+	var acc [16]float32
+	wp, ap := bptr(w), bptr(act)
+	for b0 := 0; b0 < nb; b0 += qaChunkK {
+		n := min(qaChunkK, nb-b0)
+		qaQ6KInts(&sums, unsafe.Add(wp, b0*qaQ6KBytes), rb, nr, unsafe.Add(ap, b0*ActQ8KBytes), actStride, nt, n)
+		for b := range n {
+			for i := range nr {
+				d := F16ToF32(qaU16(wp, i*rb+(b0+b)*qaQ6KBytes+208))
+				s := &sums[b][i]
+				for j := range nt {
+					d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
+					acc[j*4+i] += d8 * d * float32(s[j])
+				}
+			}
+		}
+	}
+	*res = acc
+}
+
+func qaQ6KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	for b := range n {
+		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
+		for i := range nr {
+			blk := unsafe.Add(w, i*rb+b*qaQ6KBytes)
+			m4 := archsimd.BroadcastUint8x32(0x0f)
+			m30 := archsimd.BroadcastUint8x32(0x30)
+			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(blk, 192))).ExtendToInt16()
+			scA := sc.Select128FromPair(0, 0, sc).AsInt8x32()
+			scB := sc.Select128FromPair(1, 1, sc).AsInt8x32()
+			var s0, s1, s2, s3 archsimd.Int32x8
+			for h := range 2 {
+				half := scA
+				if h == 1 {
+					half = scB
+				}
+				ql0 := archsimd.LoadUint8x32(qaU8x32(blk, 64*h))
+				ql1 := archsimd.LoadUint8x32(qaU8x32(blk, 64*h+32))
+				qh := archsimd.LoadUint8x32(qaU8x32(blk, 128+32*h))
+				q := [4]archsimd.Uint8x32{
+					ql0.And(m4).Or(qaShl(qh, 4).And(m30)),
+					ql1.And(m4).Or(qaShl(qh, 2).And(m30)),
+					qaShr(ql0, 4).And(m4).Or(qh.And(m30)),
+					qaShr(ql1, 4).And(m4).Or(qaShr(qh, 2).And(m30)),
+				}
+				for g := range 4 {
+					sv := half.PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaPairPats[g])).AsInt16x16()
+					off := 4 + 128*h + 32*g
+					s0 = s0.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sv))
+					if nt > 1 {
+						s1 = s1.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off))).DotProductPairs(sv))
+						s2 = s2.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off))).DotProductPairs(sv))
+						s3 = s3.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off))).DotProductPairs(sv))
+					}
+				}
+			}
+			// The −32 offset: Σ_s sc_s·bsum_s, times 32.
+			m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(sc)
+			if nt == 1 {
+				var r [4]int32
+				qaSum1x8(s0, m0).Store(&r)
+				sums[b][i][0] = r[0] - 32*r[1]
+				continue
+			}
+			m1 := archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(sc)
+			m2 := archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(sc)
+			m3 := archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(sc)
+			s0 = s0.Sub(m0.ShiftAllLeft(5))
+			s1 = s1.Sub(m1.ShiftAllLeft(5))
+			s2 = s2.Sub(m2.ShiftAllLeft(5))
+			s3 = s3.Sub(m3.ShiftAllLeft(5))
+			qaSum4x8(s0, s1, s2, s3, s0, s1, s2, s3).Store(&sums[b][i])
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
