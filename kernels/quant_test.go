@@ -16,7 +16,11 @@ var quantTypesWanted = []DType{Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q
 // quantize→dequantize relative to the RMS of normally distributed values.
 var quantRoundTripMax = map[DType]float64{
 	Q4_0: 0.12, Q4_1: 0.10, Q5_0: 0.06, Q5_1: 0.05,
-	Q2_K: 0.40, Q3_K: 0.20, Q4_K: 0.10, Q5_K: 0.05, Q6_K: 0.025,
+	// Q6_K measures 0.0262: the 16-value sub-block holding the test's
+	// outlier (25 among values of RMS 0.7) must step by about 25/32, so
+	// its other 15 values alone cost 0.023 of relative error, and the
+	// normal super-blocks (0.0156 each) bring the total over 0.025.
+	Q2_K: 0.40, Q3_K: 0.20, Q4_K: 0.10, Q5_K: 0.05, Q6_K: 0.03,
 	IQ4_NL: 0.10, IQ4_XS: 0.10, MXFP4: 0.20,
 }
 
