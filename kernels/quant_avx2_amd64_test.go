@@ -10,58 +10,12 @@ import (
 	"testing"
 )
 
-// avx2QTest is what TestAVX2QuantTiles needs of a format: its geometry,
-// where its float16 scales are (set to sane values in otherwise random
-// blocks) and an exact dequantization.
-type avx2QTest struct {
-	block, bytes int
-	act          actKind
-	f16At        []int
-	dequant      func(dst []float32, blk []byte) // one block
-}
-
-var avx2QTests = map[DType]avx2QTest{
-	Q4_K: {256, 144, actQ8K, []int{0, 2}, refDequantQ4K},
-	Q6_K: {256, 210, actQ8K, []int{208}, refDequantQ6K},
-}
-
-func refDequantQ4K(y []float32, b []byte) {
-	d, dmin := F16ToF32(binary.LittleEndian.Uint16(b)), F16ToF32(binary.LittleEndian.Uint16(b[2:]))
-	sc := b[4:16]
-	scaleMin := func(j int) (float32, float32) {
-		if j < 4 {
-			return float32(sc[j] & 63), float32(sc[j+4] & 63)
-		}
-		return float32(sc[j+4]&0xf | sc[j-4]>>6<<4), float32(sc[j+4]>>4 | sc[j]>>6<<4)
-	}
-	for c := range 4 {
-		s1, m1 := scaleMin(2 * c)
-		s2, m2 := scaleMin(2*c + 1)
-		for l := range 32 {
-			q := b[16+32*c+l]
-			y[64*c+l] = d*s1*float32(q&0xf) - dmin*m1
-			y[64*c+32+l] = d*s2*float32(q>>4) - dmin*m2
-		}
-	}
-}
-
-func refDequantQ6K(y []float32, b []byte) {
-	d := F16ToF32(binary.LittleEndian.Uint16(b[208:]))
-	for h := range 2 {
-		ql, qh, sc := b[64*h:], b[128+32*h:], b[192+8*h:]
-		for l := range 32 {
-			is := l / 16
-			q1 := int(ql[l]&0xf|(qh[l]&3)<<4) - 32
-			q2 := int(ql[l+32]&0xf|(qh[l]>>2&3)<<4) - 32
-			q3 := int(ql[l]>>4|(qh[l]>>4&3)<<4) - 32
-			q4 := int(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32
-			o := y[128*h:]
-			o[l] = d * float32(int8(sc[is])) * float32(q1)
-			o[l+32] = d * float32(int8(sc[is+2])) * float32(q2)
-			o[l+64] = d * float32(int8(sc[is+4])) * float32(q3)
-			o[l+96] = d * float32(int8(sc[is+6])) * float32(q4)
-		}
-	}
+// avx2QF16At is, per format with an avx2 tile, where its float16 scales
+// are in a block: TestAVX2QuantTiles sets them to sane values in otherwise
+// random blocks.
+var avx2QF16At = map[DType][]int{
+	Q4_K: {0, 2},
+	Q6_K: {208},
 }
 
 // TestAVX2QuantTiles runs each avx2 quant tile on random blocks (every bit
@@ -78,9 +32,10 @@ func TestAVX2QuantTiles(t *testing.T) {
 		if tile == nil {
 			continue
 		}
-		q, ok := avx2QTests[DType(dt)]
-		if !ok {
-			t.Errorf("%v: avx2 tile without a test", DType(dt))
+		q := quantFormatOf(DType(dt))
+		f16At, ok := avx2QF16At[DType(dt)]
+		if q == nil || !ok {
+			t.Errorf("%v: avx2 tile without a format or a test", DType(dt))
 			continue
 		}
 		// Enough blocks to cross a chunk boundary of the vector phase.
@@ -89,18 +44,18 @@ func TestAVX2QuantTiles(t *testing.T) {
 			nb = 75
 		}
 		cols := nb * q.block
-		rb := nb * q.bytes
+		rb := nb * q.blockBytes
 		w := make([]byte, 4*rb)
 		for i := range w {
 			w[i] = byte(r.Uint32())
 		}
 		wd := make([]float32, 4*cols)
 		for blk := range 4 * nb {
-			b := w[blk*q.bytes : (blk+1)*q.bytes]
-			for _, o := range q.f16At {
+			b := w[blk*q.blockBytes : (blk+1)*q.blockBytes]
+			for _, o := range f16At {
 				binary.LittleEndian.PutUint16(b[o:], F32ToF16(float32(r.Float64()*0.02-0.005)))
 			}
-			q.dequant(wd[blk*q.block:], b)
+			q.dequant(wd[blk*q.block:(blk+1)*q.block], b)
 		}
 		stride := actRowBytes(q.act, cols)
 		act := make([]byte, 4*stride)
