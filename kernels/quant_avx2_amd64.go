@@ -36,8 +36,52 @@ const qaChunkK = 8
 type qaSums [qaChunkK][4][8]int32
 
 func init() {
-	avx2.qtiles[Q4_K] = avx2Q4KTile
-	avx2.qtiles[Q6_K] = avx2Q6KTile
+	avx2.qtiles[Q4_K] = qaTileK(q4KBytes, 0, true, qaQ4KInts)
+	avx2.qtiles[Q5_K] = qaTileK(q5KBytes, 0, true, qaQ5KInts)
+	avx2.qtiles[Q6_K] = qaTileK(q6KBytes, 208, false, qaQ6KInts)
+	avx2.qtiles[IQ4_XS] = qaTileK(iq4XSBytes, 0, false, qaIQ4XSInts)
+}
+
+// qaIntsFn is a format's vector phase: the integer sums of n blocks of
+// rows w, w+rb, … (nr) against tokens act, act+stride, … (nt).
+type qaIntsFn func(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int)
+
+// qaTileK is the tile of a 256-value format of blockBytes-byte blocks with
+// its float16 scale d at dOff, whose vector phase is ints. With mins, the
+// block also has a float16 dmin at dOff+2 and ints gives per row the 4
+// tokens' scaled sums then their min sums: the block adds
+// d8·(d·sum − dmin·minsum). Without, ints gives the 4 tokens' sums and the
+// block adds d8·d·sum.
+func qaTileK(blockBytes, dOff int, mins bool, ints qaIntsFn) qTileFn {
+	return func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+		var sums qaSums
+		var acc [16]float32
+		wp, ap := bptr(w), bptr(act)
+		for b0 := 0; b0 < nb; b0 += qaChunkK {
+			n := min(qaChunkK, nb-b0)
+			ints(&sums, unsafe.Add(wp, b0*blockBytes), rb, nr, unsafe.Add(ap, b0*ActQ8KBytes), actStride, nt, n)
+			for b := range n {
+				for i := range nr {
+					blk := unsafe.Add(wp, i*rb+(b0+b)*blockBytes+dOff)
+					d := F16ToF32(qaU16(blk, 0))
+					s := &sums[b][i]
+					if mins {
+						dmin := F16ToF32(qaU16(blk, 2))
+						for j := range nt {
+							d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
+							acc[j*4+i] += d8 * (d*float32(s[j]) - dmin*float32(s[4+j]))
+						}
+						continue
+					}
+					for j := range nt {
+						d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
+						acc[j*4+i] += d8 * d * float32(s[j])
+					}
+				}
+			}
+		}
+		*res = acc
+	}
 }
 
 func qaU8x32(p unsafe.Pointer, off int) *[32]uint8 { return (*[32]uint8)(unsafe.Add(p, off)) }
@@ -81,6 +125,14 @@ func qaSum1x8(x, y archsimd.Int32x8) archsimd.Int32x4 {
 	h := x.AddPairsGrouped(y)
 	h = h.AddPairsGrouped(h)
 	return h.GetLo().Add(h.GetHi())
+}
+
+// qaSums4 is [Σs0, Σs1, Σs2, Σs3], or Σs0 in every lane for one token.
+func qaSums4(nt int, s0, s1, s2, s3 archsimd.Int32x8) archsimd.Int32x4 {
+	if nt == 1 {
+		return qaSum1x8(s0, s0)
+	}
+	return qaSum4x8(s0, s1, s2, s3, s0, s1, s2, s3).GetLo()
 }
 
 // qaShr and qaShl shift 32-bit lanes, for byte fields the caller masks:
@@ -140,30 +192,6 @@ var qaMinPat = func() (p [32]int8) {
 // bytes: low nibbles the first 32, high nibbles the next). The sums per
 // token are Σ_j sc_j·Σ q·q8 and Σ_j m_j·Σ q8.
 
-const qaQ4KBytes = 144
-
-func avx2Q4KTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	var sums qaSums
-	var acc [16]float32
-	wp, ap := bptr(w), bptr(act)
-	for b0 := 0; b0 < nb; b0 += qaChunkK {
-		n := min(qaChunkK, nb-b0)
-		qaQ4KInts(&sums, unsafe.Add(wp, b0*qaQ4KBytes), rb, nr, unsafe.Add(ap, b0*ActQ8KBytes), actStride, nt, n)
-		for b := range n {
-			for i := range nr {
-				blk := unsafe.Add(wp, i*rb+(b0+b)*qaQ4KBytes)
-				d, dmin := F16ToF32(qaU16(blk, 0)), F16ToF32(qaU16(blk, 2))
-				s := &sums[b][i]
-				for j := range nt {
-					d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
-					acc[j*4+i] += d8 * (d*float32(s[j]) - dmin*float32(s[4+j]))
-				}
-			}
-		}
-	}
-	*res = acc
-}
-
 // qaQ4KScales unpacks a Q4_K block's 6-bit scales and mins to bytes
 // sc0..sc7, m0..m7.
 func qaQ4KScales(blk unsafe.Pointer) [4]uint32 {
@@ -177,51 +205,64 @@ func qaQ4KScales(blk unsafe.Pointer) [4]uint32 {
 }
 
 func qaQ4KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	qaKMinInts(sums, w, rb, nr, act, stride, nt, n, q4KBytes, false)
+}
+
+// ---- Q5_K: 176-byte blocks: as Q4_K, with 32 bytes of fifth bits (qh[l]
+// bit j for value l of sub-block j) before the nibbles.
+
+func qaQ5KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	qaKMinInts(sums, w, rb, nr, act, stride, nt, n, q5KBytes, true)
+}
+
+// qaKMinInts is the vector phase of Q4_K and (five) Q5_K.
+func qaKMinInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n, blockBytes int, five bool) {
+	qsOff := 16
+	if five {
+		qsOff = 48
+	}
 	for b := range n {
 		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
 		for i := range nr {
-			blk := unsafe.Add(w, i*rb+b*qaQ4KBytes)
+			blk := unsafe.Add(w, i*rb+b*blockBytes)
 			scm := qaQ4KScales(blk)
 			m4 := archsimd.BroadcastUint8x32(0x0f)
+			b4 := archsimd.BroadcastUint8x32(0x10)
 			sm := archsimd.LoadUint32x4(&scm).AsUint8x16().ExtendToUint16().AsInt16x16()
-			scs := sm.Select128FromPair(0, 0, sm)
+			scs := sm.Select128FromPair(0, 0, sm).AsInt8x32()
 			mins := sm.Select128FromPair(1, 1, sm).AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaMinPat)).AsInt16x16()
-			if nt == 1 {
-				var s0 archsimd.Int32x8
-				for c := range 4 {
-					qs := archsimd.LoadUint8x32(qaU8x32(blk, 16+32*c))
-					lo := qs.And(m4)
-					hi := qaShr(qs, 4).And(m4)
-					sl := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c])).AsInt16x16()
-					sh := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c+1])).AsInt16x16()
-					off := 4 + 64*c
-					s0 = s0.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sl))
-					s0 = s0.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off+32))).DotProductPairs(sh))
+			qh := archsimd.LoadUint8x32(qaU8x32(blk, 16)) // Q5_K: bits 2c, 2c+1 at chunk c
+			var s0, s1, s2, s3 archsimd.Int32x8
+			for c := range 4 {
+				qs := archsimd.LoadUint8x32(qaU8x32(blk, qsOff+32*c))
+				lo := qs.And(m4)
+				hi := qaShr(qs, 4).And(m4)
+				if five {
+					lo = lo.Or(qaShl(qh, 4).And(b4))
+					hi = hi.Or(qaShl(qh, 3).And(b4))
+					qh = qaShr(qh, 2)
 				}
-				m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(mins)
+				sl := scs.PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c])).AsInt16x16()
+				sh := scs.PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c+1])).AsInt16x16()
+				off := 4 + 64*c
+				s0 = s0.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sl))
+				s0 = s0.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off+32))).DotProductPairs(sh))
+				if nt > 1 {
+					s1 = s1.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off))).DotProductPairs(sl))
+					s1 = s1.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off+32))).DotProductPairs(sh))
+					s2 = s2.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off))).DotProductPairs(sl))
+					s2 = s2.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off+32))).DotProductPairs(sh))
+					s3 = s3.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off))).DotProductPairs(sl))
+					s3 = s3.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off+32))).DotProductPairs(sh))
+				}
+			}
+			m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(mins)
+			if nt == 1 {
 				var r [4]int32
 				qaSum1x8(s0, m0).Store(&r)
 				sums[b][i][0], sums[b][i][4] = r[0], r[1]
 				continue
 			}
-			var s0, s1, s2, s3 archsimd.Int32x8
-			for c := range 4 {
-				qs := archsimd.LoadUint8x32(qaU8x32(blk, 16+32*c))
-				lo := qs.And(m4)
-				hi := qaShr(qs, 4).And(m4)
-				sl := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c])).AsInt16x16()
-				sh := scs.AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c+1])).AsInt16x16()
-				off := 4 + 64*c
-				s0 = s0.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sl))
-				s0 = s0.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off+32))).DotProductPairs(sh))
-				s1 = s1.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off))).DotProductPairs(sl))
-				s1 = s1.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off+32))).DotProductPairs(sh))
-				s2 = s2.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off))).DotProductPairs(sl))
-				s2 = s2.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off+32))).DotProductPairs(sh))
-				s3 = s3.Add(lo.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off))).DotProductPairs(sl))
-				s3 = s3.Add(hi.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off+32))).DotProductPairs(sh))
-			}
-			m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(mins)
 			m1 := archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(mins)
 			m2 := archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(mins)
 			m3 := archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(mins)
@@ -235,34 +276,11 @@ func qaQ4KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, s
 // 2-bit pairs, 16 int8 scales (one per 16 values), f16 d; q = 6 bits − 32.
 // The sum per token is Σ_s sc_s·Σ q6·q8 − 32·Σ_s sc_s·Σ q8 (q6 unsigned).
 
-const qaQ6KBytes = 210
-
-func avx2Q6KTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	var sums qaSums
-	var acc [16]float32
-	wp, ap := bptr(w), bptr(act)
-	for b0 := 0; b0 < nb; b0 += qaChunkK {
-		n := min(qaChunkK, nb-b0)
-		qaQ6KInts(&sums, unsafe.Add(wp, b0*qaQ6KBytes), rb, nr, unsafe.Add(ap, b0*ActQ8KBytes), actStride, nt, n)
-		for b := range n {
-			for i := range nr {
-				d := F16ToF32(qaU16(wp, i*rb+(b0+b)*qaQ6KBytes+208))
-				s := &sums[b][i]
-				for j := range nt {
-					d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
-					acc[j*4+i] += d8 * d * float32(s[j])
-				}
-			}
-		}
-	}
-	*res = acc
-}
-
 func qaQ6KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
 	for b := range n {
 		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
 		for i := range nr {
-			blk := unsafe.Add(w, i*rb+b*qaQ6KBytes)
+			blk := unsafe.Add(w, i*rb+b*q6KBytes)
 			m4 := archsimd.BroadcastUint8x32(0x0f)
 			m30 := archsimd.BroadcastUint8x32(0x30)
 			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(blk, 192))).ExtendToInt16()
@@ -295,21 +313,81 @@ func qaQ6KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, s
 				}
 			}
 			// The −32 offset: Σ_s sc_s·bsum_s, times 32.
-			m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(sc)
-			if nt == 1 {
-				var r [4]int32
-				qaSum1x8(s0, m0).Store(&r)
-				sums[b][i][0] = r[0] - 32*r[1]
-				continue
+			s0 = s0.Sub(archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(sc).ShiftAllLeft(5))
+			if nt > 1 {
+				s1 = s1.Sub(archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(sc).ShiftAllLeft(5))
+				s2 = s2.Sub(archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(sc).ShiftAllLeft(5))
+				s3 = s3.Sub(archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(sc).ShiftAllLeft(5))
 			}
-			m1 := archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(sc)
-			m2 := archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(sc)
-			m3 := archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(sc)
-			s0 = s0.Sub(m0.ShiftAllLeft(5))
-			s1 = s1.Sub(m1.ShiftAllLeft(5))
-			s2 = s2.Sub(m2.ShiftAllLeft(5))
-			s3 = s3.Sub(m3.ShiftAllLeft(5))
-			qaSum4x8(s0, s1, s2, s3, s0, s1, s2, s3).Store(&sums[b][i])
+			qaSums4(nt, s0, s1, s2, s3).Store((*[4]int32)(sums[b][i][:4]))
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// ---- IQ4_XS: 136-byte blocks: f16 d, 16 bits of scale tops, 4 bytes of
+// scale nibbles (8 sub-blocks of 32, scale 6 bits − 32), then per sub-block
+// 16 bytes of indices into the non-linear grid kvaluesIQ4NL (low nibbles the
+// first 16 values). The grid values are signed: VPMADDUBSW gets their
+// magnitudes and the activations with their signs (|q8| ≤ 127, so the sign
+// flip cannot overflow).
+
+// qaIQ4Grid is kvaluesIQ4NL in both lanes, for VPSHUFB.
+var qaIQ4Grid = func() (g [32]int8) {
+	for i := range g {
+		g[i] = kvaluesIQ4NL[i%16]
+	}
+	return
+}()
+
+// qaIQ4XSScales is a block's 8 sub-block scales as int16.
+func qaIQ4XSScales(blk unsafe.Pointer) [4]uint32 {
+	sh, sl := uint32(qaU16(blk, 2)), qaU32(blk, 4)
+	var out [4]uint32
+	for k := range 4 {
+		lo := int32(sl>>(8*k)&0xf | sh>>(4*k)&3<<4) - 32
+		hi := int32(sl>>(8*k+4)&0xf | sh>>(4*k+2)&3<<4) - 32
+		out[k] = uint32(uint16(lo)) | uint32(uint16(hi))<<16
+	}
+	return out
+}
+
+func qaIQ4XSInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	for b := range n {
+		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
+		for i := range nr {
+			blk := unsafe.Add(w, i*rb+b*iq4XSBytes)
+			scv := qaIQ4XSScales(blk)
+			m4 := archsimd.BroadcastUint8x32(0x0f)
+			grid := archsimd.LoadInt8x32(&qaIQ4Grid)
+			sc := archsimd.LoadUint32x4(&scv).AsInt8x16()
+			var scs archsimd.Int8x32
+			scs = scs.SetLo(sc).SetHi(sc)
+			var s0, s1, s2, s3 archsimd.Int32x8
+			for c := range 4 {
+				qs := archsimd.LoadUint8x32(qaU8x32(blk, 8+32*c))
+				lo := qs.And(m4)
+				hi := qaShr(qs, 4).And(m4)
+				// Sub-block 2c is the low lanes of lo then hi, 2c+1 the high ones.
+				ia := lo.Select128FromPair(0, 2, hi).AsInt8x32()
+				ib := lo.Select128FromPair(1, 3, hi).AsInt8x32()
+				va, vb := grid.PermuteOrZeroGrouped(ia), grid.PermuteOrZeroGrouped(ib)
+				ua, ub := va.Abs().AsUint8x32(), vb.Abs().AsUint8x32()
+				sa := scs.PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c])).AsInt16x16()
+				sb := scs.PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaWordPats[2*c+1])).AsInt16x16()
+				off := 4 + 64*c
+				s0 = s0.Add(ua.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off)).CopySign(va)).DotProductPairs(sa))
+				s0 = s0.Add(ub.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off+32)).CopySign(vb)).DotProductPairs(sb))
+				if nt > 1 {
+					s1 = s1.Add(ua.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off)).CopySign(va)).DotProductPairs(sa))
+					s1 = s1.Add(ub.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off+32)).CopySign(vb)).DotProductPairs(sb))
+					s2 = s2.Add(ua.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off)).CopySign(va)).DotProductPairs(sa))
+					s2 = s2.Add(ub.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off+32)).CopySign(vb)).DotProductPairs(sb))
+					s3 = s3.Add(ua.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off)).CopySign(va)).DotProductPairs(sa))
+					s3 = s3.Add(ub.DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off+32)).CopySign(vb)).DotProductPairs(sb))
+				}
+			}
+			qaSums4(nt, s0, s1, s2, s3).Store((*[4]int32)(sums[b][i][:4]))
 		}
 	}
 	archsimd.ClearAVXUpperBits()

@@ -14,8 +14,10 @@ import (
 // are in a block: TestAVX2QuantTiles sets them to sane values in otherwise
 // random blocks.
 var avx2QF16At = map[DType][]int{
-	Q4_K: {0, 2},
-	Q6_K: {208},
+	Q4_K:   {0, 2},
+	Q5_K:   {0, 2},
+	Q6_K:   {208},
+	IQ4_XS: {0},
 }
 
 // TestAVX2QuantTiles runs each avx2 quant tile on random blocks (every bit
