@@ -193,15 +193,13 @@ var qaMinPat = func() (p [32]int8) {
 // token are Σ_j sc_j·Σ q·q8 and Σ_j m_j·Σ q8.
 
 // qaQ4KScales unpacks a Q4_K block's 6-bit scales and mins to bytes
-// sc0..sc7, m0..m7.
-func qaQ4KScales(blk unsafe.Pointer) [4]uint32 {
+// sc0..sc7, m0..m7 in out (see qaIQ4XSScales for why not a result).
+func qaQ4KScales(out *[4]uint32, blk unsafe.Pointer) {
 	u0, u1, u2 := qaU32(blk, 4), qaU32(blk, 8), qaU32(blk, 12)
-	return [4]uint32{
-		u0 & 0x3f3f3f3f,
-		u2&0x0f0f0f0f | (u0>>6&0x03030303)<<4,
-		u1 & 0x3f3f3f3f,
-		u2>>4&0x0f0f0f0f | (u1>>6&0x03030303)<<4,
-	}
+	out[0] = u0 & 0x3f3f3f3f
+	out[1] = u2&0x0f0f0f0f | (u0>>6&0x03030303)<<4
+	out[2] = u1 & 0x3f3f3f3f
+	out[3] = u2>>4&0x0f0f0f0f | (u1>>6&0x03030303)<<4
 }
 
 func qaQ4KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
@@ -217,6 +215,7 @@ func qaQ5KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, s
 
 // qaKMinInts is the vector phase of Q4_K and (five) Q5_K.
 func qaKMinInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n, blockBytes int, five bool) {
+	var scm [4]uint32 // zeroed here, before the vector code (MOVUPS)
 	qsOff := 16
 	if five {
 		qsOff = 48
@@ -225,7 +224,7 @@ func qaKMinInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, 
 		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
 		for i := range nr {
 			blk := unsafe.Add(w, i*rb+b*blockBytes)
-			scm := qaQ4KScales(blk)
+			qaQ4KScales(&scm, blk)
 			m4 := archsimd.BroadcastUint8x32(0x0f)
 			b4 := archsimd.BroadcastUint8x32(0x10)
 			sm := archsimd.LoadUint32x4(&scm).AsUint8x16().ExtendToUint16().AsInt16x16()
@@ -340,24 +339,26 @@ var qaIQ4Grid = func() (g [32]int8) {
 	return
 }()
 
-// qaIQ4XSScales is a block's 8 sub-block scales as int16.
-func qaIQ4XSScales(blk unsafe.Pointer) [4]uint32 {
+// qaIQ4XSScales writes a block's 8 sub-block scales as int16 to out, one
+// 32-bit store at a time: returning the array would copy it with a legacy-SSE
+// MOVUPS while the caller's vector state is dirty (a call the layout walk
+// of TestNoLegacySSEWhileVectorStateDirty takes as clean).
+func qaIQ4XSScales(out *[4]uint32, blk unsafe.Pointer) {
 	sh, sl := uint32(qaU16(blk, 2)), qaU32(blk, 4)
-	var out [4]uint32
 	for k := range 4 {
-		lo := int32(sl>>(8*k)&0xf | sh>>(4*k)&3<<4) - 32
-		hi := int32(sl>>(8*k+4)&0xf | sh>>(4*k+2)&3<<4) - 32
+		lo := int32(sl>>(8*k)&0xf|sh>>(4*k)&3<<4) - 32
+		hi := int32(sl>>(8*k+4)&0xf|sh>>(4*k+2)&3<<4) - 32
 		out[k] = uint32(uint16(lo)) | uint32(uint16(hi))<<16
 	}
-	return out
 }
 
 func qaIQ4XSInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	var scv [4]uint32 // zeroed here, before the vector code (MOVUPS)
 	for b := range n {
 		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
 		for i := range nr {
 			blk := unsafe.Add(w, i*rb+b*iq4XSBytes)
-			scv := qaIQ4XSScales(blk)
+			qaIQ4XSScales(&scv, blk)
 			m4 := archsimd.BroadcastUint8x32(0x0f)
 			grid := archsimd.LoadInt8x32(&qaIQ4Grid)
 			sc := archsimd.LoadUint32x4(&scv).AsInt8x16()
