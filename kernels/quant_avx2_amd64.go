@@ -39,6 +39,8 @@ func init() {
 	avx2.qtiles[Q4_K] = qaTileK(q4KBytes, 0, true, qaQ4KInts)
 	avx2.qtiles[Q5_K] = qaTileK(q5KBytes, 0, true, qaQ5KInts)
 	avx2.qtiles[Q6_K] = qaTileK(q6KBytes, 208, false, qaQ6KInts)
+	avx2.qtiles[Q3_K] = qaTileK(q3KBytes, 108, false, qaQ3KInts)
+	avx2.qtiles[Q2_K] = qaTileK(q2KBytes, 80, true, qaQ2KInts)
 	avx2.qtiles[IQ4_XS] = qaTileK(iq4XSBytes, 0, false, qaIQ4XSInts)
 }
 
@@ -271,54 +273,144 @@ func qaKMinInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, 
 	archsimd.ClearAVXUpperBits()
 }
 
-// ---- Q6_K: 210-byte blocks: 128 bytes of low nibbles, 64 bytes of high
-// 2-bit pairs, 16 int8 scales (one per 16 values), f16 d; q = 6 bits − 32.
-// The sum per token is Σ_s sc_s·Σ q6·q8 − 32·Σ_s sc_s·Σ q8 (q6 unsigned).
+// ---- The formats with a scale per 16 values: in each half h of 128
+// values, value 32g+l is field g of byte l of the half's packed bits, and
+// the scales of sub-blocks 8h+2g and 8h+2g+1 serve its 32 values.
+//
+// Q6_K, 210-byte blocks: 128 bytes of low nibbles, 64 bytes of high 2-bit
+// pairs, 16 int8 scales, f16 d; q = 6 bits − 32. Q3_K, 110 bytes: 32 bytes
+// of high bits (value 32k+l: bit k of byte l), 64 of 2-bit fields, 12 of
+// 6-bit scales (stored +32), f16 d; q = 3 bits − 4. The sum per token is
+// Σ_s sc_s·Σ u·q8 − offset·Σ_s sc_s·Σ q8, u the unsigned bits. Q2_K, 84
+// bytes: 16 bytes of 4-bit scale and min, 64 of 2-bit fields, f16 d and
+// dmin: the sums per token are Σ_s sc_s·Σ q·q8 and Σ_s m_s·Σ q8, as Q4_K's.
+
+const (
+	qaQ6K = iota
+	qaQ3K
+	qaQ2K
+)
 
 func qaQ6KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	qa16Ints(sums, w, rb, nr, act, stride, nt, n, q6KBytes, qaQ6K)
+}
+
+func qaQ3KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	qa16Ints(sums, w, rb, nr, act, stride, nt, n, q3KBytes, qaQ3K)
+}
+
+func qaQ2KInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	qa16Ints(sums, w, rb, nr, act, stride, nt, n, q2KBytes, qaQ2K)
+}
+
+// qaQ3KScales unpacks a Q3_K block's 16 6-bit scales (still +32) to bytes
+// in out (see qaIQ4XSScales for why not a result).
+func qaQ3KScales(out *[4]uint32, s unsafe.Pointer) {
+	a0, a1, hi := qaU32(s, 0), qaU32(s, 4), qaU32(s, 8)
+	out[0] = a0&0x0f0f0f0f | (hi&0x03030303)<<4
+	out[1] = a1&0x0f0f0f0f | (hi>>2&0x03030303)<<4
+	out[2] = a0>>4&0x0f0f0f0f | (hi>>4&0x03030303)<<4
+	out[3] = a1>>4&0x0f0f0f0f | (hi>>6&0x03030303)<<4
+}
+
+// qa32s is 16 bytes of 32: Q3_K's scale offset.
+var qa32s = [16]int8{32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32}
+
+func qa16Ints(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n, blockBytes, kind int) {
+	// Zeroed here, before the vector code (MOVUPS).
+	var scw [4]uint32
+	var q [4]archsimd.Uint8x32 // a half's 4 fields, each 32 unsigned values
 	for b := range n {
 		a0, a1, a2, a3 := qaTokPtrs(act, stride, nt, b*ActQ8KBytes)
 		for i := range nr {
-			blk := unsafe.Add(w, i*rb+b*q6KBytes)
+			blk := unsafe.Add(w, i*rb+b*blockBytes)
 			m4 := archsimd.BroadcastUint8x32(0x0f)
+			k3 := archsimd.BroadcastUint8x32(0x03)
 			m30 := archsimd.BroadcastUint8x32(0x30)
-			sc := archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(blk, 192))).ExtendToInt16()
+			b2 := archsimd.BroadcastUint8x32(0x04)
+			// sc: the 16 scales; off: what multiplies the 16 activation
+			// sums (the scales times the offset, or Q2_K's mins).
+			var sc, off archsimd.Int16x16
+			switch kind {
+			case qaQ6K:
+				sc = archsimd.LoadInt8x16((*[16]int8)(unsafe.Add(blk, 192))).ExtendToInt16()
+				off = sc.ShiftAllLeft(5)
+			case qaQ3K:
+				qaQ3KScales(&scw, unsafe.Add(blk, 96))
+				sc = archsimd.LoadUint32x4(&scw).AsInt8x16().Sub(archsimd.LoadInt8x16(&qa32s)).ExtendToInt16()
+				off = sc.ShiftAllLeft(2)
+			default:
+				raw := archsimd.LoadUint8x16((*[16]uint8)(blk))
+				sc = raw.And(m4.GetLo()).ExtendToUint16().AsInt16x16()
+				off = raw.AsInt32x4().ShiftAllRight(4).AsUint8x16().And(m4.GetLo()).ExtendToUint16().AsInt16x16()
+			}
 			scA := sc.Select128FromPair(0, 0, sc).AsInt8x32()
 			scB := sc.Select128FromPair(1, 1, sc).AsInt8x32()
+			var hm archsimd.Uint8x32
+			if kind == qaQ3K {
+				hm = archsimd.LoadUint8x32(qaU8x32(blk, 0))
+			}
 			var s0, s1, s2, s3 archsimd.Int32x8
 			for h := range 2 {
 				half := scA
 				if h == 1 {
 					half = scB
 				}
-				ql0 := archsimd.LoadUint8x32(qaU8x32(blk, 64*h))
-				ql1 := archsimd.LoadUint8x32(qaU8x32(blk, 64*h+32))
-				qh := archsimd.LoadUint8x32(qaU8x32(blk, 128+32*h))
-				q := [4]archsimd.Uint8x32{
-					ql0.And(m4).Or(qaShl(qh, 4).And(m30)),
-					ql1.And(m4).Or(qaShl(qh, 2).And(m30)),
-					qaShr(ql0, 4).And(m4).Or(qh.And(m30)),
-					qaShr(ql1, 4).And(m4).Or(qaShr(qh, 2).And(m30)),
+				switch kind {
+				case qaQ6K:
+					ql0 := archsimd.LoadUint8x32(qaU8x32(blk, 64*h))
+					ql1 := archsimd.LoadUint8x32(qaU8x32(blk, 64*h+32))
+					qh := archsimd.LoadUint8x32(qaU8x32(blk, 128+32*h))
+					q[0] = ql0.And(m4).Or(qaShl(qh, 4).And(m30))
+					q[1] = ql1.And(m4).Or(qaShl(qh, 2).And(m30))
+					q[2] = qaShr(ql0, 4).And(m4).Or(qh.And(m30))
+					q[3] = qaShr(ql1, 4).And(m4).Or(qaShr(qh, 2).And(m30))
+				case qaQ3K:
+					qs := archsimd.LoadUint8x32(qaU8x32(blk, 32+32*h))
+					hb := hm
+					if h == 1 {
+						hb = qaShr(hm, 4)
+					}
+					q[0] = qs.And(k3).Or(qaShl(hb, 2).And(b2))
+					q[1] = qaShr(qs, 2).And(k3).Or(qaShl(hb, 1).And(b2))
+					q[2] = qaShr(qs, 4).And(k3).Or(hb.And(b2))
+					q[3] = qaShr(qs, 6).And(k3).Or(qaShr(hb, 1).And(b2))
+				default:
+					qs := archsimd.LoadUint8x32(qaU8x32(blk, 16+32*h))
+					q[0] = qs.And(k3)
+					q[1] = qaShr(qs, 2).And(k3)
+					q[2] = qaShr(qs, 4).And(k3)
+					q[3] = qaShr(qs, 6).And(k3)
 				}
 				for g := range 4 {
 					sv := half.PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaPairPats[g])).AsInt16x16()
-					off := 4 + 128*h + 32*g
-					s0 = s0.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, off))).DotProductPairs(sv))
+					o := 4 + 128*h + 32*g
+					s0 = s0.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a0, o))).DotProductPairs(sv))
 					if nt > 1 {
-						s1 = s1.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, off))).DotProductPairs(sv))
-						s2 = s2.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, off))).DotProductPairs(sv))
-						s3 = s3.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, off))).DotProductPairs(sv))
+						s1 = s1.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a1, o))).DotProductPairs(sv))
+						s2 = s2.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a2, o))).DotProductPairs(sv))
+						s3 = s3.Add(q[g].DotProductPairsSaturated(archsimd.LoadInt8x32(qaS8x32(a3, o))).DotProductPairs(sv))
 					}
 				}
 			}
-			// The −32 offset: Σ_s sc_s·bsum_s, times 32.
-			s0 = s0.Sub(archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(sc).ShiftAllLeft(5))
+			m0 := archsimd.LoadInt16x16(qaS16x16(a0, 260)).DotProductPairs(off)
+			var m1, m2, m3 archsimd.Int32x8
 			if nt > 1 {
-				s1 = s1.Sub(archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(sc).ShiftAllLeft(5))
-				s2 = s2.Sub(archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(sc).ShiftAllLeft(5))
-				s3 = s3.Sub(archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(sc).ShiftAllLeft(5))
+				m1 = archsimd.LoadInt16x16(qaS16x16(a1, 260)).DotProductPairs(off)
+				m2 = archsimd.LoadInt16x16(qaS16x16(a2, 260)).DotProductPairs(off)
+				m3 = archsimd.LoadInt16x16(qaS16x16(a3, 260)).DotProductPairs(off)
 			}
-			qaSums4(nt, s0, s1, s2, s3).Store((*[4]int32)(sums[b][i][:4]))
+			if kind == qaQ2K {
+				if nt == 1 {
+					var r [4]int32
+					qaSum1x8(s0, m0).Store(&r)
+					sums[b][i][0], sums[b][i][4] = r[0], r[1]
+					continue
+				}
+				qaSum4x8(s0, s1, s2, s3, m0, m1, m2, m3).Store(&sums[b][i])
+				continue
+			}
+			qaSums4(nt, s0.Sub(m0), s1.Sub(m1), s2.Sub(m2), s3.Sub(m3)).Store((*[4]int32)(sums[b][i][:4]))
 		}
 	}
 	archsimd.ClearAVXUpperBits()

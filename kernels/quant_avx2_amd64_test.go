@@ -17,6 +17,8 @@ var avx2QF16At = map[DType][]int{
 	Q4_K:   {0, 2},
 	Q5_K:   {0, 2},
 	Q6_K:   {208},
+	Q3_K:   {108},
+	Q2_K:   {80, 82},
 	IQ4_XS: {0},
 }
 
