@@ -31,9 +31,7 @@ const (
 	legacyBlock = 32
 )
 
-// kvaluesIQ4NL is ggml's non-linear 4-bit grid (kvalues_iq4nl), shared
-// with IQ4_XS.
-var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+// kvaluesIQ4NL (quant_k.go) is IQ4_NL's grid too.
 
 // kvaluesMXFP4 are the FP4 E2M1 values doubled, so that they are integers
 // (ggml's kvalues_mxfp4): code 0b0111 is 6.0, stored as 12. e8m0Half
