@@ -485,3 +485,225 @@ func qaIQ4XSInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer,
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// ---- The 32-value formats (quant_legacy.go) against actQ8x32 blocks.
+//
+// With one scale per 32 values the per-block float work is as large as the
+// integer work, so it stays in the vector phase, with the lanes running
+// over blocks: for one weight row and token, four blocks' integer sums
+// form one Int32x4, which is converted and scaled by four blocks' scales
+// at once into a 4-lane accumulator, whose lanes are summed at the end.
+// Every output takes the same steps whatever the tile's shape; a short last
+// group of four repeats a real block with zero scales (adding exactly 0).
+// A scalar pre-pass lays out each chunk's scales lane-ready: the weights'
+// float16 scales decoded per row, the activations' d and s per token.
+
+// qaCB is the number of 32-value blocks per chunk (a multiple of 4).
+const qaCB = 64
+
+// qaLegacy is a chunk's scratch and the tile's accumulators.
+type qaLegacy struct {
+	dw, mw [4][qaCB]float32 // per row: d (and m for Q4_1, Q5_1) per block
+	da, sa [4][qaCB]float32 // per token: d, and s times the offset (or s)
+	acc    [16][4]float32   // per output j*4+i: 4 lanes over blocks
+	// The vector phase's: a group's 4 unpacked blocks (unsigned, and
+	// signed for the grids) and one token's 4 block sums.
+	u [4]archsimd.Uint8x32
+	v [4]archsimd.Int8x32
+	s [4]archsimd.Int32x8
+}
+
+// Kinds of 32-value format.
+const (
+	qaQ4_0 = iota
+	qaQ4_1
+	qaQ5_0
+	qaQ5_1
+	qaIQ4NL
+	qaMXFP4
+)
+
+// qaLegacyFmt is a 32-value format's layout for the tiles.
+type qaLegacyFmt struct {
+	bytes, qsOff, qhOff int     // block size; nibbles; fifth bits (0: none)
+	off                 float32 // the quants' offset (x = d·(q+off)): times s per block
+	min                 bool    // a float16 m at byte 2, added as m·s
+	grid                *[32]int8
+}
+
+var qaLegacyFmts = [...]qaLegacyFmt{
+	qaQ4_0:  {bytes: q4_0Bytes, qsOff: 2, off: -8},
+	qaQ4_1:  {bytes: q4_1Bytes, qsOff: 4, min: true},
+	qaQ5_0:  {bytes: q5_0Bytes, qsOff: 6, qhOff: 2, off: -16},
+	qaQ5_1:  {bytes: q5_1Bytes, qsOff: 8, qhOff: 4, min: true},
+	qaIQ4NL: {bytes: iq4nlBytes, qsOff: 2, grid: &qaIQ4Grid},
+	qaMXFP4: {bytes: mxfp4Bytes, qsOff: 1, grid: &qaMXFP4Grid},
+}
+
+// qaMXFP4Grid is kvaluesMXFP4 in both lanes, for VPSHUFB.
+var qaMXFP4Grid = func() (g [32]int8) {
+	for i := range g {
+		g[i] = kvaluesMXFP4[i%16]
+	}
+	return
+}()
+
+func init() {
+	avx2.qtiles[Q4_0] = avx2Q4_0Tile
+	avx2.qtiles[Q4_1] = avx2Q4_1Tile
+	avx2.qtiles[Q5_0] = avx2Q5_0Tile
+	avx2.qtiles[Q5_1] = avx2Q5_1Tile
+	avx2.qtiles[IQ4_NL] = avx2IQ4NLTile
+	avx2.qtiles[MXFP4] = avx2MXFP4Tile
+}
+
+func avx2Q4_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	qaLegacyTile(qaQ4_0, res, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q4_1Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	qaLegacyTile(qaQ4_1, res, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q5_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	qaLegacyTile(qaQ5_0, res, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q5_1Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	qaLegacyTile(qaQ5_1, res, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2IQ4NLTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	qaLegacyTile(qaIQ4NL, res, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2MXFP4Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	qaLegacyTile(qaMXFP4, res, w, rb, nr, act, actStride, nt, nb)
+}
+
+// qaLegacyTile is the tile of the 32-value format kind.
+func qaLegacyTile(kind int, res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	f := &qaLegacyFmts[kind]
+	var sc qaLegacy
+	wp, ap := bptr(w), bptr(act)
+	for b0 := 0; b0 < nb; b0 += qaCB {
+		n := min(qaCB, nb-b0)
+		qaLegacyScales(&sc, f, kind, unsafe.Add(wp, b0*f.bytes), rb, nr, unsafe.Add(ap, b0*ActQ8x32Bytes), actStride, nt, n)
+		qaLegacyVec(&sc, f, unsafe.Add(wp, b0*f.bytes), rb, nr, unsafe.Add(ap, b0*ActQ8x32Bytes), actStride, nt, n)
+	}
+	for j := range nt {
+		for i := range nr {
+			a := &sc.acc[j*4+i]
+			res[j*4+i] = (a[0] + a[1]) + (a[2] + a[3])
+		}
+	}
+}
+
+// qaLegacyScales is the scalar pre-pass of a chunk of n blocks: the
+// entries of a short last group of four stay 0.
+func qaLegacyScales(sc *qaLegacy, f *qaLegacyFmt, kind int, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	pad := (n + 3) &^ 3
+	for i := range nr {
+		for b := range n {
+			blk := unsafe.Add(w, i*rb+b*f.bytes)
+			if kind == qaMXFP4 {
+				sc.dw[i][b] = e8m0Half(*(*byte)(blk))
+				continue
+			}
+			sc.dw[i][b] = f16Table[qaU16(blk, 0)]
+			if f.min {
+				sc.mw[i][b] = f16Table[qaU16(blk, 2)]
+			}
+		}
+		clear(sc.dw[i][n:pad])
+		clear(sc.mw[i][n:pad])
+	}
+	for j := range nt {
+		for b := range n {
+			a := unsafe.Add(act, j*stride+b*ActQ8x32Bytes)
+			sc.da[j][b] = qaF32(a, 0)
+			if f.min {
+				sc.sa[j][b] = qaF32(a, 4)
+			} else {
+				sc.sa[j][b] = f.off * qaF32(a, 4)
+			}
+		}
+		clear(sc.da[j][n:pad])
+		clear(sc.sa[j][n:pad])
+	}
+}
+
+// qaHalfShifts shifts the high 128-bit lane right by 4: the high nibbles.
+var qaHalfShifts = [8]uint32{0, 0, 0, 0, 4, 4, 4, 4}
+
+// qaBitSpread and qaBitMask turn a block's 32 fifth bits, in every 32-bit
+// lane, into byte i = bit i: VPSHUFB takes byte i/8, the mask bit i%8.
+var qaBitSpread = func() (p [32]int8) {
+	for i := range p {
+		p[i] = int8(i / 8)
+	}
+	return
+}()
+
+var qaBitMask = func() (p [32]uint8) {
+	for i := range p {
+		p[i] = 1 << (i % 8)
+	}
+	return
+}()
+
+func qaLegacyVec(sc *qaLegacy, f *qaLegacyFmt, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
+	m4 := archsimd.BroadcastUint8x32(0x0f)
+	one := archsimd.BroadcastUint8x32(1)
+	ones := archsimd.BroadcastInt16x16(1)
+	shifts := archsimd.LoadUint32x8(&qaHalfShifts)
+	signed := f.grid != nil
+	var zero archsimd.Uint8x32
+	for i := range nr {
+		for q := 0; q < n; q += 4 {
+			for k := range 4 {
+				blk := unsafe.Add(w, i*rb+min(q+k, n-1)*f.bytes)
+				x := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(blk, f.qsOff)))
+				u := zero.SetLo(x).SetHi(x).AsUint32x8().ShiftRight(shifts).AsUint8x32().And(m4)
+				if f.qhOff != 0 {
+					bits := archsimd.BroadcastUint32x8(qaU32(blk, f.qhOff)).AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaBitSpread)).AsUint8x32()
+					bits = bits.And(archsimd.LoadUint8x32(&qaBitMask)).Min(one)
+					u = u.Or(qaShl(bits, 4))
+				}
+				if signed {
+					v := archsimd.LoadInt8x32(f.grid).PermuteOrZeroGrouped(u.AsInt8x32())
+					sc.v[k] = v
+					u = v.Abs().AsUint8x32()
+				}
+				sc.u[k] = u
+			}
+			for j := range nt {
+				// (Loaded here: a 128-bit value live across the loop is
+				// moved between registers with legacy-SSE MOVUPS.)
+				dw := archsimd.LoadFloat32x4((*[4]float32)(sc.dw[i][q:]))
+				a := unsafe.Add(act, j*stride+8)
+				for k := range 4 {
+					a8 := archsimd.LoadInt8x32(qaS8x32(a, min(q+k, n-1)*ActQ8x32Bytes))
+					if signed {
+						a8 = a8.CopySign(sc.v[k])
+					}
+					sc.s[k] = sc.u[k].DotProductPairsSaturated(a8).DotProductPairs(ones)
+				}
+				h := sc.s[0].AddPairsGrouped(sc.s[1]).AddPairsGrouped(sc.s[2].AddPairsGrouped(sc.s[3]))
+				fi := h.GetLo().Add(h.GetHi()).ConvertToFloat32()
+				da := archsimd.LoadFloat32x4((*[4]float32)(sc.da[j][q:]))
+				sa := archsimd.LoadFloat32x4((*[4]float32)(sc.sa[j][q:]))
+				acc := archsimd.LoadFloat32x4(&sc.acc[j*4+i])
+				// Each branch stores its own result: merging the two values
+				// would take a legacy-SSE register move.
+				if f.min {
+					mw := archsimd.LoadFloat32x4((*[4]float32)(sc.mw[i][q:]))
+					mw.MulAdd(sa, dw.MulAdd(da.Mul(fi), acc)).Store(&sc.acc[j*4+i])
+				} else {
+					dw.MulAdd(da.MulAdd(fi, sa), acc).Store(&sc.acc[j*4+i])
+				}
+			}
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}

@@ -20,6 +20,12 @@ var avx2QF16At = map[DType][]int{
 	Q3_K:   {108},
 	Q2_K:   {80, 82},
 	IQ4_XS: {0},
+	Q4_0:   {0},
+	Q4_1:   {0, 2},
+	Q5_0:   {0},
+	Q5_1:   {0, 2},
+	IQ4_NL: {0},
+	MXFP4:  {},
 }
 
 // TestAVX2QuantTiles runs each avx2 quant tile on random blocks (every bit
@@ -58,6 +64,9 @@ func TestAVX2QuantTiles(t *testing.T) {
 			b := w[blk*q.blockBytes : (blk+1)*q.blockBytes]
 			for _, o := range f16At {
 				binary.LittleEndian.PutUint16(b[o:], F32ToF16(float32(r.Float64()*0.02-0.005)))
+			}
+			if DType(dt) == MXFP4 {
+				b[0] = byte(116 + r.IntN(8)) // E8M0 scale 2^-12 … 2^-5
 			}
 			q.dequant(wd[blk*q.block:(blk+1)*q.block], b)
 		}
