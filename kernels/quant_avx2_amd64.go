@@ -65,10 +65,10 @@ func qaTileK(blockBytes, dOff int, mins bool, ints qaIntsFn) qTileFn {
 			for b := range n {
 				for i := range nr {
 					blk := unsafe.Add(wp, i*rb+(b0+b)*blockBytes+dOff)
-					d := F16ToF32(qaU16(blk, 0))
+					d := f16Table[qaU16(blk, 0)]
 					s := &sums[b][i]
 					if mins {
-						dmin := F16ToF32(qaU16(blk, 2))
+						dmin := f16Table[qaU16(blk, 2)]
 						for j := range nt {
 							d8 := qaF32(ap, j*actStride+(b0+b)*ActQ8KBytes)
 							acc[j*4+i] += d8 * (d*float32(s[j]) - dmin*float32(s[4+j]))
@@ -615,8 +615,9 @@ func qaLegacyScales(sc *qaLegacy, f *qaLegacyFmt, kind int, w unsafe.Pointer, rb
 				sc.mw[i][b] = f16Table[qaU16(blk, 2)]
 			}
 		}
-		clear(sc.dw[i][n:pad])
-		clear(sc.mw[i][n:pad])
+		for b := n; b < pad; b++ {
+			sc.dw[i][b], sc.mw[i][b] = 0, 0
+		}
 	}
 	for j := range nt {
 		for b := range n {
@@ -628,8 +629,9 @@ func qaLegacyScales(sc *qaLegacy, f *qaLegacyFmt, kind int, w unsafe.Pointer, rb
 				sc.sa[j][b] = f.off * qaF32(a, 4)
 			}
 		}
-		clear(sc.da[j][n:pad])
-		clear(sc.sa[j][n:pad])
+		for b := n; b < pad; b++ {
+			sc.da[j][b], sc.sa[j][b] = 0, 0
+		}
 	}
 }
 
