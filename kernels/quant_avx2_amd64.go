@@ -503,14 +503,15 @@ const qaCB = 64
 
 // qaLegacy is a chunk's scratch and the tile's accumulators.
 type qaLegacy struct {
-	dw, mw [4][qaCB]float32 // per row: d (and m for Q4_1, Q5_1) per block
-	da, sa [4][qaCB]float32 // per token: d, and s times the offset (or s)
-	acc    [16][4]float32   // per output j*4+i: 4 lanes over blocks
+	// Float32 bits, per row: d (and m for Q4_1, Q5_1) per block; per
+	// token: the activation blocks' d and s.
+	dw, mw [4][qaCB]uint32
+	da, sa [4][qaCB]uint32
+	acc    [16][4]float32 // per output j*4+i: 4 lanes over blocks
 	// The vector phase's: a group's 4 unpacked blocks (unsigned, and
-	// signed for the grids) and one token's 4 block sums.
+	// signed for the grids).
 	u [4]archsimd.Uint8x32
 	v [4]archsimd.Int8x32
-	s [4]archsimd.Int32x8
 }
 
 // Kinds of 32-value format.
@@ -526,7 +527,7 @@ const (
 // qaLegacyFmt is a 32-value format's layout for the tiles.
 type qaLegacyFmt struct {
 	bytes, qsOff, qhOff int     // block size; nibbles; fifth bits (0: none)
-	off                 float32 // the quants' offset (x = d·(q+off)): times s per block
+	off                 float32 // the quants' offset: x = d·(q+off)
 	min                 bool    // a float16 m at byte 2, added as m·s
 	grid                *[32]int8
 }
@@ -604,35 +605,50 @@ func qaLegacyTile(kind int, res *[16]float32, w []byte, rb, nr int, act []byte, 
 func qaLegacyScales(sc *qaLegacy, f *qaLegacyFmt, kind int, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
 	pad := (n + 3) &^ 3
 	for i := range nr {
+		dw, mw := &sc.dw[i], &sc.mw[i]
 		for b := range n {
 			blk := unsafe.Add(w, i*rb+b*f.bytes)
 			if kind == qaMXFP4 {
-				sc.dw[i][b] = e8m0Half(*(*byte)(blk))
+				dw[b] = qaE8M0HalfBits(*(*byte)(blk))
 				continue
 			}
-			sc.dw[i][b] = f16Table[qaU16(blk, 0)]
+			dw[b] = qaF16Bits(qaU16(blk, 0))
 			if f.min {
-				sc.mw[i][b] = f16Table[qaU16(blk, 2)]
+				mw[b] = qaF16Bits(qaU16(blk, 2))
 			}
 		}
 		for b := n; b < pad; b++ {
-			sc.dw[i][b], sc.mw[i][b] = 0, 0
+			dw[b], mw[b] = 0, 0
 		}
 	}
 	for j := range nt {
+		da, sa := &sc.da[j], &sc.sa[j]
 		for b := range n {
 			a := unsafe.Add(act, j*stride+b*ActQ8x32Bytes)
-			sc.da[j][b] = qaF32(a, 0)
-			if f.min {
-				sc.sa[j][b] = qaF32(a, 4)
-			} else {
-				sc.sa[j][b] = f.off * qaF32(a, 4)
-			}
+			da[b], sa[b] = qaU32(a, 0), qaU32(a, 4)
 		}
 		for b := n; b < pad; b++ {
-			sc.da[j][b], sc.sa[j][b] = 0, 0
+			da[b], sa[b] = 0, 0
 		}
 	}
+}
+
+// qaF16Bits is the float32 bits of float16 h: normal numbers by integer
+// arithmetic (a table lookup per 32-value block misses the cache), the
+// rest by F16ToF32.
+func qaF16Bits(h uint16) uint32 {
+	if e := h & 0x7c00; e != 0 && e != 0x7c00 {
+		return uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + 112<<23)
+	}
+	return math.Float32bits(F16ToF32(h))
+}
+
+// qaE8M0HalfBits is the float32 bits of e8m0Half(e).
+func qaE8M0HalfBits(e byte) uint32 {
+	if e < 2 {
+		return 0x00200000 << e
+	}
+	return uint32(e-1) << 23
 }
 
 // qaHalfShifts shifts the high 128-bit lane right by 4: the high nibbles.
@@ -659,12 +675,14 @@ func qaLegacyVec(sc *qaLegacy, f *qaLegacyFmt, w unsafe.Pointer, rb, nr int, act
 	one := archsimd.BroadcastUint8x32(1)
 	ones := archsimd.BroadcastInt16x16(1)
 	shifts := archsimd.LoadUint32x8(&qaHalfShifts)
-	signed := f.grid != nil
 	var zero archsimd.Uint8x32
 	for i := range nr {
+		row := unsafe.Add(w, i*rb)
 		for q := 0; q < n; q += 4 {
-			for k := range 4 {
-				blk := unsafe.Add(w, i*rb+min(q+k, n-1)*f.bytes)
+			// The group's blocks, a short group repeating the last.
+			b1, b2, b3 := min(q+1, n-1), min(q+2, n-1), min(q+3, n-1)
+			for k, b := range [4]int{q, b1, b2, b3} {
+				blk := unsafe.Add(row, b*f.bytes)
 				x := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(blk, f.qsOff)))
 				u := zero.SetLo(x).SetHi(x).AsUint32x8().ShiftRight(shifts).AsUint8x32().And(m4)
 				if f.qhOff != 0 {
@@ -672,37 +690,45 @@ func qaLegacyVec(sc *qaLegacy, f *qaLegacyFmt, w unsafe.Pointer, rb, nr int, act
 					bits = bits.And(archsimd.LoadUint8x32(&qaBitMask)).Min(one)
 					u = u.Or(qaShl(bits, 4))
 				}
-				if signed {
+				if f.grid != nil {
 					v := archsimd.LoadInt8x32(f.grid).PermuteOrZeroGrouped(u.AsInt8x32())
 					sc.v[k] = v
 					u = v.Abs().AsUint8x32()
 				}
 				sc.u[k] = u
 			}
+			o0, o1, o2, o3 := 8+q*ActQ8x32Bytes, 8+b1*ActQ8x32Bytes, 8+b2*ActQ8x32Bytes, 8+b3*ActQ8x32Bytes
+			u0, u1, u2, u3 := sc.u[0], sc.u[1], sc.u[2], sc.u[3]
 			for j := range nt {
-				// (Loaded here: a 128-bit value live across the loop is
-				// moved between registers with legacy-SSE MOVUPS.)
-				dw := archsimd.LoadFloat32x4((*[4]float32)(sc.dw[i][q:]))
-				a := unsafe.Add(act, j*stride+8)
-				for k := range 4 {
-					a8 := archsimd.LoadInt8x32(qaS8x32(a, min(q+k, n-1)*ActQ8x32Bytes))
-					if signed {
-						a8 = a8.CopySign(sc.v[k])
-					}
-					sc.s[k] = sc.u[k].DotProductPairsSaturated(a8).DotProductPairs(ones)
+				a := unsafe.Add(act, j*stride)
+				x0 := archsimd.LoadInt8x32(qaS8x32(a, o0))
+				x1 := archsimd.LoadInt8x32(qaS8x32(a, o1))
+				x2 := archsimd.LoadInt8x32(qaS8x32(a, o2))
+				x3 := archsimd.LoadInt8x32(qaS8x32(a, o3))
+				if f.grid != nil {
+					x0, x1, x2, x3 = x0.CopySign(sc.v[0]), x1.CopySign(sc.v[1]), x2.CopySign(sc.v[2]), x3.CopySign(sc.v[3])
 				}
-				h := sc.s[0].AddPairsGrouped(sc.s[1]).AddPairsGrouped(sc.s[2].AddPairsGrouped(sc.s[3]))
+				s0 := u0.DotProductPairsSaturated(x0).DotProductPairs(ones)
+				s1 := u1.DotProductPairsSaturated(x1).DotProductPairs(ones)
+				s2 := u2.DotProductPairsSaturated(x2).DotProductPairs(ones)
+				s3 := u3.DotProductPairsSaturated(x3).DotProductPairs(ones)
+				h := s0.AddPairsGrouped(s1).AddPairsGrouped(s2.AddPairsGrouped(s3))
 				fi := h.GetLo().Add(h.GetHi()).ConvertToFloat32()
-				da := archsimd.LoadFloat32x4((*[4]float32)(sc.da[j][q:]))
-				sa := archsimd.LoadFloat32x4((*[4]float32)(sc.sa[j][q:]))
+				// (Loaded here: a 128-bit value live across the loop is
+				// moved between registers with legacy-SSE MOVUPS; and each
+				// branch stores its own result for the same reason.)
+				dw := archsimd.LoadUint32x4((*[4]uint32)(sc.dw[i][q:])).AsFloat32x4()
+				da := archsimd.LoadUint32x4((*[4]uint32)(sc.da[j][q:])).AsFloat32x4()
+				sa := archsimd.LoadUint32x4((*[4]uint32)(sc.sa[j][q:])).AsFloat32x4()
 				acc := archsimd.LoadFloat32x4(&sc.acc[j*4+i])
-				// Each branch stores its own result: merging the two values
-				// would take a legacy-SSE register move.
 				if f.min {
-					mw := archsimd.LoadFloat32x4((*[4]float32)(sc.mw[i][q:]))
+					// x = d·q + m: the block adds dw·(da·Σ) + mw·sa.
+					mw := archsimd.LoadUint32x4((*[4]uint32)(sc.mw[i][q:])).AsFloat32x4()
 					mw.MulAdd(sa, dw.MulAdd(da.Mul(fi), acc)).Store(&sc.acc[j*4+i])
 				} else {
-					dw.MulAdd(da.MulAdd(fi, sa), acc).Store(&sc.acc[j*4+i])
+					// x = d·(q + off): the block adds dw·(da·Σ + off·sa).
+					off := archsimd.BroadcastFloat32x4(f.off)
+					dw.MulAdd(off.MulAdd(sa, da.Mul(fi)), acc).Store(&sc.acc[j*4+i])
 				}
 			}
 		}
