@@ -8,9 +8,12 @@ import (
 	"unsafe"
 )
 
-// The avx2 backend's tiles for the block quantizations (quant.go).
+// The avx2 backend's tiles for the block quantizations (quant.go), in
+// archsimd: integer products of the weights unpacked to bytes with the
+// int8 activations, each weight block unpacked once per tile for all its
+// tokens. The 32-value formats are further down; the 256-value ones here.
 //
-// Each tile runs in two phases over a chunk of blocks. The vector phase
+// Each 256-value tile runs in two phases over a chunk of blocks. The vector phase
 // (the *Ints functions) computes every block's integer sums for the tile's
 // rows and tokens: a weight block is unpacked to bytes once per row and
 // then multiplied with each token's int8 activations (VPMADDUBSW, weights
@@ -22,8 +25,8 @@ import (
 // order: the same operations for every output whatever the tile's shape,
 // which is what makes the tiles batch-invariant.
 //
-// Tokens: a tile of one token runs a one-token loop (decode); two to four
-// tokens run the four-token loop, missing tokens reading token 0's
+// Tokens: a tile of one token runs the one-token path (decode); two to four
+// tokens run the four-token path, missing tokens reading token 0's
 // activations again (their sums are dropped).
 
 // qaChunkK is how many 256-value blocks one vector phase covers: the sums of
