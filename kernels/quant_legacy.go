@@ -31,8 +31,7 @@ const (
 	legacyBlock = 32
 )
 
-// kvaluesIQ4NL is ggml's non-linear 4-bit grid (kvalues_iq4nl), shared
-// with IQ4_XS.
+// kvaluesIQ4NL is the non-linear 4-bit grid of IQ4_NL (and IQ4_XS).
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // kvaluesMXFP4 are the FP4 E2M1 values doubled, so that they are integers
