@@ -24,11 +24,11 @@ type quantFormat struct {
 	// blocks). Not necessarily ggml's choice of scales, but a faithful one
 	// of the same format: for tests, demo models and benchmarks.
 	quantize func(dst []byte, src []float32)
-	// dot is one weight row of nb blocks against one activation row of
+	// blockDot is one weight row of nb blocks against one activation row of
 	// act blocks covering the same columns: the portable path's product,
 	// integer sums per block as in ggml's vec_dot, scaled in float32.
-	dot func(w, act []byte, nb int) float32
-	// tile is the portable qTileFn over dot, made once at registration
+	blockDot func(w, act []byte, nb int) float32
+	// tile is the portable qTileFn over blockDot, made once at registration
 	// (a closure per MatMul would allocate).
 	tile qTileFn
 }
@@ -254,13 +254,13 @@ func quantizeActRow(k actKind, dst []byte, x []float32) {
 // invariance).
 type qTileFn func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int)
 
-// genericQTile is the portable tile: the format's dot, product by product.
+// genericQTile is the portable tile: the format's blockDot, product by product.
 func genericQTile(f *quantFormat) qTileFn {
 	return func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 		for j := range nt {
 			a := act[j*actStride:]
 			for i := range nr {
-				res[j*4+i] = f.dot(w[i*rb:], a, nb)
+				res[j*4+i] = f.blockDot(w[i*rb:], a, nb)
 			}
 		}
 	}

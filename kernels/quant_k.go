@@ -32,12 +32,12 @@ func init() {
 		t DType
 		f quantFormat
 	}{
-		{Q2_K, quantFormat{dequant: dequantQ2K, quantize: quantizeQ2K, dot: dotQ2K, blockBytes: q2KBytes}},
-		{Q3_K, quantFormat{dequant: dequantQ3K, quantize: quantizeQ3K, dot: dotQ3K, blockBytes: q3KBytes}},
-		{Q4_K, quantFormat{dequant: dequantQ4K, quantize: quantizeQ4K, dot: dotQ4K, blockBytes: q4KBytes}},
-		{Q5_K, quantFormat{dequant: dequantQ5K, quantize: quantizeQ5K, dot: dotQ5K, blockBytes: q5KBytes}},
-		{Q6_K, quantFormat{dequant: dequantQ6K, quantize: quantizeQ6K, dot: dotQ6K, blockBytes: q6KBytes}},
-		{IQ4_XS, quantFormat{dequant: dequantIQ4XS, quantize: quantizeIQ4XS, dot: dotIQ4XS, blockBytes: iq4XSBytes}},
+		{Q2_K, quantFormat{dequant: dequantQ2K, quantize: quantizeQ2K, blockDot: dotQ2K, blockBytes: q2KBytes}},
+		{Q3_K, quantFormat{dequant: dequantQ3K, quantize: quantizeQ3K, blockDot: dotQ3K, blockBytes: q3KBytes}},
+		{Q4_K, quantFormat{dequant: dequantQ4K, quantize: quantizeQ4K, blockDot: dotQ4K, blockBytes: q4KBytes}},
+		{Q5_K, quantFormat{dequant: dequantQ5K, quantize: quantizeQ5K, blockDot: dotQ5K, blockBytes: q5KBytes}},
+		{Q6_K, quantFormat{dequant: dequantQ6K, quantize: quantizeQ6K, blockDot: dotQ6K, blockBytes: q6KBytes}},
+		{IQ4_XS, quantFormat{dequant: dequantIQ4XS, quantize: quantizeIQ4XS, blockDot: dotIQ4XS, blockBytes: iq4XSBytes}},
 	} {
 		f := r.f
 		f.block, f.act = 256, actQ8K

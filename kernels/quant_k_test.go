@@ -213,7 +213,7 @@ func TestQuantKHandBuiltDot(t *testing.T) {
 		for i, v := range c.want {
 			mag += math.Abs(float64(v) * float64(x[i]))
 		}
-		if got := quantFormatOf(c.t).dot(c.blk, act, 1); math.Abs(float64(got)-want) > 1e-6*mag {
+		if got := quantFormatOf(c.t).blockDot(c.blk, act, 1); math.Abs(float64(got)-want) > 1e-6*mag {
 			t.Errorf("%v: dot %v, want %v", c.t, got, want)
 		}
 	}
@@ -255,7 +255,7 @@ func TestQuantKRandomBytes(t *testing.T) {
 				want += float64(wd[i]) * float64(xd[i])
 				mag += math.Abs(float64(wd[i]) * float64(xd[i]))
 			}
-			if got := f.dot(w, act, nb); math.Abs(float64(got)-want) > 2e-6*mag+1e-6 {
+			if got := f.blockDot(w, act, nb); math.Abs(float64(got)-want) > 2e-6*mag+1e-6 {
 				t.Fatalf("%v: dot %v, want %v (Σ|w·x| %v)", dt, got, want, mag)
 			}
 		}
@@ -287,7 +287,7 @@ func TestQuantKZeros(t *testing.T) {
 		}
 		act := make([]byte, ActQ8KBytes)
 		quantizeActQ8K(act, randF32(rand.New(rand.NewPCG(1, 1)), 256, 1))
-		if got := f.dot(blk, act, 1); got != 0 {
+		if got := f.blockDot(blk, act, 1); got != 0 {
 			t.Fatalf("%v: zero weights dot to %v", dt, got)
 		}
 	}

@@ -47,7 +47,7 @@ var (
 
 func init() {
 	reg := func(t DType, bytes int, dq func([]float32, []byte), q func([]byte, []float32), dot func([]byte, []byte, int) float32) {
-		registerQuant(t, &quantFormat{block: legacyBlock, blockBytes: bytes, act: actQ8x32, dequant: dq, quantize: q, dot: dot})
+		registerQuant(t, &quantFormat{block: legacyBlock, blockBytes: bytes, act: actQ8x32, dequant: dq, quantize: q, blockDot: dot})
 	}
 	reg(Q4_0, q4_0Bytes, dequantQ4_0, quantizeQ4_0, dotQ4_0)
 	reg(Q4_1, q4_1Bytes, dequantQ4_1, quantizeQ4_1, dotQ4_1)

@@ -155,7 +155,7 @@ func TestLegacyDotHandBuilt(t *testing.T) {
 		for i, v := range c.want {
 			want += float64(v) * da * float64(q[i])
 		}
-		if got := quantFormatOf(c.t).dot(c.blk, act, 1); float64(got) != want {
+		if got := quantFormatOf(c.t).blockDot(c.blk, act, 1); float64(got) != want {
 			t.Errorf("%s: dot %v, want %v", c.name, got, want)
 		}
 	}
@@ -214,7 +214,7 @@ func TestLegacyQuantEdges(t *testing.T) {
 			}
 			act := make([]byte, ActQ8x32Bytes)
 			quantizeActQ8x32(act, randF32(r, 32, 1))
-			if d := f.dot(blk, act, 1); d != 0 {
+			if d := f.blockDot(blk, act, 1); d != 0 {
 				t.Errorf("%v: zero block dot %v", dt, d)
 			}
 		}

@@ -40,7 +40,7 @@ func TestQuantFormatsRegistered(t *testing.T) {
 			t.Errorf("%v: no format registered", dt)
 			continue
 		}
-		if f.dequant == nil || f.quantize == nil || f.dot == nil || f.act == 0 {
+		if f.dequant == nil || f.quantize == nil || f.blockDot == nil || f.act == 0 {
 			t.Errorf("%v: incomplete format %+v", dt, f)
 		}
 		if got, err := ParseDType(dt.String()); err != nil || got != dt {
@@ -187,7 +187,7 @@ func TestQuantDot(t *testing.T) {
 				want += float64(wd[i]) * float64(xd[i])
 				mag += math.Abs(float64(wd[i]) * float64(xd[i]))
 			}
-			got := f.dot(wq, a, cols/f.block)
+			got := f.blockDot(wq, a, cols/f.block)
 			if d := math.Abs(float64(got) - want); d > 2e-6*mag+1e-6 {
 				t.Errorf("%v cols %d: dot %v, want %v (Σ|w·x| %v)", dt, cols, got, want, mag)
 			}
