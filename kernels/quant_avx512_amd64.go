@@ -1,0 +1,114 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// AVX-512 integer tiles for the block quantizations (quant_avx512_amd64.s).
+//
+// A tile decodes each weight block of its rows once, into a small scratch
+// buffer in a layout the format family shares, and multiplies that with
+// every token of the tile (llama.cpp's vec_dot decodes per token). Sums are
+// exact int32 per block, as in the portable dot products; VPDPBUSD and
+// VPDPWSSD (AVX512-VNNI) do them where the CPU has them, VPMADDUBSW and
+// VPMADDWD (AVX-512BW) otherwise, with the same integer results.
+
+// Unpackers: n blocks of four weight rows into scratch (kRow bytes per row
+// and block, block-major).
+//
+//go:noescape
+func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackQ6K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+// K-family dot kernels: n unpacked blocks against 4 tokens (or 1), adding
+// to the 16-lane accumulators acc[16·(4j+i):] of token j, row i.
+//
+//go:noescape
+func kDot4VNNI(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n int)
+
+//go:noescape
+func kDot4BW(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n int)
+
+//go:noescape
+func kDot1VNNI(acc *[256]float32, s *byte, x0 unsafe.Pointer, n int)
+
+//go:noescape
+func kDot1BW(acc *[256]float32, s *byte, x0 unsafe.Pointer, n int)
+
+// qHsum16 sets res[k] to the sum of acc[16k:16k+16], in a fixed order.
+//
+//go:noescape
+func qHsum16(res *[16]float32, acc *[256]float32)
+
+const (
+	kRow   = 512 // scratch bytes per row and block (see the .s file)
+	kChunk = 4   // blocks unpacked per call: 8 KiB of scratch, in L1
+)
+
+func init() {
+	installQuant512(avx512, archsimd.X86.AVX512VNNI())
+}
+
+// installQuant512 sets b's quant tiles; vnni says the CPU has AVX512-VNNI.
+// (A test installs the AVX-512BW ones on a second backend.) Only method
+// values are stored here: nothing runs at init.
+func installQuant512(b *backend, vnni bool) {
+	b.qtiles[Q4_K] = (&tiler512{t: Q4_K, bb: q4KBytes, vnni: vnni}).kTile
+	b.qtiles[Q6_K] = (&tiler512{t: Q6_K, bb: q6KBytes, vnni: vnni}).kTile
+}
+
+// tiler512 holds what a format's tile needs to know: its type, block bytes
+// (not read from quantFormats: the formats register from their own inits,
+// which may run after this one) and whether to use VNNI.
+type tiler512 struct {
+	t    DType
+	bb   int
+	vnni bool
+}
+
+// kTile is the qTileFn of a K format (actQ8K activations).
+func (k *tiler512) kTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	bb := k.bb
+	// The assembly reads whole blocks of rows < nr and tokens < nt.
+	_ = w[(nr-1)*rb+nb*bb-1]
+	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
+	var buf [4*kChunk*kRow + 64]byte
+	var acc [256]float32
+	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
+	// Missing rows and tokens repeat the last one; their results are not
+	// read.
+	wp, ap := bptr(w), bptr(act)
+	w0, w1, w2, w3 := wp, unsafe.Add(wp, min(1, nr-1)*rb), unsafe.Add(wp, min(2, nr-1)*rb), unsafe.Add(wp, min(3, nr-1)*rb)
+	x0, x1, x2, x3 := ap, unsafe.Add(ap, min(1, nt-1)*actStride), unsafe.Add(ap, min(2, nt-1)*actStride), unsafe.Add(ap, min(3, nt-1)*actStride)
+	for b := 0; b < nb; b += kChunk {
+		n := min(kChunk, nb-b)
+		wo, ao := b*bb, b*ActQ8KBytes
+		switch k.t {
+		case Q4_K:
+			unpackQ4K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		case Q6_K:
+			unpackQ6K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		}
+		switch {
+		case nt == 1 && k.vnni:
+			kDot1VNNI(&acc, s, unsafe.Add(x0, ao), n)
+		case nt == 1:
+			kDot1BW(&acc, s, unsafe.Add(x0, ao), n)
+		case k.vnni:
+			kDot4VNNI(&acc, s, unsafe.Add(x0, ao), unsafe.Add(x1, ao), unsafe.Add(x2, ao), unsafe.Add(x3, ao), n)
+		default:
+			kDot4BW(&acc, s, unsafe.Add(x0, ao), unsafe.Add(x1, ao), unsafe.Add(x2, ao), unsafe.Add(x3, ao), n)
+		}
+	}
+	qHsum16(res, &acc)
+}
+
+// alignUp64 rounds p up to a multiple of 64 bytes (a cache line).
+func alignUp64(p unsafe.Pointer) unsafe.Pointer {
+	return unsafe.Add(p, (64-uintptr(p)&63)&63)
+}
