@@ -25,6 +25,15 @@ func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 //go:noescape
 func unpackQ6K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 
+//go:noescape
+func unpackQ5K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackQ3K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackQ2K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
 // K-family dot kernels: n unpacked blocks against 4 tokens (or 1), adding
 // to the 16-lane accumulators acc[16·(4j+i):] of token j, row i.
 //
@@ -58,8 +67,10 @@ func init() {
 // (A test installs the AVX-512BW ones on a second backend.) Only method
 // values are stored here: nothing runs at init.
 func installQuant512(b *backend, vnni bool) {
-	b.qtiles[Q4_K] = (&tiler512{t: Q4_K, bb: q4KBytes, vnni: vnni}).kTile
-	b.qtiles[Q6_K] = (&tiler512{t: Q6_K, bb: q6KBytes, vnni: vnni}).kTile
+	for _, k := range []tiler512{{t: Q2_K, bb: q2KBytes}, {t: Q3_K, bb: q3KBytes}, {t: Q4_K, bb: q4KBytes}, {t: Q5_K, bb: q5KBytes}, {t: Q6_K, bb: q6KBytes}} {
+		k.vnni = vnni
+		b.qtiles[k.t] = (&k).kTile
+	}
 }
 
 // tiler512 holds what a format's tile needs to know: its type, block bytes
@@ -93,6 +104,12 @@ func (k *tiler512) kTile(res *[16]float32, w []byte, rb, nr int, act []byte, act
 			unpackQ4K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
 		case Q6_K:
 			unpackQ6K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		case Q5_K:
+			unpackQ5K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		case Q3_K:
+			unpackQ3K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		case Q2_K:
+			unpackQ2K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
 		}
 		switch {
 		case nt == 1 && k.vnni:

@@ -53,7 +53,9 @@
 	MOVL $0x30303030, AX; \
 	VPBROADCASTD AX, Z29; \
 	MOVL $0x0f0f0f0f, AX; \
-	VPBROADCASTD AX, Z30
+	VPBROADCASTD AX, Z30; \
+	MOVL $0x10101010, AX; \
+	VPBROADCASTD AX, Z31
 
 // Q4K_QS: Q4_K's qs[128] at QOFF(W). Chunk c of 64 values is the low
 // nibbles of qs[32c:32c+32], then their high nibbles.
@@ -220,6 +222,208 @@ q6kloop:
 	ADDQ $2048, DI
 	DECQ CX
 	JNZ  q6kloop
+	VZEROUPPER
+	RET
+
+// Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K's nibbles at 48, with
+// qh[l] bit c' on top of value 32c'+l of each chunk pair. H = [qh, qh>>1]
+// has chunk c's bits at bit 2c of each byte; shifted to bit 4 and ORed in
+// (VPTERNLOGD 0xF8: A | B&C).
+#define Q5K_CHUNK(SRC, OFF) \
+	VPTERNLOGD $0xF8, Z31, Z9, SRC; \
+	VMOVDQU64 SRC, OFF(DI)
+
+#define Q5K_ROW(W, OFF) \
+	VMOVDQU 16(W), Y8; \
+	VPSRLW $1, Y8, Y9; \
+	VINSERTI64X4 $1, Y9, Z8, Z8; \
+	VMOVDQU64 48(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VSHUFI64X2 $0x44, Z5, Z4, Z6; \
+	VPSLLW $4, Z8, Z9; \
+	Q5K_CHUNK(Z6, OFF+0); \
+	VSHUFI64X2 $0xEE, Z5, Z4, Z6; \
+	VPSLLW $2, Z8, Z9; \
+	Q5K_CHUNK(Z6, OFF+64); \
+	VMOVDQU64 112(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VSHUFI64X2 $0x44, Z5, Z4, Z6; \
+	VMOVDQA64 Z8, Z9; \
+	Q5K_CHUNK(Z6, OFF+128); \
+	VSHUFI64X2 $0xEE, Z5, Z4, Z6; \
+	VPSRLW $2, Z8, Z9; \
+	Q5K_CHUNK(Z6, OFF+192); \
+	K4SCALES(W); \
+	KFINISH(OFF)
+
+// func unpackQ5K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ5K(SB), NOSPLIT, $0-48
+	UNPACK_PROLOGUE
+	VMOVDQU64 kIdxK4<>(SB), Z26
+
+q5kloop:
+	Q5K_ROW(R8, 0)
+	Q5K_ROW(R9, 512)
+	Q5K_ROW(R10, 1024)
+	Q5K_ROW(R11, 1536)
+	ADDQ $176, R8
+	ADDQ $176, R9
+	ADDQ $176, R10
+	ADDQ $176, R11
+	ADDQ $2048, DI
+	DECQ CX
+	JNZ  q5kloop
+	VZEROUPPER
+	RET
+
+// Q2BITS: the 2-bit fields of Q2_K and Q3_K, qs[64] at QOFF(W). Value
+// 128h+32k+l is field k of qs[32h+l]: with QQ = [Q, Q>>2] for Q =
+// qs[32h:32h+32], chunk 2h is QQ&3 and chunk 2h+1 (QQ>>4)&3. Z25 = 0x03
+// bytes. Leaves chunk 2h in Z6, 2h+1 in Z7.
+#define Q2BITS(W, QOFF, H) \
+	VMOVDQU (QOFF+32*H)(W), Y4; \
+	VPSRLW $2, Y4, Y5; \
+	VINSERTI64X4 $1, Y5, Z4, Z4; \
+	VPANDD Z25, Z4, Z6; \
+	VPSRLW $4, Z4, Z7; \
+	VPANDD Z25, Z7, Z7
+
+// Q2_K: scales[16], qs[64], d, dmin. u = q; group g's scale and min are
+// the nibbles of scales[g]; D1 = d, D2 = -dmin.
+#define Q2K_ROW(W, OFF) \
+	Q2BITS(W, 16, 0); \
+	VMOVDQU64 Z6, OFF+0(DI); \
+	VMOVDQU64 Z7, OFF+64(DI); \
+	Q2BITS(W, 16, 1); \
+	VMOVDQU64 Z6, OFF+128(DI); \
+	VMOVDQU64 Z7, OFF+192(DI); \
+	VMOVDQU 0(W), X1; \
+	VPSRLW $4, X1, X3; \
+	VPANDD X30, X1, X1; \
+	VPANDD X30, X3, X3; \
+	VPMOVZXBW X1, Y1; \
+	VPMOVZXBW X3, Y3; \
+	VINSERTI64X4 $1, Y3, Z1, Z1; \
+	MOVWLZX 80(W), AX; \
+	MOVWLZX 82(W), BX; \
+	XORL $0x8000, BX; \
+	KDV; \
+	KFINISH(OFF)
+
+// func unpackQ2K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ2K(SB), NOSPLIT, $0-48
+	UNPACK_PROLOGUE
+	MOVL $0x03030303, AX
+	VPBROADCASTD AX, Z25
+
+q2kloop:
+	Q2K_ROW(R8, 0)
+	Q2K_ROW(R9, 512)
+	Q2K_ROW(R10, 1024)
+	Q2K_ROW(R11, 1536)
+	ADDQ $84, R8
+	ADDQ $84, R9
+	ADDQ $84, R10
+	ADDQ $84, R11
+	ADDQ $2048, DI
+	DECQ CX
+	JNZ  q2kloop
+	VZEROUPPER
+	RET
+
+// Q3_K: hmask[32], qs[64], scales[12], d. u = q+4 = field | 4·hmask bit
+// (value i's bit is hmask[i%32] bit i/32, chunk c's bits 2c and 2c+1):
+// with HM = [hm, hm>>1], chunk c's bit sits at bit 2c, moved to bit 2
+// (Z24 = 0x04 bytes).
+#define Q3K_HI(SRC, OFF) \
+	VPTERNLOGD $0xF8, Z24, Z9, SRC; \
+	VMOVDQU64 SRC, OFF(DI)
+
+// Q3K_SCALES: sixteen 6-bit scales stored +32: scale j's low nibble is
+// nibble j/8 of byte j%8, its top bits bits 2(j/4) of byte 8+j%4. With a =
+// bytes 0-7 and b = bytes 8-11: scales 0-7 are a's low nibbles | (b&3,
+// (b>>2)&3 per byte)<<4, scales 8-15 a's high nibbles | ((b>>4)&3,
+// (b>>6)&3)<<4. Group g's scale is scale g-32, its min coefficient 4·that.
+#define Q3K_SCALES(W) \
+	MOVQ 96(W), AX; \
+	MOVL 104(W), BX; \
+	MOVQ $0x0f0f0f0f0f0f0f0f, R12; \
+	MOVQ AX, DX; \
+	SHRQ $4, DX; \
+	ANDQ R12, AX; \
+	ANDQ R12, DX; \
+	MOVL BX, SI; \
+	SHRL $2, SI; \
+	ANDL $0x03030303, SI; \
+	SHLQ $32, SI; \
+	MOVL BX, R12; \
+	ANDL $0x03030303, R12; \
+	ORQ R12, SI; \
+	SHLQ $4, SI; \
+	ORQ SI, AX; \
+	MOVL BX, SI; \
+	SHRL $6, SI; \
+	ANDL $0x03030303, SI; \
+	SHLQ $32, SI; \
+	SHRL $4, BX; \
+	ANDL $0x03030303, BX; \
+	ORQ BX, SI; \
+	SHLQ $4, SI; \
+	ORQ SI, DX; \
+	VMOVQ AX, X1; \
+	VPINSRQ $1, DX, X1, X1; \
+	VPMOVZXBW X1, Y1; \
+	VPSUBW Y23, Y1, Y1; \
+	VPSLLW $2, Y1, Y3; \
+	VINSERTI64X4 $1, Y3, Z1, Z1; \
+	MOVWLZX 108(W), AX; \
+	MOVL AX, BX; \
+	XORL $0x8000, BX; \
+	KDV
+
+#define Q3K_ROW(W, OFF) \
+	VMOVDQU 0(W), Y8; \
+	VPSRLW $1, Y8, Y9; \
+	VINSERTI64X4 $1, Y9, Z8, Z8; \
+	Q2BITS(W, 32, 0); \
+	VPSLLW $2, Z8, Z9; \
+	Q3K_HI(Z6, OFF+0); \
+	VMOVDQA64 Z8, Z9; \
+	Q3K_HI(Z7, OFF+64); \
+	Q2BITS(W, 32, 1); \
+	VPSRLW $2, Z8, Z9; \
+	Q3K_HI(Z6, OFF+128); \
+	VPSRLW $4, Z8, Z9; \
+	Q3K_HI(Z7, OFF+192); \
+	Q3K_SCALES(W); \
+	KFINISH(OFF)
+
+// func unpackQ3K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ3K(SB), NOSPLIT, $0-48
+	UNPACK_PROLOGUE
+	MOVL $0x03030303, AX
+	VPBROADCASTD AX, Z25
+	MOVL $0x04040404, AX
+	VPBROADCASTD AX, Z24
+	MOVL $0x00200020, AX
+	VPBROADCASTD AX, Z23
+
+q3kloop:
+	Q3K_ROW(R8, 0)
+	Q3K_ROW(R9, 512)
+	Q3K_ROW(R10, 1024)
+	Q3K_ROW(R11, 1536)
+	ADDQ $110, R8
+	ADDQ $110, R9
+	ADDQ $110, R10
+	ADDQ $110, R11
+	ADDQ $2048, DI
+	DECQ CX
+	JNZ  q3kloop
 	VZEROUPPER
 	RET
 
