@@ -45,9 +45,6 @@ func init() {
 	}
 }
 
-// kvaluesIQ4NL is the non-linear 4-bit grid of IQ4_NL and IQ4_XS.
-var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
-
 func f16At(b []byte, off int) float32 { return f16Table[binary.LittleEndian.Uint16(b[off:])] }
 
 // scaleMinK4 unpacks sub-block j's 6-bit scale and min from the 12 bytes

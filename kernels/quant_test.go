@@ -14,8 +14,16 @@ var quantTypesWanted = []DType{Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q
 
 // quantRoundTripMax is each type's bound on the RMS error of
 // quantize→dequantize relative to the RMS of normally distributed values.
+//
+// For the 32-value types the one block holding TestQuantRoundTrip's outlier
+// (25 among values of σ 0.7) dominates: measured, total / without that
+// block, Q4_0 0.115/0.067, Q4_1 0.098/0.060, Q5_0 0.075/0.032, Q5_1
+// 0.044/0.028, IQ4_NL 0.097/0.055, MXFP4 0.113/0.080. Q5_0's bound was
+// 0.06, under what Q5_0 can reach: scanning every scale (steps of 0.0005,
+// both signs, each value rounded optimally) the best encoding of the
+// outlier block still leaves 0.0747 in all.
 var quantRoundTripMax = map[DType]float64{
-	Q4_0: 0.12, Q4_1: 0.10, Q5_0: 0.06, Q5_1: 0.05,
+	Q4_0: 0.12, Q4_1: 0.10, Q5_0: 0.08, Q5_1: 0.05,
 	// Q6_K measures 0.0262: the 16-value sub-block holding the test's
 	// outlier (25 among values of RMS 0.7) must step by about 25/32, so
 	// its other 15 values alone cost 0.023 of relative error, and the
