@@ -58,7 +58,8 @@ func scaleMinK4(j int, s []byte) (sc, m uint8) {
 	return s[j+4]&0xF | s[j-4]>>6<<4, s[j+4]>>4 | s[j]>>6<<4
 }
 
-// putScaleMinK4 is scaleMinK4's inverse; s must start zeroed.
+// putScaleMinK4 is scaleMinK4's inverse, for s zeroed and then filled in
+// sub-block order (4-7 OR their top bits into bytes 0-7 written by 0-3).
 func putScaleMinK4(j int, s []byte, sc, m uint8) {
 	if j < 4 {
 		s[j], s[j+4] = sc, m
@@ -222,24 +223,28 @@ func q8K(a []byte) (d float32, q []byte, bsums []byte) {
 
 func bsum(bs []byte, g int) int32 { return int32(int16(binary.LittleEndian.Uint16(bs[2*g:]))) }
 
+// The 2-bit formats unpack their quants into a 256-entry buffer first,
+// each qs byte read once with constant shifts, so that the sums per
+// 16-value sub-block run over plain int8 pairs (dot16).
+
 func dotQ2K(w, act []byte, nb int) float32 {
 	var sum float32
+	var q [256]int8
 	for b := range nb {
 		blk := w[b*q2KBytes : (b+1)*q2KBytes]
 		ad, q8, bs := q8K(act[b*ActQ8KBytes:])
+		for h := range 2 {
+			qs := (*[32]byte)(blk[16+32*h:])
+			o := (*[128]int8)(q[128*h:])
+			for l, v := range qs {
+				o[l], o[32+l], o[64+l], o[96+l] = int8(v&3), int8(v>>2&3), int8(v>>4&3), int8(v>>6)
+			}
+		}
 		var isum, msum int32
 		for g := range 16 {
 			sc := blk[g]
 			msum += bsum(bs, g) * int32(sc>>4)
-			// Sub-block g: values 16g.., field k of qs[32h + 16(g%2) + l].
-			h, k := g/8, g/2%4
-			qs := blk[16+32*h+16*(g%2):][:16]
-			a := q8[16*g : 16*g+16]
-			var s int32
-			for l, q := range qs {
-				s += int32(q>>(2*k)&3) * int32(int8(a[l]))
-			}
-			isum += int32(sc&0xF) * s
+			isum += int32(sc&0xF) * dot16(&q, q8, g)
 		}
 		dall := ad * f16At(blk, 80)
 		dmin := ad * f16At(blk, 82)
@@ -248,26 +253,41 @@ func dotQ2K(w, act []byte, nb int) float32 {
 	return sum
 }
 
+// dot16 is the int32 sum of q·a over sub-block g's 16 values.
+func dot16(q *[256]int8, a []byte, g int) int32 {
+	x := (*[16]int8)(q[16*g:])
+	y := (*[16]byte)(a[16*g:])
+	var s int32
+	for l := range 16 {
+		s += int32(x[l]) * int32(int8(y[l]))
+	}
+	return s
+}
+
 func dotQ3K(w, act []byte, nb int) float32 {
 	var sum float32
+	var q [256]int8
 	for b := range nb {
 		blk := w[b*q3KBytes : (b+1)*q3KBytes]
 		ad, q8, _ := q8K(act[b*ActQ8KBytes:])
 		sc := scalesQ3K(blk[96:108])
-		hm := blk[:32]
+		hm := (*[32]byte)(blk)
+		for h := range 2 {
+			qs := (*[32]byte)(blk[32+32*h:])
+			o := (*[128]int8)(q[128*h:])
+			sh := uint(4 * h)
+			for l, v := range qs {
+				// A clear hmask bit means 4 less.
+				m := ^hm[l] >> sh
+				o[l] = int8(v&3) - int8(m&1<<2)
+				o[32+l] = int8(v>>2&3) - int8(m>>1&1<<2)
+				o[64+l] = int8(v>>4&3) - int8(m>>2&1<<2)
+				o[96+l] = int8(v>>6) - int8(m>>3&1<<2)
+			}
+		}
 		var isum int32
 		for g := range 16 {
-			h, k, off := g/8, g/2%4, 16*(g%2)
-			qs := blk[32+32*h+off:][:16]
-			m := hm[off : off+16]
-			bit := uint(g / 2)
-			a := q8[16*g : 16*g+16]
-			var s int32
-			for l, q := range qs {
-				v := int32(q>>(2*k)&3) - int32(^m[l]>>bit&1)<<2
-				s += v * int32(int8(a[l]))
-			}
-			isum += sc[g] * s
+			isum += sc[g] * dot16(&q, q8, g)
 		}
 		sum += ad * f16At(blk, 108) * float32(isum)
 	}
@@ -292,9 +312,9 @@ func dotQ4K(w, act []byte, nb int) float32 {
 		sc, mn := kScaleMins(blk[4:16])
 		var isum, msum int32
 		for c := range 4 {
-			qs := blk[16+32*c:][:32]
-			a0 := q8[64*c : 64*c+32]
-			a1 := q8[64*c+32 : 64*c+64]
+			qs := (*[32]byte)(blk[16+32*c:])
+			a0 := (*[32]byte)(q8[64*c:])
+			a1 := (*[32]byte)(q8[64*c+32:])
 			var s0, s1 int32
 			for l, q := range qs {
 				s0 += int32(q&0xF) * int32(int8(a0[l]))
@@ -318,12 +338,12 @@ func dotQ5K(w, act []byte, nb int) float32 {
 		blk := w[b*q5KBytes : (b+1)*q5KBytes]
 		ad, q8, bs := q8K(act[b*ActQ8KBytes:])
 		sc, mn := kScaleMins(blk[4:16])
-		qh := blk[16:48]
+		qh := (*[32]byte)(blk[16:])
 		var isum, msum int32
 		for c := range 4 {
-			qs := blk[48+32*c:][:32]
-			a0 := q8[64*c : 64*c+32]
-			a1 := q8[64*c+32 : 64*c+64]
+			qs := (*[32]byte)(blk[48+32*c:])
+			a0 := (*[32]byte)(q8[64*c:])
+			a1 := (*[32]byte)(q8[64*c+32:])
 			b0, b1 := uint(2*c), uint(2*c+1)
 			var s0, s1 int32
 			for l, q := range qs {
@@ -350,10 +370,10 @@ func dotQ6K(w, act []byte, nb int) float32 {
 		ad, q8, _ := q8K(act[b*ActQ8KBytes:])
 		var isum int32
 		for h := range 2 {
-			ql0 := blk[64*h:][:32]
-			ql1 := blk[64*h+32:][:32]
-			qh := blk[128+32*h:][:32]
-			a := q8[128*h : 128*h+128]
+			ql0 := (*[32]byte)(blk[64*h:])
+			ql1 := (*[32]byte)(blk[64*h+32:])
+			qh := (*[32]byte)(blk[128+32*h:])
+			a := (*[128]byte)(q8[128*h:])
 			// Four 32-value runs; their two 16-value halves have their own scales.
 			var s [8]int32
 			for l := range 32 {
@@ -381,11 +401,12 @@ func dotIQ4XS(w, act []byte, nb int) float32 {
 		sh := binary.LittleEndian.Uint16(blk[2:])
 		var isum int32
 		for j := range 8 {
-			qs := blk[8+16*j:][:16]
-			a0 := q8[32*j : 32*j+16]
-			a1 := q8[32*j+16 : 32*j+32]
+			qs := (*[16]byte)(blk[8+16*j:])
+			a0 := (*[16]byte)(q8[32*j:])
+			a1 := (*[16]byte)(q8[32*j+16:])
 			var s int32
-			for l, q := range qs {
+			for l := range 16 {
+				q := qs[l]
 				s += int32(kvaluesIQ4NL[q&0xF])*int32(int8(a0[l])) + int32(kvaluesIQ4NL[q>>4])*int32(int8(a1[l]))
 			}
 			isum += iq4XSScale(blk[4:8], sh, j) * s
@@ -754,8 +775,8 @@ func nearestIQ4(v float32) uint8 {
 
 // fitIQ4 chooses x ≈ s·grid[q] for one 32-value sub-block, weighting each
 // value by x². The grid is not symmetric, so both ways round are tried:
-// the value of largest magnitude near −127 and near 113, with spacings a
-// grid unit either side, each refit by least squares.
+// the value of largest magnitude mapped to −127 and to 113, each end moved
+// by up to 7 grid units either way, each rounding refit by least squares.
 func fitIQ4(x []float32) float32 {
 	mx := maxAbs(x)
 	if mx == 0 {
