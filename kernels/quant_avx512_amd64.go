@@ -34,6 +34,55 @@ func unpackQ3K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 //go:noescape
 func unpackQ2K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 
+// 32-value block unpackers: n blocks of four rows, two blocks per fRow
+// chunk.
+//
+//go:noescape
+func unpackQ4_0(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackQ4_1(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackQ5_0(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackQ5_1(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackIQ4NL(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func unpackMXFP4(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+// 32-value block dot kernels: n chunks (block pairs) against 4 tokens (the
+// fDot1 ones: x0 only) with quant offset o; the M variants add the
+// minimum times the activation sum instead (o = 0).
+//
+//go:noescape
+func fDot4V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot4B(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot4MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot4MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot1V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot1B(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot1MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
 // K-family dot kernels: n unpacked blocks against 4 tokens (or 1), adding
 // to the 16-lane accumulators acc[16·(4j+i):] of token j, row i.
 //
@@ -57,6 +106,8 @@ func qHsum16(res *[16]float32, acc *[256]float32)
 const (
 	kRow   = 512 // scratch bytes per row and block (see the .s file)
 	kChunk = 4   // blocks unpacked per call: 8 KiB of scratch, in L1
+	fRow   = 192 // scratch bytes per row and block pair
+	fChunk = 16  // 32-value blocks unpacked per call: 6 KiB
 )
 
 func init() {
@@ -71,6 +122,19 @@ func installQuant512(b *backend, vnni bool) {
 		k.vnni = vnni
 		b.qtiles[k.t] = (&k).kTile
 	}
+	for _, k := range []tiler512{
+		{t: Q4_0, bb: q4_0Bytes, o: 8}, {t: Q5_0, bb: q5_0Bytes, o: 16},
+		{t: Q4_1, bb: q4_1Bytes, min: true}, {t: Q5_1, bb: q5_1Bytes, min: true},
+		{t: IQ4_NL, bb: iq4nlBytes, o: 128}, {t: MXFP4, bb: mxfp4Bytes, o: 12},
+	} {
+		// IQ4_NL's u = value+128 reaches 241: VPMADDUBSW's pair sums
+		// could saturate, so without VNNI it keeps the portable tile.
+		if k.t == IQ4_NL && !vnni {
+			continue
+		}
+		k.vnni = vnni
+		b.qtiles[k.t] = (&k).fTile
+	}
 }
 
 // tiler512 holds what a format's tile needs to know: its type, block bytes
@@ -80,6 +144,8 @@ type tiler512 struct {
 	t    DType
 	bb   int
 	vnni bool
+	o    int  // 32-value blocks: the value is u - o
+	min  bool // 32-value blocks: the value is d·u + m
 }
 
 // kTile is the qTileFn of a K format (actQ8K activations).
@@ -123,6 +189,82 @@ func (k *tiler512) kTile(res *[16]float32, w []byte, rb, nr int, act []byte, act
 		}
 	}
 	qHsum16(res, &acc)
+}
+
+// fTile is the qTileFn of a 32-value block format (actQ8x32 activations).
+func (k *tiler512) fTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	bb := k.bb
+	_ = w[(nr-1)*rb+nb*bb-1]
+	_ = act[(nt-1)*actStride+nb*ActQ8x32Bytes-1]
+	var buf [fChunk/2*4*fRow + 64]byte
+	var acc [256]float32
+	// An odd last block pairs with a zero one: its activations are copied
+	// here, zero-padded, as the kernels read whole pairs.
+	var tail [4][2 * ActQ8x32Bytes]byte
+	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
+	wp, ap := bptr(w), bptr(act)
+	w0, w1, w2, w3 := wp, unsafe.Add(wp, min(1, nr-1)*rb), unsafe.Add(wp, min(2, nr-1)*rb), unsafe.Add(wp, min(3, nr-1)*rb)
+	var x [4]unsafe.Pointer
+	for j := range x {
+		x[j] = unsafe.Add(ap, min(j, nt-1)*actStride)
+	}
+	for b := 0; b < nb; b += fChunk {
+		n := min(fChunk, nb-b)
+		wo := b * bb
+		k.unpackF(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		ao := b * ActQ8x32Bytes
+		if pairs := n / 2; pairs > 0 {
+			k.dotF(&acc, s, unsafe.Add(x[0], ao), unsafe.Add(x[1], ao), unsafe.Add(x[2], ao), unsafe.Add(x[3], ao), pairs, nt)
+		}
+		if n%2 == 1 {
+			last := ao + (n-1)*ActQ8x32Bytes
+			for j := range min(nt, 4) {
+				copy(tail[j][:ActQ8x32Bytes], unsafe.Slice((*byte)(unsafe.Add(x[j], last)), ActQ8x32Bytes))
+			}
+			t0 := unsafe.Pointer(&tail[0])
+			t1, t2, t3 := unsafe.Pointer(&tail[min(1, nt-1)]), unsafe.Pointer(&tail[min(2, nt-1)]), unsafe.Pointer(&tail[min(3, nt-1)])
+			k.dotF(&acc, (*byte)(unsafe.Add(unsafe.Pointer(s), n/2*4*fRow)), t0, t1, t2, t3, 1, nt)
+		}
+	}
+	qHsum16(res, &acc)
+}
+
+func (k *tiler512) unpackF(s *byte, w0, w1, w2, w3 unsafe.Pointer, n int) {
+	switch k.t {
+	case Q4_0:
+		unpackQ4_0(s, w0, w1, w2, w3, n)
+	case Q4_1:
+		unpackQ4_1(s, w0, w1, w2, w3, n)
+	case Q5_0:
+		unpackQ5_0(s, w0, w1, w2, w3, n)
+	case Q5_1:
+		unpackQ5_1(s, w0, w1, w2, w3, n)
+	case IQ4_NL:
+		unpackIQ4NL(s, w0, w1, w2, w3, n)
+	case MXFP4:
+		unpackMXFP4(s, w0, w1, w2, w3, n)
+	}
+}
+
+func (k *tiler512) dotF(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, nt int) {
+	switch {
+	case nt == 1 && k.min && k.vnni:
+		fDot1MV(acc, s, x0, x1, x2, x3, n, 0)
+	case nt == 1 && k.min:
+		fDot1MB(acc, s, x0, x1, x2, x3, n, 0)
+	case nt == 1 && k.vnni:
+		fDot1V(acc, s, x0, x1, x2, x3, n, k.o)
+	case nt == 1:
+		fDot1B(acc, s, x0, x1, x2, x3, n, k.o)
+	case k.min && k.vnni:
+		fDot4MV(acc, s, x0, x1, x2, x3, n, 0)
+	case k.min:
+		fDot4MB(acc, s, x0, x1, x2, x3, n, 0)
+	case k.vnni:
+		fDot4V(acc, s, x0, x1, x2, x3, n, k.o)
+	default:
+		fDot4B(acc, s, x0, x1, x2, x3, n, k.o)
+	}
 }
 
 // alignUp64 rounds p up to a multiple of 64 bytes (a cache line).

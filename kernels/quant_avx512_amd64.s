@@ -150,6 +150,36 @@
 	VPBROADCASTD DX, Z26; \
 	VMOVUPS 0(AX), Z0; VMOVUPS 64(AX), Z1; VMOVUPS 128(AX), Z2; VMOVUPS 192(AX), Z3
 
+#define FUNPACK_PROLOGUE \
+	MOVQ dst+0(FP), DI; \
+	MOVQ w0+8(FP), R8; \
+	MOVQ w1+16(FP), R9; \
+	MOVQ w2+24(FP), R10; \
+	MOVQ w3+32(FP), R11; \
+	MOVQ n+40(FP), R13; \
+	MOVL $0x0f0f0f0f, AX; \
+	VPBROADCASTD AX, Z30; \
+	MOVL $0x10101010, AX; \
+	VPBROADCASTD AX, Z31; \
+	MOVQ R13, CX; \
+	SHRQ $1, CX
+
+#define FDOT_PROLOGUE \
+	MOVQ acc+0(FP), AX; \
+	MOVQ s+8(FP), SI; \
+	MOVQ x0+16(FP), R8; \
+	MOVQ x1+24(FP), R9; \
+	MOVQ x2+32(FP), R10; \
+	MOVQ x3+40(FP), R11; \
+	MOVQ n+48(FP), CX; \
+	MOVQ o+56(FP), DX; \
+	VMOVD DX, X27; \
+	VPBROADCASTB X27, Z27; \
+	MOVL $0x00010001, DX; \
+	VPBROADCASTD DX, Z26; \
+	VPXORD Z28, Z28, Z28; \
+	LOAD16
+
 // func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 TEXT ·unpackQ4K(SB), NOSPLIT, $0-48
 	UNPACK_PROLOGUE
@@ -580,6 +610,417 @@ kd1bloop:
 	JNZ  kd1bloop
 	DOT1_EPILOGUE
 
+// ---- 32-value blocks (actQ8x32) ----------------------------------------
+//
+// Scratch per 64-value chunk (two blocks), row i at 192·i, chunks 768
+// bytes apart:
+//     0: u[64]  unsigned quants; the value is u - o (o per format) or, for
+//               the types with a minimum, d·u + m
+//    64: dw     16 float32: block 0's scale ×8, block 1's ×8
+//   128: mv     16 float32: block 0's m, 0 ×7, block 1's m, 0 ×7
+// An odd last block leaves the second half zero.
+
+// FBLK_* decode one block at W into half OFF (row and half offset) of
+// the current chunk at DI. Z30 = 0x0f bytes, Z31 = 0x10 bytes.
+
+// F_NIBBLES: the 16 bytes at OFF(W) as 32 nibble values in Y4.
+#define F_NIBBLES(W, QOFF) \
+	VMOVDQU QOFF(W), X4; \
+	VPSRLW $4, X4, X5; \
+	VINSERTI128 $1, X5, Y4, Y4; \
+	VPANDD Y30, Y4, Y4
+
+// F_D16: the f16 at DOFF(W), ×8, as float32 at OFF+64.
+#define F_D16(W, DOFF, OFF) \
+	VPBROADCASTW DOFF(W), X6; \
+	VCVTPH2PS X6, Y6; \
+	VMOVUPS Y6, OFF+64(DI)
+
+// F_M16: the f16 min at MOFF(W) into lane 0 of mv (the other 7 zero).
+#define F_M16(W, MOFF, OFF) \
+	MOVWLZX MOFF(W), AX; \
+	VMOVD AX, X7; \
+	VCVTPH2PS X7, Y7; \
+	VMOVUPS Y7, OFF+128(DI)
+
+// F_QH: fifth bits, bit j of the u32 at HOFF(W) onto value j (Y4).
+#define F_QH(W, HOFF) \
+	MOVL HOFF(W), AX; \
+	KMOVD AX, K1; \
+	VMOVDQU8.Z Y31, K1, Y6; \
+	VPORD Y6, Y4, Y4
+
+#define FBLK_Q4_0(W, OFF) \
+	F_NIBBLES(W, 2); \
+	VMOVDQU Y4, OFF(DI); \
+	F_D16(W, 0, OFF)
+
+#define FBLK_Q4_1(W, OFF) \
+	F_NIBBLES(W, 4); \
+	VMOVDQU Y4, OFF(DI); \
+	F_D16(W, 0, OFF); \
+	F_M16(W, 2, OFF)
+
+#define FBLK_Q5_0(W, OFF) \
+	F_NIBBLES(W, 6); \
+	F_QH(W, 2); \
+	VMOVDQU Y4, OFF(DI); \
+	F_D16(W, 0, OFF)
+
+#define FBLK_Q5_1(W, OFF) \
+	F_NIBBLES(W, 8); \
+	F_QH(W, 4); \
+	VMOVDQU Y4, OFF(DI); \
+	F_D16(W, 0, OFF); \
+	F_M16(W, 2, OFF)
+
+// IQ4_NL: u = kvaluesIQ4NL[q]+128 by table lookup (Y29).
+#define FBLK_IQ4NL(W, OFF) \
+	F_NIBBLES(W, 2); \
+	VPSHUFB Y4, Y29, Y4; \
+	VMOVDQU Y4, OFF(DI); \
+	F_D16(W, 0, OFF)
+
+// MXFP4: u = kvaluesMXFP4[q]+12 (Y29); the E8M0 byte e gives the float
+// 2^(e-128): bits (e-1)<<23, or the subnormal 0x200000<<e for e < 2.
+#define FBLK_MXFP4(W, OFF) \
+	F_NIBBLES(W, 1); \
+	VPSHUFB Y4, Y29, Y4; \
+	VMOVDQU Y4, OFF(DI); \
+	MOVBLZX 0(W), AX; \
+	LEAL -1(AX), BX; \
+	SHLL $23, BX; \
+	MOVL AX, DX; \
+	SHLL $21, DX; \
+	ADDL $0x200000, DX; \
+	CMPL AX, $2; \
+	CMOVLCS DX, BX; \
+	VMOVD BX, X6; \
+	VPBROADCASTD X6, Y6; \
+	VMOVUPS Y6, OFF+64(DI)
+
+#define FROW4(BLK, H) \
+	BLK(R8, H); \
+	BLK(R9, 192+H); \
+	BLK(R10, 384+H); \
+	BLK(R11, 576+H)
+
+#define FADV(BYTES) \
+	ADDQ $BYTES, R8; \
+	ADDQ $BYTES, R9; \
+	ADDQ $BYTES, R10; \
+	ADDQ $BYTES, R11
+
+// FZERO_HALF1 clears the second half (u, dw, mv) of the chunk at DI.
+#define FZERO_HALF1 \
+	VPXORD Y6, Y6, Y6; \
+	VMOVDQU Y6, 32(DI); VMOVDQU Y6, 96(DI); VMOVDQU Y6, 160(DI); \
+	VMOVDQU Y6, 224(DI); VMOVDQU Y6, 288(DI); VMOVDQU Y6, 352(DI); \
+	VMOVDQU Y6, 416(DI); VMOVDQU Y6, 480(DI); VMOVDQU Y6, 544(DI); \
+	VMOVDQU Y6, 608(DI); VMOVDQU Y6, 672(DI); VMOVDQU Y6, 736(DI)
+
+// func unpackQ4_0(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ4_0(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	JZ   q40tail
+q40loop:
+	FROW4(FBLK_Q4_0, 0)
+	FADV(18)
+	FROW4(FBLK_Q4_0, 32)
+	FADV(18)
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  q40loop
+q40tail:
+	TESTQ $1, R13
+	JZ   q40done
+	FROW4(FBLK_Q4_0, 0)
+	FZERO_HALF1
+q40done:
+	VZEROUPPER
+	RET
+
+// func unpackQ4_1(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ4_1(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	JZ   q41tail
+q41loop:
+	FROW4(FBLK_Q4_1, 0)
+	FADV(20)
+	FROW4(FBLK_Q4_1, 32)
+	FADV(20)
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  q41loop
+q41tail:
+	TESTQ $1, R13
+	JZ   q41done
+	FROW4(FBLK_Q4_1, 0)
+	FZERO_HALF1
+q41done:
+	VZEROUPPER
+	RET
+
+// func unpackQ5_0(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ5_0(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	JZ   q50tail
+q50loop:
+	FROW4(FBLK_Q5_0, 0)
+	FADV(22)
+	FROW4(FBLK_Q5_0, 32)
+	FADV(22)
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  q50loop
+q50tail:
+	TESTQ $1, R13
+	JZ   q50done
+	FROW4(FBLK_Q5_0, 0)
+	FZERO_HALF1
+q50done:
+	VZEROUPPER
+	RET
+
+// func unpackQ5_1(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackQ5_1(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	JZ   q51tail
+q51loop:
+	FROW4(FBLK_Q5_1, 0)
+	FADV(24)
+	FROW4(FBLK_Q5_1, 32)
+	FADV(24)
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  q51loop
+q51tail:
+	TESTQ $1, R13
+	JZ   q51done
+	FROW4(FBLK_Q5_1, 0)
+	FZERO_HALF1
+q51done:
+	VZEROUPPER
+	RET
+
+// func unpackIQ4NL(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackIQ4NL(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	VMOVDQU64 iq4nlU<>(SB), Y29
+	JZ   iq4tail
+iq4loop:
+	FROW4(FBLK_IQ4NL, 0)
+	FADV(18)
+	FROW4(FBLK_IQ4NL, 32)
+	FADV(18)
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  iq4loop
+iq4tail:
+	TESTQ $1, R13
+	JZ   iq4done
+	FROW4(FBLK_IQ4NL, 0)
+	FZERO_HALF1
+iq4done:
+	VZEROUPPER
+	RET
+
+// func unpackMXFP4(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackMXFP4(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	VMOVDQU64 mxfp4U<>(SB), Y29
+	JZ   mxtail
+mxloop:
+	FROW4(FBLK_MXFP4, 0)
+	FADV(17)
+	FROW4(FBLK_MXFP4, 32)
+	FADV(17)
+	ADDQ $768, DI
+	DECQ CX
+	JNZ  mxloop
+mxtail:
+	TESTQ $1, R13
+	JZ   mxdone
+	FROW4(FBLK_MXFP4, 0)
+	FZERO_HALF1
+mxdone:
+	VZEROUPPER
+	RET
+
+// Dot kernels: SI = scratch, R8-R11 = the tokens' current block pairs
+// (d, s, y[32] twice), CX = chunks, Z27 = o bytes, Z26 = int16 ones, Z28
+// zero. Per token and chunk: Z20 = y, Z21 = -o·Σy per 4 values (so that
+// the sums are of (u-o)·y), Z22 = [dx0 ×8, dx1 ×8], Z23 = [s0 ×8, s1 ×8].
+
+#define FTOK_V(X) \
+	VMOVDQU64 8(X), Y20; \
+	VINSERTI64X4 $1, 48(X), Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPDPBUSD Z20, Z27, Z21; \
+	VPSUBD Z21, Z28, Z21; \
+	FTOK_SCALES(X)
+
+#define FTOK_B(X) \
+	VMOVDQU64 8(X), Y20; \
+	VINSERTI64X4 $1, 48(X), Z20, Z20; \
+	VPMADDUBSW Z20, Z27, Z21; \
+	VPMADDWD Z26, Z21, Z21; \
+	VPSUBD Z21, Z28, Z21; \
+	FTOK_SCALES(X)
+
+#define FTOK_SCALES(X) \
+	VBROADCASTSS 0(X), Y22; \
+	VBROADCASTSS 40(X), Y24; \
+	VINSERTF64X4 $1, Y24, Z22, Z22; \
+	VBROADCASTSS 4(X), Y23; \
+	VBROADCASTSS 44(X), Y24; \
+	VINSERTF64X4 $1, Y24, Z23, Z23
+
+// FPAIR*: row (u in ZU, scales at OFF(SI)) × the token: ACC +=
+// float(Σ(u-o)·y)·dw·dx, and for the M variants + m·s.
+#define FPAIR_V(ZU, OFF, ACC) \
+	VMOVDQA64 Z21, Z24; \
+	VPDPBUSD Z20, ZU, Z24; \
+	FSCALE(OFF, ACC)
+
+#define FPAIR_B(ZU, OFF, ACC) \
+	VPMADDUBSW Z20, ZU, Z24; \
+	VPMADDWD Z26, Z24, Z24; \
+	VPADDD Z21, Z24, Z24; \
+	FSCALE(OFF, ACC)
+
+#define FPAIR_MV(ZU, OFF, ACC) \
+	FPAIR_V(ZU, OFF, ACC); \
+	VFMADD231PS OFF+128(SI), Z23, ACC
+
+#define FPAIR_MB(ZU, OFF, ACC) \
+	FPAIR_B(ZU, OFF, ACC); \
+	VFMADD231PS OFF+128(SI), Z23, ACC
+
+#define FSCALE(OFF, ACC) \
+	VCVTDQ2PS Z24, Z24; \
+	VMULPS OFF+64(SI), Z22, Z25; \
+	VFMADD231PS Z25, Z24, ACC
+
+#define FLOADU \
+	VMOVDQU64 0(SI), Z16; \
+	VMOVDQU64 192(SI), Z17; \
+	VMOVDQU64 384(SI), Z18; \
+	VMOVDQU64 576(SI), Z19
+
+#define FTOKROWS(TOK, PAIR, X, A0, A1, A2, A3) \
+	TOK(X); \
+	PAIR(Z16, 0, A0); \
+	PAIR(Z17, 192, A1); \
+	PAIR(Z18, 384, A2); \
+	PAIR(Z19, 576, A3)
+
+#define FDOT4_STEP(TOK, PAIR) \
+	FLOADU; \
+	FTOKROWS(TOK, PAIR, R8, Z0, Z1, Z2, Z3); \
+	FTOKROWS(TOK, PAIR, R9, Z4, Z5, Z6, Z7); \
+	FTOKROWS(TOK, PAIR, R10, Z8, Z9, Z10, Z11); \
+	FTOKROWS(TOK, PAIR, R11, Z12, Z13, Z14, Z15); \
+	ADDQ $768, SI; \
+	ADDQ $80, R8; \
+	ADDQ $80, R9; \
+	ADDQ $80, R10; \
+	ADDQ $80, R11
+
+#define FDOT1_STEP(TOK, PAIR) \
+	FLOADU; \
+	FTOKROWS(TOK, PAIR, R8, Z0, Z1, Z2, Z3); \
+	ADDQ $768, SI; \
+	ADDQ $80, R8
+
+// func fDot4V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot4V(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd4v:
+	FDOT4_STEP(FTOK_V, FPAIR_V)
+	DECQ CX
+	JNZ  fd4v
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot4B(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot4B(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd4b:
+	FDOT4_STEP(FTOK_B, FPAIR_B)
+	DECQ CX
+	JNZ  fd4b
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot4MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot4MV(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd4mv:
+	FDOT4_STEP(FTOK_V, FPAIR_MV)
+	DECQ CX
+	JNZ  fd4mv
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot4MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot4MB(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd4mb:
+	FDOT4_STEP(FTOK_B, FPAIR_MB)
+	DECQ CX
+	JNZ  fd4mb
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot1V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot1V(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd1v:
+	FDOT1_STEP(FTOK_V, FPAIR_V)
+	DECQ CX
+	JNZ  fd1v
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot1B(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot1B(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd1b:
+	FDOT1_STEP(FTOK_B, FPAIR_B)
+	DECQ CX
+	JNZ  fd1b
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot1MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot1MV(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd1mv:
+	FDOT1_STEP(FTOK_V, FPAIR_MV)
+	DECQ CX
+	JNZ  fd1mv
+	STORE16
+	VZEROUPPER
+	RET
+
+// func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·fDot1MB(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+fd1mb:
+	FDOT1_STEP(FTOK_B, FPAIR_MB)
+	DECQ CX
+	JNZ  fd1mb
+	STORE16
+	VZEROUPPER
+	RET
+
 // ---- reduction -------------------------------------------------------------
 
 // QHSUM reduces the 16 floats at OFF(AX) to their sum at OFF/16(DI):
@@ -640,3 +1081,17 @@ DATA kIdxK4<>+40(SB)/8, $0x000b000b000a000a
 DATA kIdxK4<>+48(SB)/8, $0x000d000d000c000c
 DATA kIdxK4<>+56(SB)/8, $0x000f000f000e000e
 GLOBL kIdxK4<>(SB), RODATA|NOPTR, $64
+
+// iq4nlU: kvaluesIQ4NL + 128, in both 128-bit lanes.
+DATA iq4nlU<>+0(SB)/8, $0x766a5d4f3f2d1801
+DATA iq4nlU<>+8(SB)/8, $0xf1d9c5b5a6998d81
+DATA iq4nlU<>+16(SB)/8, $0x766a5d4f3f2d1801
+DATA iq4nlU<>+24(SB)/8, $0xf1d9c5b5a6998d81
+GLOBL iq4nlU<>(SB), RODATA|NOPTR, $32
+
+// mxfp4U: kvaluesMXFP4 + 12, in both 128-bit lanes.
+DATA mxfp4U<>+0(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4U<>+8(SB)/8, $0x00040608090a0b0c
+DATA mxfp4U<>+16(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4U<>+24(SB)/8, $0x00040608090a0b0c
+GLOBL mxfp4U<>(SB), RODATA|NOPTR, $32

@@ -42,6 +42,12 @@ func TestQuantTiles512(t *testing.T) {
 			nb := cols / f.block
 			m := encodeMatrix(t, dt, 4, cols, randF32(r, 4*cols, 0.3))
 			rbytes, _ := dt.RowBytes(cols)
+			if dt == MXFP4 {
+				// The subnormal and smallest normal scales (E8M0 0, 1, 2).
+				for i, e := range []byte{0, 1, 2} {
+					m.Data[i*rbytes+(5*i+1)*mxfp4Bytes] = e
+				}
+			}
 			stride := actRowBytes(f.act, cols)
 			act := make([]byte, 4*stride)
 			for j := range 4 {
@@ -119,5 +125,29 @@ func TestQuantMatMulBW(t *testing.T) {
 				t.Fatalf("element %d: %v with AVX-512BW, %v with avx512", i, got[i], want[i])
 			}
 		})
+	}
+}
+
+// TestUnpackMXFP4Scales checks the E8M0 decoding of every exponent byte,
+// subnormals included, in the unpacked scratch.
+func TestUnpackMXFP4Scales(t *testing.T) {
+	if !slices.Contains(simdBackends, avx512) {
+		t.Skip("the CPU lacks AVX-512")
+	}
+	w := make([]byte, 256*mxfp4Bytes)
+	for e := range 256 {
+		w[e*mxfp4Bytes] = byte(e)
+	}
+	s := make([]byte, 128*4*fRow)
+	p := bptr(w)
+	unpackMXFP4(&s[0], p, p, p, p, 256)
+	for e := range 256 {
+		off := e/2*4*fRow + 64 + e%2*32
+		for l := range 8 {
+			got := math.Float32frombits(uint32(s[off+4*l]) | uint32(s[off+4*l+1])<<8 | uint32(s[off+4*l+2])<<16 | uint32(s[off+4*l+3])<<24)
+			if got != e8m0Half(byte(e)) {
+				t.Fatalf("e=%d lane %d: %v, want %v", e, l, got, e8m0Half(byte(e)))
+			}
+		}
 	}
 }
