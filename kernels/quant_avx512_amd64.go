@@ -83,6 +83,18 @@ func fDot1MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int
 //go:noescape
 func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
 
+// IQ4_XS: n super-blocks of four rows unpacked to the 32-value layout
+// (four chunks each), and their dot kernels (VNNI only, o = 128).
+//
+//go:noescape
+func unpackIQ4XS(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func xsDot4V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
+//go:noescape
+func xsDot1V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+
 // K-family dot kernels: n unpacked blocks against 4 tokens (or 1), adding
 // to the 16-lane accumulators acc[16·(4j+i):] of token j, row i.
 //
@@ -121,6 +133,10 @@ func installQuant512(b *backend, vnni bool) {
 	for _, k := range []tiler512{{t: Q2_K, bb: q2KBytes}, {t: Q3_K, bb: q3KBytes}, {t: Q4_K, bb: q4KBytes}, {t: Q5_K, bb: q5KBytes}, {t: Q6_K, bb: q6KBytes}} {
 		k.vnni = vnni
 		b.qtiles[k.t] = (&k).kTile
+	}
+	if vnni {
+		// IQ4_XS: as IQ4_NL.
+		b.qtiles[IQ4_XS] = (&tiler512{t: IQ4_XS, bb: iq4XSBytes, o: 128, vnni: true}).xsTile
 	}
 	for _, k := range []tiler512{
 		{t: Q4_0, bb: q4_0Bytes, o: 8}, {t: Q5_0, bb: q5_0Bytes, o: 16},
@@ -265,6 +281,30 @@ func (k *tiler512) dotF(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointe
 	default:
 		fDot4B(acc, s, x0, x1, x2, x3, n, k.o)
 	}
+}
+
+// xsTile is IQ4_XS's qTileFn (VNNI only).
+func (k *tiler512) xsTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	_ = w[(nr-1)*rb+nb*iq4XSBytes-1]
+	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
+	const chunk = 2 // super-blocks per unpack: 6 KiB
+	var buf [chunk*4*4*fRow + 64]byte
+	var acc [256]float32
+	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
+	wp, ap := bptr(w), bptr(act)
+	w0, w1, w2, w3 := wp, unsafe.Add(wp, min(1, nr-1)*rb), unsafe.Add(wp, min(2, nr-1)*rb), unsafe.Add(wp, min(3, nr-1)*rb)
+	x0, x1, x2, x3 := ap, unsafe.Add(ap, min(1, nt-1)*actStride), unsafe.Add(ap, min(2, nt-1)*actStride), unsafe.Add(ap, min(3, nt-1)*actStride)
+	for b := 0; b < nb; b += chunk {
+		n := min(chunk, nb-b)
+		wo, ao := b*iq4XSBytes, b*ActQ8KBytes
+		unpackIQ4XS(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
+		if nt == 1 {
+			xsDot1V(&acc, s, unsafe.Add(x0, ao), nil, nil, nil, n, k.o)
+		} else {
+			xsDot4V(&acc, s, unsafe.Add(x0, ao), unsafe.Add(x1, ao), unsafe.Add(x2, ao), unsafe.Add(x3, ao), n, k.o)
+		}
+	}
+	qHsum16(res, &acc)
 }
 
 // alignUp64 rounds p up to a multiple of 64 bytes (a cache line).

@@ -1021,6 +1021,179 @@ fd1mb:
 	VZEROUPPER
 	RET
 
+// ---- IQ4_XS (actQ8K) ------------------------------------------------------
+//
+// IQ4_XS (d, scales_h u16, scales_l[4], qs[128]) unpacks to the 32-value
+// layout above, four chunks per super-block (3072 bytes per block of four
+// rows): u = kvaluesIQ4NL[q]+128 (o = 128), dw = d·(ls-32) per sub-block of
+// 32, ls = nibble j%2 of scales_l[j/2] | bits 2j of scales_h << 4. Sub-block
+// j is the low nibbles of qs[16j:16j+16], then the high ones.
+
+// XS_QS: 64 bytes of qs at QOFF(W) (sub-blocks 4h..4h+3) to chunks 2h, 2h+1.
+// Z29 = u table, Z30 = 0x0f, Z27/Z28 = qword indexes interleaving the low
+// and high nibble lanes of sub-blocks (0,1) and (2,3).
+#define XS_QS(W, QOFF, OFF) \
+	VMOVDQU64 QOFF(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VPSHUFB Z4, Z29, Z4; \
+	VPSHUFB Z5, Z29, Z5; \
+	VMOVDQA64 Z27, Z6; \
+	VPERMI2Q Z5, Z4, Z6; \
+	VMOVDQU64 Z6, OFF(DI); \
+	VMOVDQA64 Z28, Z6; \
+	VPERMI2Q Z5, Z4, Z6; \
+	VMOVDQU64 Z6, OFF+768(DI)
+
+// XS_SCALES: the eight sub-block scales d·(ls-32) as float32 in Y1, then
+// spread to the four chunks' dw (Z20-Z23: dword indexes; X24: word shifts
+// 0, 2, …, 14; X25 = 3 words; X26 = 32 words).
+#define XS_SCALES(W, OFF) \
+	MOVL 4(W), AX; \
+	MOVL AX, BX; \
+	ANDL $0x0f0f0f0f, AX; \
+	SHRL $4, BX; \
+	ANDL $0x0f0f0f0f, BX; \
+	VMOVD AX, X1; \
+	VMOVD BX, X2; \
+	VPUNPCKLBW X2, X1, X1; \
+	VPMOVZXBW X1, X1; \
+	VPBROADCASTW 2(W), X2; \
+	VPSRLVW X24, X2, X2; \
+	VPANDD X25, X2, X2; \
+	VPSLLW $4, X2, X2; \
+	VPORD X2, X1, X1; \
+	VPSUBW X26, X1, X1; \
+	VPMOVSXWD X1, Y1; \
+	VCVTDQ2PS Y1, Y1; \
+	VPBROADCASTW 0(W), X2; \
+	VCVTPH2PS X2, Y2; \
+	VMULPS Y2, Y1, Y1; \
+	VPERMPS Z1, Z20, Z3; \
+	VMOVUPS Z3, OFF+64(DI); \
+	VPERMPS Z1, Z21, Z3; \
+	VMOVUPS Z3, OFF+768+64(DI); \
+	VPERMPS Z1, Z22, Z3; \
+	VMOVUPS Z3, OFF+1536+64(DI); \
+	VPERMPS Z1, Z23, Z3; \
+	VMOVUPS Z3, OFF+2304+64(DI)
+
+#define XS_ROW(W, OFF) \
+	XS_QS(W, 8, OFF); \
+	XS_QS(W, 72, OFF+1536); \
+	XS_SCALES(W, OFF)
+
+// func unpackIQ4XS(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
+TEXT ·unpackIQ4XS(SB), NOSPLIT, $0-48
+	FUNPACK_PROLOGUE
+	MOVQ R13, CX
+	VBROADCASTI32X4 iq4nlU<>(SB), Z29
+	VMOVDQU64 xsQ01<>(SB), Z27
+	VMOVDQU64 xsQ23<>(SB), Z28
+	VMOVDQU64 xsD0<>(SB), Z20
+	VMOVDQU64 xsD1<>(SB), Z21
+	VMOVDQU64 xsD2<>(SB), Z22
+	VMOVDQU64 xsD3<>(SB), Z23
+	VMOVDQU64 xsShifts<>(SB), X24
+	MOVL $0x00030003, AX
+	VPBROADCASTD AX, X25
+	MOVL $0x00200020, AX
+	VPBROADCASTD AX, X26
+
+xsloop:
+	XS_ROW(R8, 0)
+	XS_ROW(R9, 192)
+	XS_ROW(R10, 384)
+	XS_ROW(R11, 576)
+	FADV(136)
+	ADDQ $3072, DI
+	DECQ CX
+	JNZ  xsloop
+	VZEROUPPER
+	RET
+
+// FKTOK: token X's chunk K of its current actQ8K block, as FTOK_V: Z20 = y,
+// Z21 = -o·Σy per 4 values, Z22 = dx.
+#define FKTOK(X, K) \
+	VMOVDQU64 (4+64*K)(X), Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPDPBUSD Z20, Z27, Z21; \
+	VPSUBD Z21, Z28, Z21; \
+	VBROADCASTSS 0(X), Z22
+
+#define FKCHUNK4(K) \
+	VMOVDQU64 (768*K)(SI), Z16; \
+	VMOVDQU64 (768*K+192)(SI), Z17; \
+	VMOVDQU64 (768*K+384)(SI), Z18; \
+	VMOVDQU64 (768*K+576)(SI), Z19; \
+	FKTOK(R8, K); \
+	FPAIR_V(Z16, 768*K, Z0); \
+	FPAIR_V(Z17, 768*K+192, Z1); \
+	FPAIR_V(Z18, 768*K+384, Z2); \
+	FPAIR_V(Z19, 768*K+576, Z3); \
+	FKTOK(R9, K); \
+	FPAIR_V(Z16, 768*K, Z4); \
+	FPAIR_V(Z17, 768*K+192, Z5); \
+	FPAIR_V(Z18, 768*K+384, Z6); \
+	FPAIR_V(Z19, 768*K+576, Z7); \
+	FKTOK(R10, K); \
+	FPAIR_V(Z16, 768*K, Z8); \
+	FPAIR_V(Z17, 768*K+192, Z9); \
+	FPAIR_V(Z18, 768*K+384, Z10); \
+	FPAIR_V(Z19, 768*K+576, Z11); \
+	FKTOK(R11, K); \
+	FPAIR_V(Z16, 768*K, Z12); \
+	FPAIR_V(Z17, 768*K+192, Z13); \
+	FPAIR_V(Z18, 768*K+384, Z14); \
+	FPAIR_V(Z19, 768*K+576, Z15)
+
+#define FKCHUNK1(K) \
+	VMOVDQU64 (768*K)(SI), Z16; \
+	VMOVDQU64 (768*K+192)(SI), Z17; \
+	VMOVDQU64 (768*K+384)(SI), Z18; \
+	VMOVDQU64 (768*K+576)(SI), Z19; \
+	FKTOK(R8, K); \
+	FPAIR_V(Z16, 768*K, Z0); \
+	FPAIR_V(Z17, 768*K+192, Z1); \
+	FPAIR_V(Z18, 768*K+384, Z2); \
+	FPAIR_V(Z19, 768*K+576, Z3)
+
+// func xsDot4V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·xsDot4V(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+xs4v:
+	FKCHUNK4(0)
+	FKCHUNK4(1)
+	FKCHUNK4(2)
+	FKCHUNK4(3)
+	ADDQ $3072, SI
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R10
+	ADDQ $292, R11
+	DECQ CX
+	JNZ  xs4v
+	STORE16
+	VZEROUPPER
+	RET
+
+// func xsDot1V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
+TEXT ·xsDot1V(SB), NOSPLIT, $0-64
+	FDOT_PROLOGUE
+xs1v:
+	FKCHUNK1(0)
+	FKCHUNK1(1)
+	FKCHUNK1(2)
+	FKCHUNK1(3)
+	ADDQ $3072, SI
+	ADDQ $292, R8
+	DECQ CX
+	JNZ  xs1v
+	STORE16
+	VZEROUPPER
+	RET
+
 // ---- reduction -------------------------------------------------------------
 
 // QHSUM reduces the 16 floats at OFF(AX) to their sum at OFF/16(DI):
@@ -1095,3 +1268,71 @@ DATA mxfp4U<>+8(SB)/8, $0x00040608090a0b0c
 DATA mxfp4U<>+16(SB)/8, $0x181412100f0e0d0c
 DATA mxfp4U<>+24(SB)/8, $0x00040608090a0b0c
 GLOBL mxfp4U<>(SB), RODATA|NOPTR, $32
+
+// xsQ01, xsQ23: qwords of [lo, hi] nibble vectors (hi = 8..15) giving
+// [lo j, hi j, lo j+1, hi j+1] for sub-blocks j = 0 and 2 of four.
+DATA xsQ01<>+0(SB)/8, $0
+DATA xsQ01<>+8(SB)/8, $1
+DATA xsQ01<>+16(SB)/8, $8
+DATA xsQ01<>+24(SB)/8, $9
+DATA xsQ01<>+32(SB)/8, $2
+DATA xsQ01<>+40(SB)/8, $3
+DATA xsQ01<>+48(SB)/8, $10
+DATA xsQ01<>+56(SB)/8, $11
+GLOBL xsQ01<>(SB), RODATA|NOPTR, $64
+
+DATA xsQ23<>+0(SB)/8, $4
+DATA xsQ23<>+8(SB)/8, $5
+DATA xsQ23<>+16(SB)/8, $12
+DATA xsQ23<>+24(SB)/8, $13
+DATA xsQ23<>+32(SB)/8, $6
+DATA xsQ23<>+40(SB)/8, $7
+DATA xsQ23<>+48(SB)/8, $14
+DATA xsQ23<>+56(SB)/8, $15
+GLOBL xsQ23<>(SB), RODATA|NOPTR, $64
+
+// xsD0..3: dword indexes [2k ×8, 2k+1 ×8].
+DATA xsD0<>+0(SB)/8, $0x0000000000000000
+DATA xsD0<>+8(SB)/8, $0x0000000000000000
+DATA xsD0<>+16(SB)/8, $0x0000000000000000
+DATA xsD0<>+24(SB)/8, $0x0000000000000000
+DATA xsD0<>+32(SB)/8, $0x0000000100000001
+DATA xsD0<>+40(SB)/8, $0x0000000100000001
+DATA xsD0<>+48(SB)/8, $0x0000000100000001
+DATA xsD0<>+56(SB)/8, $0x0000000100000001
+GLOBL xsD0<>(SB), RODATA|NOPTR, $64
+
+DATA xsD1<>+0(SB)/8, $0x0000000200000002
+DATA xsD1<>+8(SB)/8, $0x0000000200000002
+DATA xsD1<>+16(SB)/8, $0x0000000200000002
+DATA xsD1<>+24(SB)/8, $0x0000000200000002
+DATA xsD1<>+32(SB)/8, $0x0000000300000003
+DATA xsD1<>+40(SB)/8, $0x0000000300000003
+DATA xsD1<>+48(SB)/8, $0x0000000300000003
+DATA xsD1<>+56(SB)/8, $0x0000000300000003
+GLOBL xsD1<>(SB), RODATA|NOPTR, $64
+
+DATA xsD2<>+0(SB)/8, $0x0000000400000004
+DATA xsD2<>+8(SB)/8, $0x0000000400000004
+DATA xsD2<>+16(SB)/8, $0x0000000400000004
+DATA xsD2<>+24(SB)/8, $0x0000000400000004
+DATA xsD2<>+32(SB)/8, $0x0000000500000005
+DATA xsD2<>+40(SB)/8, $0x0000000500000005
+DATA xsD2<>+48(SB)/8, $0x0000000500000005
+DATA xsD2<>+56(SB)/8, $0x0000000500000005
+GLOBL xsD2<>(SB), RODATA|NOPTR, $64
+
+DATA xsD3<>+0(SB)/8, $0x0000000600000006
+DATA xsD3<>+8(SB)/8, $0x0000000600000006
+DATA xsD3<>+16(SB)/8, $0x0000000600000006
+DATA xsD3<>+24(SB)/8, $0x0000000600000006
+DATA xsD3<>+32(SB)/8, $0x0000000700000007
+DATA xsD3<>+40(SB)/8, $0x0000000700000007
+DATA xsD3<>+48(SB)/8, $0x0000000700000007
+DATA xsD3<>+56(SB)/8, $0x0000000700000007
+GLOBL xsD3<>(SB), RODATA|NOPTR, $64
+
+// xsShifts: word j shifts scales_h right by 2j.
+DATA xsShifts<>+0(SB)/8, $0x0006000400020000
+DATA xsShifts<>+8(SB)/8, $0x000e000c000a0008
+GLOBL xsShifts<>(SB), RODATA|NOPTR, $16
