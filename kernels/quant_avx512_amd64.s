@@ -178,6 +178,8 @@
 	MOVL $0x00010001, DX; \
 	VPBROADCASTD DX, Z26; \
 	VPXORD Z28, Z28, Z28; \
+	MOVL $0xff00, DX; \
+	KMOVW DX, K3; \
 	LOAD16
 
 // func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
@@ -850,31 +852,39 @@ mxdone:
 // Dot kernels: SI = scratch, R8-R11 = the tokens' current block pairs
 // (d, s, y[32] twice), CX = chunks, Z27 = o bytes, Z26 = int16 ones, Z28
 // zero. Per token and chunk: Z20 = y, Z21 = -o·Σy per 4 values (so that
-// the sums are of (u-o)·y), Z22 = [dx0 ×8, dx1 ×8], Z23 = [s0 ×8, s1 ×8].
+// the sums are of (u-o)·y), Z22 = [dx0 ×8, dx1 ×8], Z23 = [s0 ×8, s1 ×8]
+// (FTOK_M).
+
+#define FTOK_Y(X) \
+	VMOVDQU64 8(X), Y20; \
+	VINSERTI64X4 $1, 48(X), Z20, Z20
+
+// FTOK_DX: Z22 = [dx0 ×8, dx1 ×8] (K3 = the upper 8 lanes).
+#define FTOK_DX(X) \
+	VBROADCASTSS 0(X), Z22; \
+	VBROADCASTSS 40(X), K3, Z22
 
 #define FTOK_V(X) \
-	VMOVDQU64 8(X), Y20; \
-	VINSERTI64X4 $1, 48(X), Z20, Z20; \
+	FTOK_Y(X); \
 	VPXORD Z21, Z21, Z21; \
 	VPDPBUSD Z20, Z27, Z21; \
 	VPSUBD Z21, Z28, Z21; \
-	FTOK_SCALES(X)
+	FTOK_DX(X)
 
 #define FTOK_B(X) \
-	VMOVDQU64 8(X), Y20; \
-	VINSERTI64X4 $1, 48(X), Z20, Z20; \
+	FTOK_Y(X); \
 	VPMADDUBSW Z20, Z27, Z21; \
 	VPMADDWD Z26, Z21, Z21; \
 	VPSUBD Z21, Z28, Z21; \
-	FTOK_SCALES(X)
+	FTOK_DX(X)
 
-#define FTOK_SCALES(X) \
-	VBROADCASTSS 0(X), Y22; \
-	VBROADCASTSS 40(X), Y24; \
-	VINSERTF64X4 $1, Y24, Z22, Z22; \
-	VBROADCASTSS 4(X), Y23; \
-	VBROADCASTSS 44(X), Y24; \
-	VINSERTF64X4 $1, Y24, Z23, Z23
+// FTOK_M: the types with a minimum (o = 0): Z21 = 0, Z23 = [s0 ×8, s1 ×8].
+#define FTOK_M(X) \
+	FTOK_Y(X); \
+	VPXORD Z21, Z21, Z21; \
+	FTOK_DX(X); \
+	VBROADCASTSS 4(X), Z23; \
+	VBROADCASTSS 44(X), K3, Z23
 
 // FPAIR*: row (u in ZU, scales at OFF(SI)) × the token: ACC +=
 // float(Σ(u-o)·y)·dw·dx, and for the M variants + m·s.
@@ -959,7 +969,7 @@ fd4b:
 TEXT ·fDot4MV(SB), NOSPLIT, $0-64
 	FDOT_PROLOGUE
 fd4mv:
-	FDOT4_STEP(FTOK_V, FPAIR_MV)
+	FDOT4_STEP(FTOK_M, FPAIR_MV)
 	DECQ CX
 	JNZ  fd4mv
 	STORE16
@@ -970,7 +980,7 @@ fd4mv:
 TEXT ·fDot4MB(SB), NOSPLIT, $0-64
 	FDOT_PROLOGUE
 fd4mb:
-	FDOT4_STEP(FTOK_B, FPAIR_MB)
+	FDOT4_STEP(FTOK_M, FPAIR_MB)
 	DECQ CX
 	JNZ  fd4mb
 	STORE16
@@ -1003,7 +1013,7 @@ fd1b:
 TEXT ·fDot1MV(SB), NOSPLIT, $0-64
 	FDOT_PROLOGUE
 fd1mv:
-	FDOT1_STEP(FTOK_V, FPAIR_MV)
+	FDOT1_STEP(FTOK_M, FPAIR_MV)
 	DECQ CX
 	JNZ  fd1mv
 	STORE16
@@ -1014,7 +1024,7 @@ fd1mv:
 TEXT ·fDot1MB(SB), NOSPLIT, $0-64
 	FDOT_PROLOGUE
 fd1mb:
-	FDOT1_STEP(FTOK_B, FPAIR_MB)
+	FDOT1_STEP(FTOK_M, FPAIR_MB)
 	DECQ CX
 	JNZ  fd1mb
 	STORE16
