@@ -196,6 +196,10 @@ var Shapes = map[string]Shape{
 	"tiny-k": {Name: "tiny-k", Dim: 256, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 768, Context: 2048},
 	// qwen2.5-0.5b: Qwen2.5-0.5B's shape, for benchmarks.
 	"qwen2.5-0.5b": {Name: "qwen2.5-0.5b", Dim: 896, Layers: 24, Heads: 14, KVHeads: 2, FFNDim: 4864, Context: 32768, Vocab: 151936},
+	// qwen2.5-1.5b: Qwen2.5-1.5B's shape (tied embeddings like the real
+	// one's), for benchmarks: its rows are whole 256-value blocks, so a
+	// K mixture runs K-quants where the 0.5B shape falls back to Q5_0.
+	"qwen2.5-1.5b": {Name: "qwen2.5-1.5b", Dim: 1536, Layers: 28, Heads: 12, KVHeads: 2, FFNDim: 8960, Context: 32768, Vocab: 151936},
 	// llama-3.1-8b: Llama-3.1-8B's shape (16 GB in bf16), for GPU benchmarks.
 	"llama-3.1-8b": {Name: "llama-3.1-8b", Arch: "llama", Dim: 4096, Layers: 32, Heads: 32, KVHeads: 8, FFNDim: 14336, Context: 131072, Vocab: 128256},
 }
