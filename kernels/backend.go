@@ -26,6 +26,9 @@ type backend struct {
 	// qtiles are the backend's tiles for the registered quant formats
 	// (quant.go), by DType; a nil entry runs the portable genericQTile.
 	qtiles [numDTypes]qTileFn
+	// qrows, where set, take whole work items (4 rows × all its tokens)
+	// instead of qtiles' 4×4 tiles (quant.go, qRowsFn).
+	qrows [numDTypes]qRowsFn
 	// quantAct, if set, replaces the portable activation quantizers
 	// (quantizeActRow) with ones giving the same bytes.
 	quantAct func(k actKind, dst []byte, x []float32)

@@ -30,6 +30,7 @@ type CPU struct {
 	act             q8Act
 	qact            []byte // activations quantized for a quant format
 	qtile           qTileFn
+	qrows           qRowsFn
 	qkind           actKind
 	xpk             []float32 // activations packed for the backend's tiles
 	actX            []float32
@@ -214,7 +215,7 @@ func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
 	}
 	c.actX, c.qkind = nil, 0
 	c.mm.qact, c.mm.qactStride = c.qact, stride
-	c.qtile = c.be.qtiles[w.Type]
+	c.qtile, c.qrows = c.be.qtiles[w.Type], c.be.qrows[w.Type]
 	if c.qtile == nil {
 		c.qtile = f.tile
 	}
@@ -225,7 +226,7 @@ func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
 	} else {
 		c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
 	}
-	c.qtile = nil
+	c.qtile, c.qrows = nil, nil
 }
 
 // planQuant is planMatMul for the quant formats: items of whole 4-row,
@@ -249,7 +250,7 @@ func (c *CPU) matmulItems(wk, lo, hi int) {
 		for it := lo; it < hi; it++ {
 			rc, tc := it%c.mmRowItems, it/c.mmRowItems
 			r0, t0 := rc*c.mmRows, tc*c.mmToks
-			quantMatMul(&c.mm, &c.workers[wk], c.qtile, r0, min(r0+c.mmRows, rows), t0, min(t0+c.mmToks, c.mm.T))
+			quantMatMul(&c.mm, &c.workers[wk], c.qtile, c.qrows, r0, min(r0+c.mmRows, rows), t0, min(t0+c.mmToks, c.mm.T))
 		}
 		return
 	}

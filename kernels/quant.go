@@ -266,13 +266,31 @@ func genericQTile(f *quantFormat) qTileFn {
 	}
 }
 
+// qRowsFn computes a block of a quantized MatMul at once: weight rows
+// r..r+nr-1 (nr ≤ 4; row i at w[i*rb:]) against every token of a work item,
+// nt ≥ 1 of them (token j at act[j*actStride:]): out[j*outStride+i] = row
+// i · token j. Its point is to unpack the rows' blocks once for all nt
+// tokens. As for qTileFn, each product's arithmetic must be fixed by nb
+// alone: a token's results are bit-identical whatever nt is, and equal to
+// those of the backend's qTileFn for the same type.
+type qRowsFn func(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int)
+
 // quantMatMul runs rows [r0,r1) × tokens [t0,t1) of a MatMul over a
-// registered quant format with tile.
-func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, r0, r1, t0, t1 int) {
+// registered quant format, with the backend's qRowsFn for it when it has
+// one, else with tile.
+func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, rowsFn qRowsFn, r0, r1, t0, t1 int) {
 	m := a.w
 	f := quantFormats[m.Type]
 	nb := m.Cols / f.block
 	stride := a.qactStride
+	if rowsFn != nil {
+		act := a.qact[t0*stride:]
+		out := a.out[t0*m.Rows:]
+		for r := r0; r < r1; r += 4 {
+			rowsFn(out[r:], m.Rows, m.Data[r*a.rb:], a.rb, min(4, r1-r), act, stride, t1-t0, nb)
+		}
+		return
+	}
 	res := &wk.res
 	for t := t0; t < t1; t += 4 {
 		nt := min(4, t1-t)

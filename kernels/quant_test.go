@@ -244,6 +244,19 @@ func TestQuantMatMul(t *testing.T) {
 				if i := bitsEqual(part, out[2*rows:9*rows]); i >= 0 {
 					t.Fatalf("tokens 2..8, element %d: %v, want %v", i, part[i], out[2*rows+i])
 				}
+				// A backend's whole-item path (qrows) and its tiles agree
+				// bit for bit.
+				if be.qrows[dt] != nil && be.qtiles[dt] != nil {
+					tilesOnly := *be
+					tilesOnly.qrows = [numDTypes]qRowsFn{}
+					ct := newCPU(2, &tilesOnly)
+					defer ct.Close()
+					tiled := make([]float32, T*rows)
+					ct.MatMul(tiled, x, T, m)
+					if i := bitsEqual(tiled, out); i >= 0 {
+						t.Fatalf("element %d: %v by qrows, %v by qtiles", i, out[i], tiled[i])
+					}
+				}
 			})
 		}
 	}
