@@ -1,6 +1,7 @@
 // Package kernels owns the numeric operations the native engine's decoder
 // runs on: matrix–vector and matrix–matrix products over F32, F16, BF16 and
-// Q8_0 weights, RMSNorm, RoPE, SiLU gating, causal grouped-query attention,
+// ggml's block quantizations (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K,
+// IQ4_NL, IQ4_XS, MXFP4), RMSNorm, RoPE, SiLU gating, causal grouped-query attention,
 // softmax, argmax and dot products. It must import no other batchd package.
 //
 // # Code paths
@@ -67,8 +68,9 @@
 //     in q or k make one) turns that head's output NaN.
 //   - MatMul screens nothing: over F32, F16 and BF16 weights a NaN (or an
 //     Inf·0) makes the outputs it reaches NaN on every path
-//     (TestMatMulPropagatesNaN). The quantized formats quantize the
-//     activations first, which has no defined result for a NaN or Inf.
+//     (TestMatMulPropagatesNaN). The block quantizations quantize the
+//     activations to int8 first, which has no defined result for a NaN or
+//     Inf.
 //
 // # Q8_0
 //
@@ -80,4 +82,35 @@
 // float32 accumulation error. The avx2 path multiplies the exactly
 // dequantized weights with the float32 activations: float32 accumulation
 // error only.
+//
+// # The other block quantizations
+//
+// Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and
+// MXFP4 are read byte for byte as llama.cpp writes them, memory-mapped: no
+// dequantized copy of the weights exists on the CPU (quant.go, and
+// quant_legacy.go, quant_k.go per family: exact dequantization, a reference
+// quantizer, the portable dot). Every path multiplies them in integer
+// arithmetic, as the fast CPU engines do: each activation row is quantized
+// once per call — for the 32-value formats to blocks of 32 int8 with a
+// float32 scale (and its sum, for Q4_1/Q5_1's minimum), for the 256-value
+// K-quants and IQ4_XS to ggml's Q8_K (float32 scale per 256, int16 sums per
+// 16) — and each block's int8·int8 products are summed exactly in int32,
+// scaled by the block's (sub-)scales and added up in float32 in block
+// order. The result differs from the float product with the dequantized
+// weights by the activation rounding (at most half a step of each
+// activation block times Σ|w|) plus float32 accumulation error.
+//   - generic: the formats' own dot products in Go.
+//   - avx512: VPDPBUSD (AVX512-VNNI) tiles, VPMADDUBSW+VPMADDWD where the
+//     CPU lacks VNNI (IQ4_NL and IQ4_XS then run the portable dot: their
+//     grid values overflow VPMADDUBSW's pair sums).
+//   - avx2: VPMADDUBSW+VPMADDWD tiles (archsimd).
+//   - neon: SDOT, or SMULL/SADALP without the dot-product extension.
+//
+// A backend may unpack a tile's weight rows once for every token of a work
+// item (qRowsFn): the weights cost their unpacking once per 4 rows and item
+// whatever the batch, which is where batched decode and prefill gain. The
+// F32-activation route (float weights times float activations) stays for
+// F32, F16, BF16 and avx2's Q8_0, where it is the more accurate one at no
+// loss of speed; a NaN or Inf activation has no defined result in the
+// integer route.
 package kernels
