@@ -6,7 +6,8 @@
 # compare.
 #
 # usage: scripts/llamacpp/compare.sh [ROUNDS=2] [TYPES="q8_0 f16 bf16"]
-# Files: .cache/bench/qwen2.5-0.5b-TYPE.gguf (made by batchd demo-model).
+# Files: .cache/bench/SHAPE-TYPE.gguf (made by batchd demo-model; SHAPE is
+# $SHAPE, default qwen2.5-0.5b; TYPE any demo-model --type, e.g. q4_k_m).
 #
 # KERNELS=avx2 forces batchd's backend (`bench engine --kernels`).
 # LLAMA_CPU=haswell makes llama.cpp load only that CPU variant of its
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/../.."
 rounds=${1:-2}
 types=${2:-"q8_0 f16 bf16"}
 threads=${THREADS:-2}
+shape=${SHAPE:-qwen2.5-0.5b}
 
 make build >/dev/null
 nlc=.cache/llamacpp
@@ -46,13 +48,13 @@ echo "batchd kernels: $kernels; llama.cpp CPU variant: ${LLAMA_CPU:-best for thi
 
 mkdir -p .cache/bench
 for t in $types; do
-  f=.cache/bench/qwen2.5-0.5b-$t.gguf
-  [ -f "$f" ] || bin/batchd demo-model --shape qwen2.5-0.5b --type "$t" --out "$f" >/dev/null
+  f=.cache/bench/$shape-$t.gguf
+  [ -f "$f" ] || bin/batchd demo-model --shape "$shape" --type "$t" --out "$f" >/dev/null
 done
 
 for r in $(seq 1 "$rounds"); do
   for t in $types; do
-    f=$PWD/.cache/bench/qwen2.5-0.5b-$t.gguf
+    f=$PWD/.cache/bench/$shape-$t.gguf
     echo "== round $r, $t"
     (cd "$nlc" && UV_THREADPOOL_SIZE=1 node bench.mjs "$f" 2 "$threads" 2>&1 | grep -E "system info|SUMMARY|peak RSS" | sed 's/^/llama.cpp: /')
     bin/batchd bench engine --model "$f" --threads "$threads" --kernels "$kernels" 2>/dev/null | sed 's/^/batchd:    /'
