@@ -189,3 +189,46 @@ func TestNEONNibbles(t *testing.T) {
 		t.Fatal("nib32 wrote past its pieces")
 	}
 }
+
+// TestNEONQuantChunks runs the neon quant paths over rows longer than one
+// decode chunk (1280 values: two chunks, the second partial) for every
+// format: qrows against the portable blockDot within rounding, against the
+// tiles bit for bit, and each token alone against the batch.
+func TestNEONQuantChunks(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	rows, cols, T := 6, 1280, 5
+	for _, dt := range quantTypesWanted {
+		f := quantFormatOf(dt)
+		m := encodeMatrix(t, dt, rows, cols, randF32(r, rows*cols, 0.3))
+		x := randF32(r, T*cols, 1)
+		c := newCPU(1, neon)
+		defer c.Close()
+		out := make([]float32, T*rows)
+		c.MatMul(out, x, T, m)
+		tilesOnly := *neon
+		tilesOnly.qrows = [numDTypes]qRowsFn{}
+		ct := newCPU(1, &tilesOnly)
+		defer ct.Close()
+		tiled := make([]float32, T*rows)
+		ct.MatMul(tiled, x, T, m)
+		if i := bitsEqual(tiled, out); i >= 0 {
+			t.Fatalf("%v element %d: %v by qrows, %v by qtiles", dt, i, out[i], tiled[i])
+		}
+		a := make([]byte, actRowBytes(f.act, cols))
+		one := make([]float32, rows)
+		for tok := range T {
+			quantizeActRow(f.act, a, x[tok*cols:(tok+1)*cols])
+			for row := range rows {
+				want := f.blockDot(m.Data[row*m.rowBytes():], a, cols/f.block)
+				got := out[tok*rows+row]
+				if d := float64(got - want); d*d > 1e-8*float64(want*want)+1e-10 {
+					t.Fatalf("%v token %d row %d: %v, portable %v", dt, tok, row, got, want)
+				}
+			}
+			c.MatMul(one, x[tok*cols:(tok+1)*cols], 1, m)
+			if i := bitsEqual(one, out[tok*rows:(tok+1)*rows]); i >= 0 {
+				t.Fatalf("%v token %d row %d: %v alone, %v batched", dt, tok, i, one[i], out[tok*rows+i])
+			}
+		}
+	}
+}
