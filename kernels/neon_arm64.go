@@ -8,7 +8,8 @@ import (
 )
 
 // neon is the arm64 backend: the portable kernels, except that the quant
-// formats' tiles and the Q8_0 MatMul run their int8·int8 sums in assembly
+// formats' paths (qrows and tiles, neon_quant_arm64.go) and the Q8_0
+// MatMul run their int8·int8 sums in assembly
 // (neon_arm64.s): SDOT where the CPU has the dot-product extension
 // (asimddp), plain NEON widening multiplies otherwise. Everything else is
 // the portable code, so it agrees with generic bit for bit there.

@@ -94,15 +94,19 @@ func neonRows32(bytes int, mins bool, decode neonDecode32) qRowsFn {
 				a := act[j*actStride+b0*ActQ8x32Bytes:]
 				neonDots4(i8ptr(q[0][:]), &a[8], ActQ8x32Bytes, actStride, n, 1, 2, ntok, &sums[0][0])
 				for k := range ntok {
+					// The token's block scales, read once for the four rows.
+					var dx, sx [per]float32
 					ak := act[(j+k)*actStride+b0*ActQ8x32Bytes:][:n*ActQ8x32Bytes]
+					for b := range n {
+						dx[b], sx[b] = f32at(ak, b*ActQ8x32Bytes), f32at(ak, b*ActQ8x32Bytes+4)
+					}
 					o := out[(j+k)*outStride:][:nr]
 					for i := range o {
 						acc := o[i]
 						for b := range n {
-							ab := ak[b*ActQ8x32Bytes:]
-							v := float32(sums[b][4*k+i]) * (dm[i][b][0] * f32at(ab, 0))
+							v := float32(sums[b][4*k+i]) * (dm[i][b][0] * dx[b])
 							if mins {
-								v += dm[i][b][1] * f32at(ab, 4)
+								v += dm[i][b][1] * sx[b]
 							}
 							acc += v
 						}
@@ -137,12 +141,18 @@ func neonRowsK(bytes, ngb int, mins bool, decode neonDecodeK) qRowsFn {
 				a := act[j*actStride+b0*ActQ8KBytes:]
 				neonDots4(i8ptr(q[0][:]), &a[4], ActQ8KBytes, actStride, n, ngb, nv, ntok, &sums[0][0])
 				for k := range ntok {
+					// The token's block scales and 16-value sums, read once
+					// for the four rows.
+					var ax [per]neonActK
 					ak := act[(j+k)*actStride+b0*ActQ8KBytes:][:n*ActQ8KBytes]
+					for b := range n {
+						ax[b].read(ak[b*ActQ8KBytes:], mins)
+					}
 					o := out[(j+k)*outStride:][:nr]
 					for i := range o {
 						acc := o[i]
 						for b := range n {
-							acc += neonKBlockDot(&p[i][b], sums[b*ngb:(b+1)*ngb], 4*k+i, ak[b*ActQ8KBytes:], mins)
+							acc += neonKBlockDot(&p[i][b], sums[b*ngb:(b+1)*ngb], 4*k+i, &ax[b], mins)
 						}
 						o[i] = acc
 					}
@@ -171,22 +181,36 @@ func perBlockK(bytes int, unpack func(q []int8, p *neonKBlock, blk []byte)) neon
 	}
 }
 
-// neonKBlockDot scales one block's group sums (column k of sums): d·dx·Σ sc·sum, less
-// dmin·dx·Σ mn·bsum (the activation block's 16-value sums) where the
-// format has mins.
-func neonKBlockDot(p *neonKBlock, sums [][8]int32, k int, ab []byte, mins bool) float32 {
-	dx := f32at(ab, 0)
+// neonActK is one actQ8K block's scale and, for the formats with mins,
+// its 16-value sums.
+type neonActK struct {
+	dx    float32
+	bsums [16]int32
+}
+
+func (x *neonActK) read(ab []byte, mins bool) {
+	x.dx = f32at(ab, 0)
+	if mins {
+		for h := range 16 {
+			x.bsums[h] = int32(int16(binary.LittleEndian.Uint16(ab[260+2*h:])))
+		}
+	}
+}
+
+// neonKBlockDot scales one block's group sums (column k of sums):
+// d·dx·Σ sc·sum, less dmin·dx·Σ mn·bsum where the format has mins.
+func neonKBlockDot(p *neonKBlock, sums [][8]int32, k int, x *neonActK, mins bool) float32 {
 	var is int32
 	for g := range sums {
 		is += p.sc[g] * sums[g][k]
 	}
-	v := p.d * dx * float32(is)
+	v := p.d * x.dx * float32(is)
 	if mins {
 		var ms int32
 		for h := range 16 {
-			ms += p.mn[h] * int32(int16(binary.LittleEndian.Uint16(ab[260+2*h:])))
+			ms += p.mn[h] * x.bsums[h]
 		}
-		v -= p.dmin * dx * float32(ms)
+		v -= p.dmin * x.dx * float32(ms)
 	}
 	return v
 }
