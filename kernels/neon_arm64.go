@@ -8,7 +8,8 @@ import (
 )
 
 // neon is the arm64 backend: the portable kernels, except that the quant
-// formats' tiles and the Q8_0 MatMul run their int8·int8 sums in assembly
+// formats' paths (qrows and tiles, neon_quant_arm64.go) and the Q8_0
+// MatMul run their int8·int8 sums in assembly
 // (neon_arm64.s): SDOT where the CPU has the dot-product extension
 // (asimddp), plain NEON widening multiplies otherwise. Everything else is
 // the portable code, so it agrees with generic bit for bit there.
@@ -20,7 +21,8 @@ var neon = &backend{
 	name:        BackendNEON,
 	matmul:      neonMatMul,
 	quantizeAct: genericQuantizeAct,
-	qtiles:      neonQTiles(),
+	qtiles:      neonQTiles(neonQRows()),
+	qrows:       neonQRows(),
 	dot:         genericDot,
 	rmsnorm:     genericRMSNorm,
 	rope:        genericRoPE,
@@ -87,3 +89,38 @@ func neonDotQ8(wrow, qs []byte, xs []float32, nb int) float32 {
 	}
 	return acc
 }
+
+// neonDots4 is the four-row kernel this CPU runs (neon_arm64.s): SDOT
+// where it has asimddp.
+var neonDots4 = pickNEONDots4(HasFeature("asimddp"))
+
+func pickNEONDots4(sdot bool) func(w, a *byte, astride, tstride, nblocks, ngb, nv, ntok int, out *int32) {
+	if sdot {
+		return neonDots4SDOT
+	}
+	return neonDots4NEON
+}
+
+// neonDots4SDOT and neonDots4NEON: four rows of decoded int8 weights,
+// neonChunk bytes apart from w, against ntok (1 or 2) tokens' activations
+// (block b of token j at a + b·astride + j·tstride); per block and group of
+// nv·16 values, out gets eight exact int32 sums: token 0's rows 0-3, then
+// token 1's (untouched when ntok is 1).
+//
+//go:noescape
+func neonDots4SDOT(w, a *byte, astride, tstride, nblocks, ngb, nv, ntok int, out *int32)
+
+//go:noescape
+func neonDots4NEON(w, a *byte, astride, tstride, nblocks, ngb, nv, ntok int, out *int32)
+
+// neonNib16 decodes n 16-byte pieces of 4-bit codes (sstride bytes apart
+// from src) to 32 int8 each at dst, low nibbles first, each looked up in kv.
+//
+//go:noescape
+func neonNib16(dst, src *byte, sstride, n int, kv *[16]int8)
+
+// neonNib32 decodes n 32-byte pieces of 4-bit codes, back to back at src,
+// to 64 int8 each at dst: the 32 low nibbles, then the 32 high ones.
+//
+//go:noescape
+func neonNib32(dst, src *byte, n int)

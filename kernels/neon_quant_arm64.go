@@ -7,23 +7,29 @@ import (
 	"math"
 )
 
-// The neon backend's quant tiles. A tile decodes each weight row's blocks to
-// int8 values (in the activations' order) with their block parameters, a
-// chunk of blocks at a time, and neonDots takes the exact int32 sums of
-// those values against each token's int8 activations, per group of 16 or 32
-// (the groups that share one integer scale). The sums are then scaled in
-// float32, block by block in column order: the order depends on nb alone.
+// The neon backend's quant paths. Its qrows take four weight rows against
+// all of a work item's tokens: each row's blocks are decoded to int8 values
+// (in the activations' order) with their block parameters, a chunk of
+// neonChunk values at a time, ONCE for every token; neonDots4 then takes
+// the exact int32 sums of the four rows against one or two tokens' int8
+// activations at a time, per group of 16 or 32 (the groups that share one
+// integer scale). The sums are scaled in float32 block by block in column
+// order, the same expression for every (row, token): the order depends on
+// nb alone. Its qtiles are the same code with at most four tokens, so the
+// two agree bit for bit.
 //
 // Decoding here is separate from the formats' portable code (quant_*.go):
 // it emits integers for the sums, not floats; TestQuantMatMul checks both
 // against the formats' dequantization.
 
-// neonChunk is how many values of each of a tile's rows are decoded at a
-// time: 4 rows × 1 KiB stay on the stack and in L1.
+// neonChunk is how many values of each of the four rows are decoded at a
+// time: 4 KiB of int8 on the stack, in L1 while every token streams by.
+// neonDots4 takes the rows this far apart.
 const neonChunk = 1024
 
-// neonLegacy decodes one 32-value block into q (w = d·q + m).
-type neonLegacy func(q []int8, blk []byte) (d, m float32)
+// neonDecode32 decodes n 32-value blocks of one row into q (32 values per
+// block) and their parameters dm (w = dm[b][0]·q + dm[b][1]).
+type neonDecode32 func(q []int8, dm [][2]float32, row []byte, n int)
 
 // neonKBlock is a 256-value block's parameters: w = d·sc[g]·q − dmin·mn[h]
 // for a value in scale group g and 16-value group h.
@@ -33,114 +39,178 @@ type neonKBlock struct {
 	mn      [16]int32
 }
 
-// neonKQuant decodes one 256-value block into q and its parameters.
-type neonKQuant func(q []int8, p *neonKBlock, blk []byte)
+// neonDecodeK decodes n 256-value blocks of one row into q and p.
+type neonDecodeK func(q []int8, p []neonKBlock, row []byte, n int)
 
-// neonQTiles is the tile of every format the backend decodes itself.
-func neonQTiles() [numDTypes]qTileFn {
-	var t [numDTypes]qTileFn
-	t[Q4_0] = neonTile32(18, false, unpackQ4_0)
-	t[Q4_1] = neonTile32(20, true, unpackQ4_1)
-	t[Q5_0] = neonTile32(22, false, unpackQ5_0)
-	t[Q5_1] = neonTile32(24, true, unpackQ5_1)
-	t[IQ4_NL] = neonTile32(18, false, unpackIQ4_NL)
-	t[MXFP4] = neonTile32(17, false, unpackMXFP4)
-	t[Q2_K] = neonTileK(84, 16, true, unpackQ2_K)
-	t[Q3_K] = neonTileK(110, 16, false, unpackQ3_K)
-	t[Q4_K] = neonTileK(144, 8, true, unpackQ4_K)
-	t[Q5_K] = neonTileK(176, 8, true, unpackQ5_K)
-	t[Q6_K] = neonTileK(210, 16, false, unpackQ6_K)
-	t[IQ4_XS] = neonTileK(136, 8, false, unpackIQ4_XS)
+// neonQRows is the whole-item path of every format the backend decodes.
+func neonQRows() [numDTypes]qRowsFn {
+	var t [numDTypes]qRowsFn
+	t[Q4_0] = neonRows32(18, false, decodeQ4_0)
+	t[Q4_1] = neonRows32(20, true, decodeQ4_1)
+	t[Q5_0] = neonRows32(22, false, perBlock32(22, unpackQ5_0))
+	t[Q5_1] = neonRows32(24, true, perBlock32(24, unpackQ5_1))
+	t[IQ4_NL] = neonRows32(18, false, decodeIQ4_NL)
+	t[MXFP4] = neonRows32(17, false, decodeMXFP4)
+	t[Q2_K] = neonRowsK(84, 16, true, perBlockK(84, unpackQ2_K))
+	t[Q3_K] = neonRowsK(110, 16, false, perBlockK(110, unpackQ3_K))
+	t[Q4_K] = neonRowsK(144, 8, true, perBlockK(144, unpackQ4_K))
+	t[Q5_K] = neonRowsK(176, 8, true, perBlockK(176, unpackQ5_K))
+	t[Q6_K] = neonRowsK(210, 16, false, perBlockK(210, unpackQ6_K))
+	t[IQ4_XS] = neonRowsK(136, 8, false, perBlockK(136, unpackIQ4_XS))
 	return t
 }
 
-// neonTile32 is the tile of a 32-value format of bytes-byte blocks against
+// neonQTiles is neonQRows run on one tile (at most four tokens).
+func neonQTiles(rows [numDTypes]qRowsFn) [numDTypes]qTileFn {
+	var t [numDTypes]qTileFn
+	for dt, f := range rows {
+		if f != nil {
+			t[dt] = func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+				f(res[:], 4, w, rb, nr, act, actStride, nt, nb)
+			}
+		}
+	}
+	return t
+}
+
+// neonRows32 is the qrows of a 32-value format of bytes-byte blocks against
 // actQ8x32 activations; mins says w has an offset term m.
-func neonTile32(bytes int, mins bool, unpack neonLegacy) qTileFn {
+func neonRows32(bytes int, mins bool, decode neonDecode32) qRowsFn {
 	const per = neonChunk / 32
-	return func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	return func(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 		var q [4][neonChunk]int8
 		var dm [4][per][2]float32
-		var sums [per]int32
-		*res = [16]float32{}
+		var sums [per][8]int32
+		for j := range nt {
+			clear(out[j*outStride:][:nr])
+		}
 		for b0 := 0; b0 < nb; b0 += per {
 			n := min(per, nb-b0)
 			for i := range nr {
-				row := w[i*rb+b0*bytes:]
-				for b := range n {
-					dm[i][b][0], dm[i][b][1] = unpack(q[i][b*32:(b+1)*32], row[b*bytes:])
-				}
+				decode(q[i][:], dm[i][:n], w[i*rb+b0*bytes:], n)
 			}
-			for j := range nt {
-				a := act[j*actStride+b0*ActQ8x32Bytes:][:n*ActQ8x32Bytes]
-				for i := range nr {
-					neonDots(i8ptr(q[i][:]), 32, &a[8], ActQ8x32Bytes, n, 1, 2, &sums[0])
-					acc := res[j*4+i]
-					for b, s := range sums[:n] {
-						ab := a[b*ActQ8x32Bytes:]
-						v := float32(s) * (dm[i][b][0] * f32at(ab, 0))
-						if mins {
-							v += dm[i][b][1] * f32at(ab, 4)
-						}
-						acc += v
+			for j := 0; j < nt; j += 2 {
+				ntok := min(2, nt-j)
+				a := act[j*actStride+b0*ActQ8x32Bytes:]
+				neonDots4(i8ptr(q[0][:]), &a[8], ActQ8x32Bytes, actStride, n, 1, 2, ntok, &sums[0][0])
+				for k := range ntok {
+					// The token's block scales, read once for the four rows.
+					var dx, sx [per]float32
+					ak := act[(j+k)*actStride+b0*ActQ8x32Bytes:][:n*ActQ8x32Bytes]
+					for b := range n {
+						dx[b], sx[b] = f32at(ak, b*ActQ8x32Bytes), f32at(ak, b*ActQ8x32Bytes+4)
 					}
-					res[j*4+i] = acc
+					o := out[(j+k)*outStride:][:nr]
+					for i := range o {
+						acc := o[i]
+						for b := range n {
+							v := float32(sums[b][4*k+i]) * (dm[i][b][0] * dx[b])
+							if mins {
+								v += dm[i][b][1] * sx[b]
+							}
+							acc += v
+						}
+						o[i] = acc
+					}
 				}
 			}
 		}
 	}
 }
 
-// neonTileK is the tile of a 256-value format of bytes-byte blocks against
+// neonRowsK is the qrows of a 256-value format of bytes-byte blocks against
 // actQ8K activations, with ngb scale groups per block; mins says w has the
 // dmin term.
-func neonTileK(bytes, ngb int, mins bool, unpack neonKQuant) qTileFn {
+func neonRowsK(bytes, ngb int, mins bool, decode neonDecodeK) qRowsFn {
 	const per = neonChunk / 256
 	nv := 16 / ngb
-	return func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	return func(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 		var q [4][neonChunk]int8
 		var p [4][per]neonKBlock
-		var sums [per * 16]int32
-		*res = [16]float32{}
+		var sums [per * 16][8]int32
+		for j := range nt {
+			clear(out[j*outStride:][:nr])
+		}
 		for b0 := 0; b0 < nb; b0 += per {
 			n := min(per, nb-b0)
 			for i := range nr {
-				row := w[i*rb+b0*bytes:]
-				for b := range n {
-					unpack(q[i][b*256:(b+1)*256], &p[i][b], row[b*bytes:])
-				}
+				decode(q[i][:], p[i][:n], w[i*rb+b0*bytes:], n)
 			}
-			for j := range nt {
-				a := act[j*actStride+b0*ActQ8KBytes:][:n*ActQ8KBytes]
-				for i := range nr {
-					neonDots(i8ptr(q[i][:]), 256, &a[4], ActQ8KBytes, n, ngb, nv, &sums[0])
-					acc := res[j*4+i]
+			for j := 0; j < nt; j += 2 {
+				ntok := min(2, nt-j)
+				a := act[j*actStride+b0*ActQ8KBytes:]
+				neonDots4(i8ptr(q[0][:]), &a[4], ActQ8KBytes, actStride, n, ngb, nv, ntok, &sums[0][0])
+				for k := range ntok {
+					// The token's block scales and 16-value sums, read once
+					// for the four rows.
+					var ax [per]neonActK
+					ak := act[(j+k)*actStride+b0*ActQ8KBytes:][:n*ActQ8KBytes]
 					for b := range n {
-						acc += neonKBlockDot(&p[i][b], sums[b*ngb:(b+1)*ngb], a[b*ActQ8KBytes:], mins)
+						ax[b].read(ak[b*ActQ8KBytes:], mins)
 					}
-					res[j*4+i] = acc
+					o := out[(j+k)*outStride:][:nr]
+					for i := range o {
+						acc := o[i]
+						for b := range n {
+							acc += neonKBlockDot(&p[i][b], sums[b*ngb:(b+1)*ngb], 4*k+i, &ax[b], mins)
+						}
+						o[i] = acc
+					}
 				}
 			}
 		}
 	}
 }
 
-// neonKBlockDot scales one block's group sums: d·dx·Σ sc·sum, less
-// dmin·dx·Σ mn·bsum (the activation block's 16-value sums) where the
-// format has mins.
-func neonKBlockDot(p *neonKBlock, sums []int32, ab []byte, mins bool) float32 {
-	dx := f32at(ab, 0)
-	var is int32
-	for g, s := range sums {
-		is += p.sc[g] * s
+// perBlock32 is a neonDecode32 from a per-block decoder (formats with no
+// vector decoder).
+func perBlock32(bytes int, unpack func(q []int8, blk []byte) (d, m float32)) neonDecode32 {
+	return func(q []int8, dm [][2]float32, row []byte, n int) {
+		for b := range n {
+			dm[b][0], dm[b][1] = unpack(q[b*32:(b+1)*32], row[b*bytes:])
+		}
 	}
-	v := p.d * dx * float32(is)
+}
+
+// perBlockK is a neonDecodeK from a per-block decoder.
+func perBlockK(bytes int, unpack func(q []int8, p *neonKBlock, blk []byte)) neonDecodeK {
+	return func(q []int8, p []neonKBlock, row []byte, n int) {
+		for b := range n {
+			unpack(q[b*256:(b+1)*256], &p[b], row[b*bytes:])
+		}
+	}
+}
+
+// neonActK is one actQ8K block's scale and, for the formats with mins,
+// its 16-value sums.
+type neonActK struct {
+	dx    float32
+	bsums [16]int32
+}
+
+func (x *neonActK) read(ab []byte, mins bool) {
+	x.dx = f32at(ab, 0)
+	if mins {
+		for h := range 16 {
+			x.bsums[h] = int32(int16(binary.LittleEndian.Uint16(ab[260+2*h:])))
+		}
+	}
+}
+
+// neonKBlockDot scales one block's group sums (column k of sums):
+// d·dx·Σ sc·sum, less dmin·dx·Σ mn·bsum where the format has mins.
+func neonKBlockDot(p *neonKBlock, sums [][8]int32, k int, x *neonActK, mins bool) float32 {
+	var is int32
+	for g := range sums {
+		is += p.sc[g] * sums[g][k]
+	}
+	v := p.d * x.dx * float32(is)
 	if mins {
 		var ms int32
 		for h := range 16 {
-			ms += p.mn[h] * int32(int16(binary.LittleEndian.Uint16(ab[260+2*h:])))
+			ms += p.mn[h] * x.bsums[h]
 		}
-		v -= p.dmin * dx * float32(ms)
+		v -= p.dmin * x.dx * float32(ms)
 	}
 	return v
 }
@@ -158,30 +228,55 @@ var (
 	neonKvMXFP4 = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
 )
 
-// nibbles writes the 32 values of a 16-byte 4-bit block: low nibbles first,
-// then high ones, each looked up in kv.
-func nibbles(q []int8, qs []byte, kv *[16]int8) {
-	q, qs = q[:32], qs[:16]
-	for j, v := range qs {
-		q[j], q[j+16] = kv[v&15], kv[v>>4]
-	}
-}
-
 var (
 	neonKvQ4_0 = [16]int8{-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}
 	neonKvQ4_1 = [16]int8{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 )
 
+// nibbleBlocks decodes the 16 bytes of 4-bit codes at offset off of each of
+// n bytes-byte blocks in NEON (neonNib16): per block 32 values, the low
+// nibbles' first, each looked up in kv.
+func nibbleBlocks(q []int8, row []byte, bytes, off, n int, kv *[16]int8) {
+	_, _ = q[32*n-1], row[(n-1)*bytes+off+15]
+	neonNib16(i8ptr(q), &row[off], bytes, n, kv)
+}
+
 // Q4_0: f16 d, 16 bytes of nibbles; w = d·(q−8).
-func unpackQ4_0(q []int8, blk []byte) (d, m float32) {
-	nibbles(q, blk[2:], &neonKvQ4_0)
-	return f16at(blk, 0), 0
+func decodeQ4_0(q []int8, dm [][2]float32, row []byte, n int) {
+	nibbleBlocks(q, row, 18, 2, n, &neonKvQ4_0)
+	for b := range n {
+		dm[b] = [2]float32{f16at(row, 18*b), 0}
+	}
 }
 
 // Q4_1: f16 d, f16 m, 16 bytes of nibbles; w = d·q + m.
-func unpackQ4_1(q []int8, blk []byte) (d, m float32) {
-	nibbles(q, blk[4:], &neonKvQ4_1)
-	return f16at(blk, 0), f16at(blk, 2)
+func decodeQ4_1(q []int8, dm [][2]float32, row []byte, n int) {
+	nibbleBlocks(q, row, 20, 4, n, &neonKvQ4_1)
+	for b := range n {
+		dm[b] = [2]float32{f16at(row, 20*b), f16at(row, 20*b+2)}
+	}
+}
+
+// IQ4_NL: f16 d, 16 bytes of codebook indices.
+func decodeIQ4_NL(q []int8, dm [][2]float32, row []byte, n int) {
+	nibbleBlocks(q, row, 18, 2, n, &neonKvIQ4)
+	for b := range n {
+		dm[b] = [2]float32{f16at(row, 18*b), 0}
+	}
+}
+
+// MXFP4: an E8M0 exponent e, 16 bytes of E2M1 indices; the scale is
+// 2^(e−128) (halved for the doubled codebook), subnormal for e < 2.
+func decodeMXFP4(q []int8, dm [][2]float32, row []byte, n int) {
+	nibbleBlocks(q, row, 17, 1, n, &neonKvMXFP4)
+	for b := range n {
+		e := uint32(row[17*b])
+		bits := uint32(0x00200000) << e
+		if e >= 2 {
+			bits = (e - 1) << 23
+		}
+		dm[b] = [2]float32{math.Float32frombits(bits), 0}
+	}
 }
 
 // fifthBits writes 32 5-bit values: nibbles as nibbles does, value j's fifth
@@ -206,24 +301,6 @@ func unpackQ5_1(q []int8, blk []byte) (d, m float32) {
 	return f16at(blk, 0), f16at(blk, 2)
 }
 
-// IQ4_NL: f16 d, 16 bytes of codebook indices.
-func unpackIQ4_NL(q []int8, blk []byte) (d, m float32) {
-	nibbles(q, blk[2:], &neonKvIQ4)
-	return f16at(blk, 0), 0
-}
-
-// MXFP4: an E8M0 exponent e, 16 bytes of E2M1 indices; the scale is
-// 2^(e−128) (halved for the doubled codebook), subnormal for e < 2.
-func unpackMXFP4(q []int8, blk []byte) (d, m float32) {
-	nibbles(q, blk[1:], &neonKvMXFP4)
-	e := uint32(blk[0])
-	bits := uint32(0x00200000) << e
-	if e >= 2 {
-		bits = (e - 1) << 23
-	}
-	return math.Float32frombits(bits), 0
-}
-
 // k4ScaleMin is Q4_K/Q5_K's 6-bit scale and min of 32-value group j, packed
 // in 12 bytes: groups 0-3 in the low 6 bits of bytes j and j+4, groups 4-7
 // in the nibbles of bytes j+4 with their top 2 bits in bytes j−4 and j.
@@ -235,18 +312,17 @@ func k4ScaleMin(s []byte, j int) (sc, mn int32) {
 }
 
 // Q4_K: f16 d, f16 dmin, 12 bytes of scales and mins, 128 bytes of
-// nibbles: each 64 values take 32 bytes, low nibbles then high.
+// nibbles: each 64 values take 32 bytes, low nibbles then high (neonNib32's
+// layout).
 func unpackQ4_K(q []int8, p *neonKBlock, blk []byte) {
 	q = q[:256]
 	p.d, p.dmin = f16at(blk, 0), f16at(blk, 2)
 	for j := range 8 {
 		sc, mn := k4ScaleMin(blk[4:16], j)
 		p.sc[j], p.mn[2*j], p.mn[2*j+1] = sc, mn, mn
-		qs, shift := blk[16+32*(j/2):][:32], 4*(j&1)
-		for l, v := range qs {
-			q[32*j+l] = int8(v >> shift & 15)
-		}
 	}
+	_ = blk[143]
+	neonNib32(i8ptr(q), &blk[16], 4)
 }
 
 // Q5_K: Q4_K's layout plus 32 bytes of fifth bits: bit j of byte l for
@@ -341,6 +417,7 @@ func unpackIQ4_XS(q []int8, p *neonKBlock, blk []byte) {
 	for ib := range 8 {
 		ls := blk[4+ib/2]>>(4*(ib%2))&15 | byte(sh>>(2*ib)&3)<<4
 		p.sc[ib] = int32(ls) - 32
-		nibbles(q[32*ib:], blk[8+16*ib:], &neonKvIQ4)
 	}
+	_, _ = q[255], blk[135]
+	neonNib16(i8ptr(q), &blk[8], 16, 8, &neonKvIQ4)
 }
