@@ -491,9 +491,12 @@ func qaIQ4XSInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer,
 
 // ---- The 32-value formats (quant_legacy.go) against actQ8x32 blocks: the
 // assembly in quant_avx2_amd64.s, four rows against one token, each block
-// unpacked in registers (nothing is written but the four results). A call
-// of nt tokens runs it once per token: the steps of each output do not
-// depend on nt, so qrows and the tiles agree bit for bit.
+// unpacked in registers (nothing is written but the four results): the
+// decode path. With several tokens, qrows unpacks the four rows once into
+// the worker's qbuf and runs each token over that (qa2Buf*), with the same
+// integer sums and float steps per output; the tiles (no worker, so no
+// buffer) run the single-token kernel per token. So each output's steps do
+// not depend on nt: qrows and the tiles agree bit for bit.
 
 // qaMXFP4Grid is kvaluesMXFP4 in both lanes, for VPSHUFB.
 var qaMXFP4Grid = func() (g [32]int8) {
@@ -541,6 +544,46 @@ func qa2IQ4NLRows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 //go:noescape
 func qa2MXFP4Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
+// Unpacking and per-token kernels for several tokens: n ≥ 1 blocks; a
+// record per block and row of qaRecBytes[kind] bytes.
+
+//go:noescape
+func qa2UnpQ4_0(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpQ4_1(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpQ5_0(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpQ5_1(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpIQ4NL(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpMXFP4(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2BufOff(res *[4]float32, buf, x, off unsafe.Pointer, n int)
+
+//go:noescape
+func qa2BufMin(res *[4]float32, buf, x, off unsafe.Pointer, n int)
+
+//go:noescape
+func qa2BufGrid(res *[4]float32, buf, x, off unsafe.Pointer, n int)
+
+// qaOff8 and qaOff16 are Q4_0's and Q5_0's offsets for qa2BufOff.
+var qaOff8, qaOff16 = qaBytes32(8), qaBytes32(16)
+
+func qaBytes32(v byte) (b [32]byte) {
+	for i := range b {
+		b[i] = v
+	}
+	return
+}
+
 // Kinds of 32-value format.
 const (
 	qaQ4_0 = iota
@@ -550,6 +593,10 @@ const (
 	qaIQ4NL
 	qaMXFP4
 )
+
+// qaRecBytes is each kind's record size: 32 weight bytes, the scale in 8
+// lanes, and for Q4_1 and Q5_1 the min in 4.
+var qaRecBytes = [...]int{qaQ4_0: 64, qaQ4_1: 80, qaQ5_0: 64, qaQ5_1: 80, qaIQ4NL: 64, qaMXFP4: 64}
 
 // qaPrefetchRows: each row prefetches the same columns this many rows
 // ahead, the rows a later call takes (as avx2PrefetchRows for Q8_0).
@@ -568,7 +615,11 @@ func avx2Q4_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride,
 	qaLegacyRows(qaQ4_0, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-func avx2Q4_0Rows(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func avx2Q4_0Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ4_0, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
 	qaLegacyRows(qaQ4_0, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
@@ -576,7 +627,11 @@ func avx2Q4_1Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride,
 	qaLegacyRows(qaQ4_1, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-func avx2Q4_1Rows(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func avx2Q4_1Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ4_1, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
 	qaLegacyRows(qaQ4_1, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
@@ -584,7 +639,11 @@ func avx2Q5_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride,
 	qaLegacyRows(qaQ5_0, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-func avx2Q5_0Rows(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func avx2Q5_0Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ5_0, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
 	qaLegacyRows(qaQ5_0, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
@@ -592,7 +651,11 @@ func avx2Q5_1Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride,
 	qaLegacyRows(qaQ5_1, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-func avx2Q5_1Rows(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func avx2Q5_1Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ5_1, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
 	qaLegacyRows(qaQ5_1, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
@@ -600,7 +663,11 @@ func avx2IQ4NLTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride
 	qaLegacyRows(qaIQ4NL, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-func avx2IQ4NLRows(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func avx2IQ4NLRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaIQ4NL, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
 	qaLegacyRows(qaIQ4NL, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
@@ -608,7 +675,11 @@ func avx2MXFP4Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride
 	qaLegacyRows(qaMXFP4, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-func avx2MXFP4Rows(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func avx2MXFP4Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaMXFP4, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
 	qaLegacyRows(qaMXFP4, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
@@ -633,6 +704,44 @@ func qaLegacyRows(kind int, out []float32, outStride int, w []byte, rb, nr int, 
 			qa2IQ4NLRows4(&res, p0, p1, p2, p3, x, nb, pf)
 		case qaMXFP4:
 			qa2MXFP4Rows4(&res, p0, p1, p2, p3, x, nb, pf)
+		}
+		copy(out[j*outStride:j*outStride+nr], res[:nr])
+	}
+}
+
+// qaLegacyBuffered is qRowsFn for several tokens of the 32-value format
+// kind: the rows unpacked once into wk.qbuf, then each token over them.
+func qaLegacyBuffered(kind int, wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	wk.qbuf = growBytes(wk.qbuf, 4*nb*qaRecBytes[kind])
+	buf := bptr(wk.qbuf)
+	p0, p1, p2, p3 := rowPtrs(bptr(w), rb, 0, nr)
+	switch kind {
+	case qaQ4_0:
+		qa2UnpQ4_0(buf, p0, p1, p2, p3, nb)
+	case qaQ4_1:
+		qa2UnpQ4_1(buf, p0, p1, p2, p3, nb)
+	case qaQ5_0:
+		qa2UnpQ5_0(buf, p0, p1, p2, p3, nb)
+	case qaQ5_1:
+		qa2UnpQ5_1(buf, p0, p1, p2, p3, nb)
+	case qaIQ4NL:
+		qa2UnpIQ4NL(buf, p0, p1, p2, p3, nb)
+	case qaMXFP4:
+		qa2UnpMXFP4(buf, p0, p1, p2, p3, nb)
+	}
+	var res [4]float32
+	ap := bptr(act)
+	for j := range nt {
+		x := unsafe.Add(ap, j*actStride)
+		switch kind {
+		case qaQ4_0:
+			qa2BufOff(&res, buf, x, unsafe.Pointer(&qaOff8), nb)
+		case qaQ5_0:
+			qa2BufOff(&res, buf, x, unsafe.Pointer(&qaOff16), nb)
+		case qaQ4_1, qaQ5_1:
+			qa2BufMin(&res, buf, x, nil, nb)
+		default:
+			qa2BufGrid(&res, buf, x, nil, nb)
 		}
 		copy(out[j*outStride:j*outStride+nr], res[:nr])
 	}

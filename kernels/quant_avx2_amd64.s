@@ -210,6 +210,98 @@ GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 	VFMADD231PS Y11, Y10, ACC; \
 	ADDQ $17, R
 
+#define QB_ENTER \
+	MOVQ res+0(FP), AX; \
+	MOVQ buf+8(FP), SI; \
+	MOVQ x+16(FP), R12; \
+	MOVQ n+32(FP), CX; \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	VXORPS X12, X12, X12; \
+	VXORPS X13, X13, X13; \
+	VXORPS X14, X14, X14; \
+	VXORPS X15, X15, X15; \
+	VMOVDQU qa2ones<>(SB), Y6
+
+// QB_SCALE: ACC += float(lane sums in Y10) · (the record's d · da).
+#define QB_SCALE(ACC) \
+	VPMADDWD Y6, Y10, Y10; \
+	VCVTDQ2PS Y10, Y10; \
+	VMULPS 32(SI), Y9, Y11; \
+	VFMADD231PS Y11, Y10, ACC
+
+#define QB_OFF(ACC) \
+	VMOVDQU (SI), Y10; \
+	VPMADDUBSW Y8, Y10, Y10; \
+	VPSUBW Y7, Y10, Y10; \
+	QB_SCALE(ACC); \
+	ADDQ $64, SI
+
+#define QB_MIN(ACC, MACC) \
+	VMOVDQU (SI), Y10; \
+	VPMADDUBSW Y8, Y10, Y10; \
+	QB_SCALE(ACC); \
+	VFMADD231PS 64(SI), X7, MACC; \
+	ADDQ $80, SI
+
+#define QB_GRID(ACC) \
+	VMOVDQU (SI), Y10; \
+	VPSIGNB Y10, Y8, Y11; \
+	VPABSB Y10, Y10; \
+	VPMADDUBSW Y11, Y10, Y10; \
+	QB_SCALE(ACC); \
+	ADDQ $64, SI
+
+// func qa2UnpQ4_0(dst, w0, w1, w2, w3 unsafe.Pointer, n int) (likewise the others)
+#define QU_ENTER \
+	MOVQ dst+0(FP), DI; \
+	MOVQ w0+8(FP), R8; \
+	MOVQ w1+16(FP), R9; \
+	MOVQ w2+24(FP), R10; \
+	MOVQ w3+32(FP), R11; \
+	MOVQ n+40(FP), CX; \
+	VMOVDQU qa2c0f<>(SB), Y4
+
+#define QU_LOOP(ROW, LOOP) \
+LOOP: \
+	ROW(R8); \
+	ROW(R9); \
+	ROW(R10); \
+	ROW(R11); \
+	DECQ CX; \
+	JNZ  LOOP; \
+	VZEROUPPER; \
+	RET
+
+// QU_D: the float16 d at 0(R) in 8 lanes at 32(DI).
+#define QU_D(R) \
+	VPBROADCASTW (R), X11; \
+	VCVTPH2PS X11, Y11; \
+	VMOVDQU Y11, 32(DI)
+
+// QU_M: the float16 m at 2(R) in 4 lanes at 64(DI).
+#define QU_M(R) \
+	VPBROADCASTW 2(R), X11; \
+	VCVTPH2PS X11, X11; \
+	VMOVDQU X11, 64(DI)
+
+#define QU40(R) QA_NIB(R, 2); VMOVDQU Y10, (DI); QU_D(R); ADDQ $18, R; ADDQ $64, DI
+#define QU50(R) QA_NIB(R, 6); QA_HI5(R, 2); VMOVDQU Y10, (DI); QU_D(R); ADDQ $22, R; ADDQ $64, DI
+#define QU41(R) QA_NIB(R, 4); VMOVDQU Y10, (DI); QU_D(R); QU_M(R); ADDQ $20, R; ADDQ $80, DI
+#define QU51(R) QA_NIB(R, 8); QA_HI5(R, 4); VMOVDQU Y10, (DI); QU_D(R); QU_M(R); ADDQ $24, R; ADDQ $80, DI
+#define QUIQ4(R) QA_NIB(R, 2); VPSHUFB Y10, Y5, Y10; VMOVDQU Y10, (DI); QU_D(R); ADDQ $18, R; ADDQ $64, DI
+#define QUMX(R) \
+	QA_NIB(R, 1); \
+	VPSHUFB Y10, Y5, Y10; \
+	VMOVDQU Y10, (DI); \
+	MOVBLZX (R), R13; \
+	VBROADCASTSS (BX)(R13*4), Y11; \
+	VMOVDQU Y11, 32(DI); \
+	ADDQ $17, R; \
+	ADDQ $64, DI
+
 // func qa2Q4_0Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 TEXT ·qa2Q4_0Rows4(SB), NOSPLIT, $0-64
 	QA_ENTER
@@ -307,4 +399,82 @@ mxloop:
 	MXROW(R11, Y3)
 	QA_NEXT(mxloop)
 mxdone:
+	QA_DONE
+
+// ---- Several tokens: the four rows are unpacked once (qa2Unp*) into
+// records, block by block, rows 0-3 in turn: the 32 weights as bytes (u,
+// or the grid formats' signed values), the block scale as float32 in 8
+// lanes, and for Q4_1 and Q5_1 the min in 4 lanes. Then each token runs
+// qa2Buf* over the records: the same integer sums and the same float steps
+// as the single-token kernels above (products commute), so the results are
+// bit-identical to theirs.
+
+TEXT ·qa2UnpQ4_0(SB), NOSPLIT, $0-48
+	QU_ENTER
+	QU_LOOP(QU40, qu40loop)
+
+TEXT ·qa2UnpQ5_0(SB), NOSPLIT, $0-48
+	QU_ENTER
+	QU_LOOP(QU50, qu50loop)
+
+TEXT ·qa2UnpQ4_1(SB), NOSPLIT, $0-48
+	QU_ENTER
+	QU_LOOP(QU41, qu41loop)
+
+TEXT ·qa2UnpQ5_1(SB), NOSPLIT, $0-48
+	QU_ENTER
+	QU_LOOP(QU51, qu51loop)
+
+TEXT ·qa2UnpIQ4NL(SB), NOSPLIT, $0-48
+	QU_ENTER
+	VMOVDQU ·qaIQ4Grid(SB), Y5
+	QU_LOOP(QUIQ4, quiq4loop)
+
+TEXT ·qa2UnpMXFP4(SB), NOSPLIT, $0-48
+	QU_ENTER
+	VMOVDQU ·qaMXFP4Grid(SB), Y5
+	LEAQ ·qaE8M0Tab(SB), BX
+	QU_LOOP(QUMX, qumxloop)
+
+// func qa2BufOff(res *[4]float32, buf, x, off unsafe.Pointer, n int): Q4_0
+// and Q5_0 records against one token; off is 32 bytes of the offset.
+TEXT ·qa2BufOff(SB), NOSPLIT, $0-40
+	QB_ENTER
+	MOVQ off+24(FP), DX
+	VMOVDQU (DX), Y5
+qboloop:
+	QA_ACT
+	VPMADDUBSW Y8, Y5, Y7
+	QB_OFF(Y0)
+	QB_OFF(Y1)
+	QB_OFF(Y2)
+	QB_OFF(Y3)
+	QA_NEXT(qboloop)
+	QA_DONE
+
+// func qa2BufMin(res *[4]float32, buf, x, off unsafe.Pointer, n int): Q4_1
+// and Q5_1 (off unused).
+TEXT ·qa2BufMin(SB), NOSPLIT, $0-40
+	QB_ENTER
+qbmloop:
+	QA_ACT
+	VBROADCASTSS 4(R12), X7
+	QB_MIN(Y0, X12)
+	QB_MIN(Y1, X13)
+	QB_MIN(Y2, X14)
+	QB_MIN(Y3, X15)
+	QA_NEXT(qbmloop)
+	QA_DONE
+
+// func qa2BufGrid(res *[4]float32, buf, x, off unsafe.Pointer, n int):
+// IQ4_NL and MXFP4 (off unused).
+TEXT ·qa2BufGrid(SB), NOSPLIT, $0-40
+	QB_ENTER
+qbgloop:
+	QA_ACT
+	QB_GRID(Y0)
+	QB_GRID(Y1)
+	QB_GRID(Y2)
+	QB_GRID(Y3)
+	QA_NEXT(qbgloop)
 	QA_DONE
