@@ -115,6 +115,7 @@ type worker struct {
 	scores []float32   // attention scores of one token's head group
 	acc    []float32   // attention output accumulators of a head group; avx2 matmul accumulators
 	res    [16]float32 // one tile's results
+	qbuf   []byte      // a quant qRowsFn's unpacked weight rows
 }
 
 func growF32(b []float32, n int) []float32 {

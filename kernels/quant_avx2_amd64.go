@@ -489,32 +489,99 @@ func qaIQ4XSInts(sums *qaSums, w unsafe.Pointer, rb, nr int, act unsafe.Pointer,
 	archsimd.ClearAVXUpperBits()
 }
 
-// ---- The 32-value formats (quant_legacy.go) against actQ8x32 blocks.
-//
-// With one scale per 32 values the per-block float work is as large as the
-// integer work, so it stays in the vector phase, with the lanes running
-// over blocks: for one weight row and token, four blocks' integer sums
-// form one Int32x4, which is converted and scaled by four blocks' scales
-// at once into a 4-lane accumulator, whose lanes are summed at the end.
-// Every output takes the same steps whatever the tile's shape; a short last
-// group of four repeats a real block with zero scales (adding exactly 0).
-// A scalar pre-pass lays out each chunk's scales lane-ready: the weights'
-// float16 scales decoded per row, the activations' d and s per token.
+// ---- The 32-value formats (quant_legacy.go) against actQ8x32 blocks: the
+// assembly in quant_avx2_amd64.s, four rows against one token, each block
+// unpacked in registers (nothing is written but the four results): the
+// decode path. With several tokens, qrows unpacks the four rows once into
+// the worker's qbuf and runs each token over that (qa2Buf*), with the same
+// integer sums and float steps per output; the tiles (no worker, so no
+// buffer) run the single-token kernel per token. So each output's steps do
+// not depend on nt: qrows and the tiles agree bit for bit.
 
-// qaCB is the number of 32-value blocks per chunk (a multiple of 4).
-const qaCB = 64
+// qaMXFP4Grid is kvaluesMXFP4 in both lanes, for VPSHUFB.
+var qaMXFP4Grid = func() (g [32]int8) {
+	for i := range g {
+		g[i] = kvaluesMXFP4[i%16]
+	}
+	return
+}()
 
-// qaLegacy is a chunk's scratch and the tile's accumulators.
-type qaLegacy struct {
-	// Float32 bits, per row: d (and m for Q4_1, Q5_1) per block; per
-	// token: the activation blocks' d and s.
-	dw, mw [4][qaCB]uint32
-	da, sa [4][qaCB]uint32
-	acc    [16][4]float32 // per output j*4+i: 4 lanes over blocks
-	// The vector phase's: a group's 4 unpacked blocks (unsigned, and
-	// signed for the grids).
-	u [4]archsimd.Uint8x32
-	v [4]archsimd.Int8x32
+// qaE8M0Tab is the float32 bits of e8m0Half(e), by e: MXFP4's block scale
+// for the assembly.
+var qaE8M0Tab = func() (t [256]uint32) {
+	for e := range t {
+		t[e] = qaE8M0HalfBits(byte(e))
+	}
+	return
+}()
+
+// qaE8M0HalfBits is the float32 bits of e8m0Half(e).
+func qaE8M0HalfBits(e byte) uint32 {
+	if e < 2 {
+		return 0x00200000 << e
+	}
+	return uint32(e-1) << 23
+}
+
+// Assembly kernels (quant_avx2_amd64.s): res[i] = row wi · token x over n
+// blocks; pf is the prefetch distance in bytes.
+
+//go:noescape
+func qa2Q4_0Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+
+//go:noescape
+func qa2Q4_1Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+
+//go:noescape
+func qa2Q5_0Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+
+//go:noescape
+func qa2Q5_1Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+
+//go:noescape
+func qa2IQ4NLRows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+
+//go:noescape
+func qa2MXFP4Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+
+// Unpacking and per-token kernels for several tokens: n ≥ 1 blocks; a
+// record per block and row of qaRecBytes[kind] bytes.
+
+//go:noescape
+func qa2UnpQ4_0(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpQ4_1(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpQ5_0(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpQ5_1(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpIQ4NL(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2UnpMXFP4(dst, w0, w1, w2, w3 unsafe.Pointer, n int)
+
+//go:noescape
+func qa2BufOff(res *[4]float32, buf, x, off unsafe.Pointer, n int)
+
+//go:noescape
+func qa2BufMin(res *[4]float32, buf, x, off unsafe.Pointer, n int)
+
+//go:noescape
+func qa2BufGrid(res *[4]float32, buf, x, off unsafe.Pointer, n int)
+
+// qaOff8 and qaOff16 are Q4_0's and Q5_0's offsets for qa2BufOff.
+var qaOff8, qaOff16 = qaBytes32(8), qaBytes32(16)
+
+func qaBytes32(v byte) (b [32]byte) {
+	for i := range b {
+		b[i] = v
+	}
+	return
 }
 
 // Kinds of 32-value format.
@@ -527,214 +594,155 @@ const (
 	qaMXFP4
 )
 
-// qaLegacyFmt is a 32-value format's layout for the tiles.
-type qaLegacyFmt struct {
-	bytes, qsOff, qhOff int     // block size; nibbles; fifth bits (0: none)
-	off                 float32 // the quants' offset: x = d·(q+off)
-	min                 bool    // a float16 m at byte 2, added as m·s
-	grid                *[32]int8
-}
+// qaRecBytes is each kind's record size: 32 weight bytes, the scale in 8
+// lanes, and for Q4_1 and Q5_1 the min in 4.
+var qaRecBytes = [...]int{qaQ4_0: 64, qaQ4_1: 80, qaQ5_0: 64, qaQ5_1: 80, qaIQ4NL: 64, qaMXFP4: 64}
 
-var qaLegacyFmts = [...]qaLegacyFmt{
-	qaQ4_0:  {bytes: q4_0Bytes, qsOff: 2, off: -8},
-	qaQ4_1:  {bytes: q4_1Bytes, qsOff: 4, min: true},
-	qaQ5_0:  {bytes: q5_0Bytes, qsOff: 6, qhOff: 2, off: -16},
-	qaQ5_1:  {bytes: q5_1Bytes, qsOff: 8, qhOff: 4, min: true},
-	qaIQ4NL: {bytes: iq4nlBytes, qsOff: 2, grid: &qaIQ4Grid},
-	qaMXFP4: {bytes: mxfp4Bytes, qsOff: 1, grid: &qaMXFP4Grid},
-}
-
-// qaMXFP4Grid is kvaluesMXFP4 in both lanes, for VPSHUFB.
-var qaMXFP4Grid = func() (g [32]int8) {
-	for i := range g {
-		g[i] = kvaluesMXFP4[i%16]
-	}
-	return
-}()
+// qaPrefetchRows: each row prefetches the same columns this many rows
+// ahead, the rows a later call takes (as avx2PrefetchRows for Q8_0).
+const qaPrefetchRows = 8
 
 func init() {
-	avx2.qtiles[Q4_0] = avx2Q4_0Tile
-	avx2.qtiles[Q4_1] = avx2Q4_1Tile
-	avx2.qtiles[Q5_0] = avx2Q5_0Tile
-	avx2.qtiles[Q5_1] = avx2Q5_1Tile
-	avx2.qtiles[IQ4_NL] = avx2IQ4NLTile
-	avx2.qtiles[MXFP4] = avx2MXFP4Tile
+	avx2.qtiles[Q4_0], avx2.qrows[Q4_0] = avx2Q4_0Tile, avx2Q4_0Rows
+	avx2.qtiles[Q4_1], avx2.qrows[Q4_1] = avx2Q4_1Tile, avx2Q4_1Rows
+	avx2.qtiles[Q5_0], avx2.qrows[Q5_0] = avx2Q5_0Tile, avx2Q5_0Rows
+	avx2.qtiles[Q5_1], avx2.qrows[Q5_1] = avx2Q5_1Tile, avx2Q5_1Rows
+	avx2.qtiles[IQ4_NL], avx2.qrows[IQ4_NL] = avx2IQ4NLTile, avx2IQ4NLRows
+	avx2.qtiles[MXFP4], avx2.qrows[MXFP4] = avx2MXFP4Tile, avx2MXFP4Rows
 }
 
 func avx2Q4_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	qaLegacyTile(qaQ4_0, res, w, rb, nr, act, actStride, nt, nb)
+	qaLegacyRows(qaQ4_0, res[:], 4, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q4_0Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ4_0, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
+	qaLegacyRows(qaQ4_0, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
 func avx2Q4_1Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	qaLegacyTile(qaQ4_1, res, w, rb, nr, act, actStride, nt, nb)
+	qaLegacyRows(qaQ4_1, res[:], 4, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q4_1Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ4_1, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
+	qaLegacyRows(qaQ4_1, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
 func avx2Q5_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	qaLegacyTile(qaQ5_0, res, w, rb, nr, act, actStride, nt, nb)
+	qaLegacyRows(qaQ5_0, res[:], 4, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q5_0Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ5_0, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
+	qaLegacyRows(qaQ5_0, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
 func avx2Q5_1Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	qaLegacyTile(qaQ5_1, res, w, rb, nr, act, actStride, nt, nb)
+	qaLegacyRows(qaQ5_1, res[:], 4, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2Q5_1Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaQ5_1, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
+	qaLegacyRows(qaQ5_1, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
 func avx2IQ4NLTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	qaLegacyTile(qaIQ4NL, res, w, rb, nr, act, actStride, nt, nb)
+	qaLegacyRows(qaIQ4NL, res[:], 4, w, rb, nr, act, actStride, nt, nb)
+}
+
+func avx2IQ4NLRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaIQ4NL, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
+	}
+	qaLegacyRows(qaIQ4NL, out, outStride, w, rb, nr, act, actStride, nt, nb)
 }
 
 func avx2MXFP4Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	qaLegacyTile(qaMXFP4, res, w, rb, nr, act, actStride, nt, nb)
+	qaLegacyRows(qaMXFP4, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 }
 
-// qaLegacyTile is the tile of the 32-value format kind.
-func qaLegacyTile(kind int, res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	f := &qaLegacyFmts[kind]
-	var sc qaLegacy
-	wp, ap := bptr(w), bptr(act)
-	for b0 := 0; b0 < nb; b0 += qaCB {
-		n := min(qaCB, nb-b0)
-		qaLegacyScales(&sc, f, kind, unsafe.Add(wp, b0*f.bytes), rb, nr, unsafe.Add(ap, b0*ActQ8x32Bytes), actStride, nt, n)
-		qaLegacyVec(&sc, f, unsafe.Add(wp, b0*f.bytes), rb, nr, unsafe.Add(ap, b0*ActQ8x32Bytes), actStride, nt, n)
+func avx2MXFP4Rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	if nt > 1 {
+		qaLegacyBuffered(qaMXFP4, wk, out, outStride, w, rb, nr, act, actStride, nt, nb)
+		return
 	}
+	qaLegacyRows(qaMXFP4, out, outStride, w, rb, nr, act, actStride, nt, nb)
+}
+
+// qaLegacyRows is qRowsFn for the 32-value format kind (rows past nr
+// repeat the last; their results are dropped).
+func qaLegacyRows(kind int, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	var res [4]float32
+	p0, p1, p2, p3 := rowPtrs(bptr(w), rb, 0, nr)
+	ap, pf := bptr(act), qaPrefetchRows*rb
 	for j := range nt {
-		for i := range nr {
-			a := &sc.acc[j*4+i]
-			res[j*4+i] = (a[0] + a[1]) + (a[2] + a[3])
+		x := unsafe.Add(ap, j*actStride)
+		switch kind {
+		case qaQ4_0:
+			qa2Q4_0Rows4(&res, p0, p1, p2, p3, x, nb, pf)
+		case qaQ4_1:
+			qa2Q4_1Rows4(&res, p0, p1, p2, p3, x, nb, pf)
+		case qaQ5_0:
+			qa2Q5_0Rows4(&res, p0, p1, p2, p3, x, nb, pf)
+		case qaQ5_1:
+			qa2Q5_1Rows4(&res, p0, p1, p2, p3, x, nb, pf)
+		case qaIQ4NL:
+			qa2IQ4NLRows4(&res, p0, p1, p2, p3, x, nb, pf)
+		case qaMXFP4:
+			qa2MXFP4Rows4(&res, p0, p1, p2, p3, x, nb, pf)
 		}
+		copy(out[j*outStride:j*outStride+nr], res[:nr])
 	}
 }
 
-// qaLegacyScales is the scalar pre-pass of a chunk of n blocks: the
-// entries of a short last group of four stay 0.
-func qaLegacyScales(sc *qaLegacy, f *qaLegacyFmt, kind int, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
-	pad := (n + 3) &^ 3
-	for i := range nr {
-		dw, mw := &sc.dw[i], &sc.mw[i]
-		for b := range n {
-			blk := unsafe.Add(w, i*rb+b*f.bytes)
-			if kind == qaMXFP4 {
-				dw[b] = qaE8M0HalfBits(*(*byte)(blk))
-				continue
-			}
-			dw[b] = qaF16Bits(qaU16(blk, 0))
-			if f.min {
-				mw[b] = qaF16Bits(qaU16(blk, 2))
-			}
-		}
-		for b := n; b < pad; b++ {
-			dw[b], mw[b] = 0, 0
-		}
+// qaLegacyBuffered is qRowsFn for several tokens of the 32-value format
+// kind: the rows unpacked once into wk.qbuf, then each token over them.
+func qaLegacyBuffered(kind int, wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	wk.qbuf = growBytes(wk.qbuf, 4*nb*qaRecBytes[kind])
+	buf := bptr(wk.qbuf)
+	p0, p1, p2, p3 := rowPtrs(bptr(w), rb, 0, nr)
+	switch kind {
+	case qaQ4_0:
+		qa2UnpQ4_0(buf, p0, p1, p2, p3, nb)
+	case qaQ4_1:
+		qa2UnpQ4_1(buf, p0, p1, p2, p3, nb)
+	case qaQ5_0:
+		qa2UnpQ5_0(buf, p0, p1, p2, p3, nb)
+	case qaQ5_1:
+		qa2UnpQ5_1(buf, p0, p1, p2, p3, nb)
+	case qaIQ4NL:
+		qa2UnpIQ4NL(buf, p0, p1, p2, p3, nb)
+	case qaMXFP4:
+		qa2UnpMXFP4(buf, p0, p1, p2, p3, nb)
 	}
+	var res [4]float32
+	ap := bptr(act)
 	for j := range nt {
-		da, sa := &sc.da[j], &sc.sa[j]
-		for b := range n {
-			a := unsafe.Add(act, j*stride+b*ActQ8x32Bytes)
-			da[b], sa[b] = qaU32(a, 0), qaU32(a, 4)
+		x := unsafe.Add(ap, j*actStride)
+		switch kind {
+		case qaQ4_0:
+			qa2BufOff(&res, buf, x, unsafe.Pointer(&qaOff8), nb)
+		case qaQ5_0:
+			qa2BufOff(&res, buf, x, unsafe.Pointer(&qaOff16), nb)
+		case qaQ4_1, qaQ5_1:
+			qa2BufMin(&res, buf, x, nil, nb)
+		default:
+			qa2BufGrid(&res, buf, x, nil, nb)
 		}
-		for b := n; b < pad; b++ {
-			da[b], sa[b] = 0, 0
-		}
+		copy(out[j*outStride:j*outStride+nr], res[:nr])
 	}
-}
-
-// qaF16Bits is the float32 bits of float16 h: normal numbers by integer
-// arithmetic (a table lookup per 32-value block misses the cache), the
-// rest by F16ToF32.
-func qaF16Bits(h uint16) uint32 {
-	if e := h & 0x7c00; e != 0 && e != 0x7c00 {
-		return uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + 112<<23)
-	}
-	return math.Float32bits(F16ToF32(h))
-}
-
-// qaE8M0HalfBits is the float32 bits of e8m0Half(e).
-func qaE8M0HalfBits(e byte) uint32 {
-	if e < 2 {
-		return 0x00200000 << e
-	}
-	return uint32(e-1) << 23
-}
-
-// qaHalfShifts shifts the high 128-bit lane right by 4: the high nibbles.
-var qaHalfShifts = [8]uint32{0, 0, 0, 0, 4, 4, 4, 4}
-
-// qaBitSpread and qaBitMask turn a block's 32 fifth bits, in every 32-bit
-// lane, into byte i = bit i: VPSHUFB takes byte i/8, the mask bit i%8.
-var qaBitSpread = func() (p [32]int8) {
-	for i := range p {
-		p[i] = int8(i / 8)
-	}
-	return
-}()
-
-var qaBitMask = func() (p [32]uint8) {
-	for i := range p {
-		p[i] = 1 << (i % 8)
-	}
-	return
-}()
-
-func qaLegacyVec(sc *qaLegacy, f *qaLegacyFmt, w unsafe.Pointer, rb, nr int, act unsafe.Pointer, stride, nt, n int) {
-	m4 := archsimd.BroadcastUint8x32(0x0f)
-	one := archsimd.BroadcastUint8x32(1)
-	ones := archsimd.BroadcastInt16x16(1)
-	shifts := archsimd.LoadUint32x8(&qaHalfShifts)
-	var zero archsimd.Uint8x32
-	for i := range nr {
-		row := unsafe.Add(w, i*rb)
-		for q := 0; q < n; q += 4 {
-			// The group's blocks, a short group repeating the last.
-			b1, b2, b3 := min(q+1, n-1), min(q+2, n-1), min(q+3, n-1)
-			for k, b := range [4]int{q, b1, b2, b3} {
-				blk := unsafe.Add(row, b*f.bytes)
-				x := archsimd.LoadUint8x16((*[16]uint8)(unsafe.Add(blk, f.qsOff)))
-				u := zero.SetLo(x).SetHi(x).AsUint32x8().ShiftRight(shifts).AsUint8x32().And(m4)
-				if f.qhOff != 0 {
-					bits := archsimd.BroadcastUint32x8(qaU32(blk, f.qhOff)).AsInt8x32().PermuteOrZeroGrouped(archsimd.LoadInt8x32(&qaBitSpread)).AsUint8x32()
-					bits = bits.And(archsimd.LoadUint8x32(&qaBitMask)).Min(one)
-					u = u.Or(qaShl(bits, 4))
-				}
-				if f.grid != nil {
-					v := archsimd.LoadInt8x32(f.grid).PermuteOrZeroGrouped(u.AsInt8x32())
-					sc.v[k] = v
-					u = v.Abs().AsUint8x32()
-				}
-				sc.u[k] = u
-			}
-			o0, o1, o2, o3 := 8+q*ActQ8x32Bytes, 8+b1*ActQ8x32Bytes, 8+b2*ActQ8x32Bytes, 8+b3*ActQ8x32Bytes
-			u0, u1, u2, u3 := sc.u[0], sc.u[1], sc.u[2], sc.u[3]
-			for j := range nt {
-				a := unsafe.Add(act, j*stride)
-				x0 := archsimd.LoadInt8x32(qaS8x32(a, o0))
-				x1 := archsimd.LoadInt8x32(qaS8x32(a, o1))
-				x2 := archsimd.LoadInt8x32(qaS8x32(a, o2))
-				x3 := archsimd.LoadInt8x32(qaS8x32(a, o3))
-				if f.grid != nil {
-					x0, x1, x2, x3 = x0.CopySign(sc.v[0]), x1.CopySign(sc.v[1]), x2.CopySign(sc.v[2]), x3.CopySign(sc.v[3])
-				}
-				s0 := u0.DotProductPairsSaturated(x0).DotProductPairs(ones)
-				s1 := u1.DotProductPairsSaturated(x1).DotProductPairs(ones)
-				s2 := u2.DotProductPairsSaturated(x2).DotProductPairs(ones)
-				s3 := u3.DotProductPairsSaturated(x3).DotProductPairs(ones)
-				h := s0.AddPairsGrouped(s1).AddPairsGrouped(s2.AddPairsGrouped(s3))
-				fi := h.GetLo().Add(h.GetHi()).ConvertToFloat32()
-				// (Loaded here: a 128-bit value live across the loop is
-				// moved between registers with legacy-SSE MOVUPS; and each
-				// branch stores its own result for the same reason.)
-				dw := archsimd.LoadUint32x4((*[4]uint32)(sc.dw[i][q:])).AsFloat32x4()
-				da := archsimd.LoadUint32x4((*[4]uint32)(sc.da[j][q:])).AsFloat32x4()
-				sa := archsimd.LoadUint32x4((*[4]uint32)(sc.sa[j][q:])).AsFloat32x4()
-				acc := archsimd.LoadFloat32x4(&sc.acc[j*4+i])
-				if f.min {
-					// x = d·q + m: the block adds dw·(da·Σ) + mw·sa.
-					mw := archsimd.LoadUint32x4((*[4]uint32)(sc.mw[i][q:])).AsFloat32x4()
-					mw.MulAdd(sa, dw.MulAdd(da.Mul(fi), acc)).Store(&sc.acc[j*4+i])
-				} else {
-					// x = d·(q + off): the block adds dw·(da·Σ + off·sa).
-					off := archsimd.BroadcastFloat32x4(f.off)
-					dw.MulAdd(off.MulAdd(sa, da.Mul(fi)), acc).Store(&sc.acc[j*4+i])
-				}
-			}
-		}
-	}
-	archsimd.ClearAVXUpperBits()
 }
