@@ -66,7 +66,7 @@ func neonQTiles(rows [numDTypes]qRowsFn) [numDTypes]qTileFn {
 	for dt, f := range rows {
 		if f != nil {
 			t[dt] = func(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-				f(res[:], 4, w, rb, nr, act, actStride, nt, nb)
+				f(nil, res[:], 4, w, rb, nr, act, actStride, nt, nb)
 			}
 		}
 	}
@@ -77,7 +77,7 @@ func neonQTiles(rows [numDTypes]qRowsFn) [numDTypes]qTileFn {
 // actQ8x32 activations; mins says w has an offset term m.
 func neonRows32(bytes int, mins bool, decode neonDecode32) qRowsFn {
 	const per = neonChunk / 32
-	return func(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	return func(_ *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 		var q [4][neonChunk]int8
 		var dm [4][per][2]float32
 		var sums [per][8]int32
@@ -124,7 +124,7 @@ func neonRows32(bytes int, mins bool, decode neonDecode32) qRowsFn {
 func neonRowsK(bytes, ngb int, mins bool, decode neonDecodeK) qRowsFn {
 	const per = neonChunk / 256
 	nv := 16 / ngb
-	return func(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	return func(_ *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 		var q [4][neonChunk]int8
 		var p [4][per]neonKBlock
 		var sums [per * 16][8]int32
