@@ -272,8 +272,9 @@ func genericQTile(f *quantFormat) qTileFn {
 // i · token j. Its point is to unpack the rows' blocks once for all nt
 // tokens. As for qTileFn, each product's arithmetic must be fixed by nb
 // alone: a token's results are bit-identical whatever nt is, and equal to
-// those of the backend's qTileFn for the same type.
-type qRowsFn func(out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int)
+// those of the backend's qTileFn for the same type. wk is the calling
+// thread's scratch (qbuf, qacc).
+type qRowsFn func(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int)
 
 // quantMatMul runs rows [r0,r1) × tokens [t0,t1) of a MatMul over a
 // registered quant format, with the backend's qRowsFn for it when it has
@@ -287,7 +288,7 @@ func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, rowsFn qRowsFn, r0, r1, t0
 		act := a.qact[t0*stride:]
 		out := a.out[t0*m.Rows:]
 		for r := r0; r < r1; r += 4 {
-			rowsFn(out[r:], m.Rows, m.Data[r*a.rb:], a.rb, min(4, r1-r), act, stride, t1-t0, nb)
+			rowsFn(wk, out[r:], m.Rows, m.Data[r*a.rb:], a.rb, min(4, r1-r), act, stride, t1-t0, nb)
 		}
 		return
 	}
