@@ -83,6 +83,22 @@ func fDot1MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int
 //go:noescape
 func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
 
+// Fused one-token kernels: n block pairs of four rows decoded in registers
+// and multiplied with token x, adding to acc's first four accumulators
+// (rows 0-3) exactly as unpacking and fDot1V/fDot1B would (o as there).
+//
+//go:noescape
+func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+//go:noescape
+func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+//go:noescape
+func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+//go:noescape
+func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
 // IQ4_XS: n super-blocks of four rows unpacked to the 32-value layout
 // (four chunks each), and their dot kernels (VNNI only, o = 128).
 //
@@ -400,6 +416,19 @@ func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb,
 	_ = out[(nt-1)*outStride+nr-1]
 	s, acc := qScratch(wk, fRowsChunk/2*4*fRow, (nt+3)/4)
 	ws := quadPtrs(w, rb, nr)
+	if fu := k.fused(); nt == 1 && fu != nil {
+		x := quadPtrs(act, actStride, 1)
+		if pairs := nb / 2; pairs > 0 {
+			fu(&acc[0], ws[0], ws[1], ws[2], ws[3], x[0], pairs, k.o)
+		}
+		if nb%2 == 1 {
+			// The odd last block as the tile does it.
+			k.unpackF(s, &ws, (nb-1)*k.bb, 1)
+			k.dotFChunk(&acc[0], s, &x, (nb-1)*ActQ8x32Bytes, 1, 1)
+		}
+		qRowsOut(acc, out, outStride, nr, nt)
+		return
+	}
 	for b := 0; b < nb; b += fRowsChunk {
 		n := min(fRowsChunk, nb-b)
 		k.unpackF(s, &ws, b*k.bb, n)
@@ -409,6 +438,22 @@ func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb,
 		}
 	}
 	qRowsOut(acc, out, outStride, nr, nt)
+}
+
+// fused is the format's one-token kernel that decodes in registers, nil
+// where it has none.
+func (k *tiler512) fused() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int) {
+	switch {
+	case k.t == Q4_0 && k.vnni:
+		return fuQ4_0V
+	case k.t == Q4_0:
+		return fuQ4_0B
+	case k.t == Q5_0 && k.vnni:
+		return fuQ5_0V
+	case k.t == Q5_0:
+		return fuQ5_0B
+	}
+	return nil
 }
 
 // xsRows is IQ4_XS's qRowsFn (VNNI only).

@@ -182,6 +182,30 @@
 	KMOVW DX, K3; \
 	LOAD16
 
+// FU_PROLOGUE: the fused one-token kernels' (see below).
+#define FU_PROLOGUE \
+	MOVQ acc+0(FP), AX; \
+	MOVQ w0+8(FP), R8; \
+	MOVQ w1+16(FP), R9; \
+	MOVQ w2+24(FP), R10; \
+	MOVQ w3+32(FP), R11; \
+	MOVQ x+40(FP), DI; \
+	MOVQ n+48(FP), CX; \
+	MOVQ o+56(FP), DX; \
+	VMOVD DX, X27; \
+	VPBROADCASTB X27, Z27; \
+	MOVL $0x00010001, DX; \
+	VPBROADCASTD DX, Z26; \
+	VPXORD Z28, Z28, Z28; \
+	MOVL $0xff00, DX; \
+	KMOVW DX, K3; \
+	VMOVDQU64 fuShifts<>(SB), Z29; \
+	MOVL $0x0f0f0f0f, DX; \
+	VPBROADCASTD DX, Z30; \
+	MOVL $0x10101010, DX; \
+	VPBROADCASTD DX, Z31; \
+	VMOVUPS 0(AX), Z0; VMOVUPS 64(AX), Z1; VMOVUPS 128(AX), Z2; VMOVUPS 192(AX), Z3
+
 // func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 TEXT ·unpackQ4K(SB), NOSPLIT, $0-48
 	UNPACK_PROLOGUE
@@ -1031,6 +1055,107 @@ fd1mb:
 	VZEROUPPER
 	RET
 
+// ---- fused one-token kernels (32-value blocks) ------------------------
+//
+// For one token the unpacked scratch is pure overhead: these decode each
+// row's block pair straight into Z4 (the scratch's u layout: block 0's 32
+// values, then block 1's) and its scales into Z6 ([dw0 ×8, dw1 ×8]), then
+// run FPAIR's steps on the same lanes, so every product is bit for bit the
+// tile's. R8-R11 = rows, DI = the token's blocks, CX = pairs, Z0-Z3 = the
+// accumulators of rows 0-3 (acc's first four), K3 = 0xff00, Z29 = word
+// shifts [0 ×8, 4 ×8, 0 ×8, 4 ×8], Z30 = 0x0f bytes, Z31 = 0x10 bytes.
+
+// FU_NIBBLES: qs of block 0 at QOFF(W) and of block 1 BB bytes on, as
+// [lo0, hi0, lo1, hi1] nibbles in Z4.
+#define FU_NIBBLES(W, BB, QOFF) \
+	VBROADCASTI32X4 QOFF(W), Z4; \
+	VBROADCASTI32X4 (BB+QOFF)(W), K3, Z4; \
+	VPSRLVW Z29, Z4, Z4; \
+	VPANDD Z30, Z4, Z4
+
+#define FU_QH_NONE(W, BB)
+
+// FU_QH_Q5_0: the fifth bits (u32 at 2 in each block) added as 0x10.
+#define FU_QH_Q5_0(W, BB) \
+	MOVL 2(W), DX; \
+	MOVL (BB+2)(W), BX; \
+	SHLQ $32, BX; \
+	ORQ DX, BX; \
+	KMOVQ BX, K2; \
+	VPADDB Z31, Z4, K2, Z4
+
+#define FU_DOT_V \
+	VMOVDQA64 Z21, Z24; \
+	VPDPBUSD Z20, Z4, Z24
+
+#define FU_DOT_B \
+	VPMADDUBSW Z20, Z4, Z24; \
+	VPMADDWD Z26, Z24, Z24; \
+	VPADDD Z21, Z24, Z24
+
+// FU_ROW: one row's block pair (BB bytes per block, quants at QOFF, f16
+// scale at 0) × the token: FPAIR with the scales decoded here.
+#define FU_ROW(W, BB, QOFF, QH, DOT, ACC) \
+	FU_NIBBLES(W, BB, QOFF); \
+	QH(W, BB); \
+	DOT; \
+	VCVTDQ2PS Z24, Z24; \
+	VPBROADCASTW 0(W), Y6; \
+	VPBROADCASTW BB(W), K3, Y6; \
+	VCVTPH2PS Y6, Z6; \
+	VMULPS Z6, Z22, Z25; \
+	VFMADD231PS Z25, Z24, ACC
+
+#define FU_STEP(TOK, BB, QOFF, QH, DOT) \
+	TOK(DI); \
+	FU_ROW(R8, BB, QOFF, QH, DOT, Z0); \
+	FU_ROW(R9, BB, QOFF, QH, DOT, Z1); \
+	FU_ROW(R10, BB, QOFF, QH, DOT, Z2); \
+	FU_ROW(R11, BB, QOFF, QH, DOT, Z3); \
+	FADV(2*BB); \
+	ADDQ $80, DI
+
+#define FU_EPILOGUE \
+	VMOVUPS Z0, 0(AX); VMOVUPS Z1, 64(AX); VMOVUPS Z2, 128(AX); VMOVUPS Z3, 192(AX); \
+	VZEROUPPER; \
+	RET
+
+// func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ4_0V(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq40v:
+	FU_STEP(FTOK_V, 18, 2, FU_QH_NONE, FU_DOT_V)
+	DECQ CX
+	JNZ  fuq40v
+	FU_EPILOGUE
+
+// func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ4_0B(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq40b:
+	FU_STEP(FTOK_B, 18, 2, FU_QH_NONE, FU_DOT_B)
+	DECQ CX
+	JNZ  fuq40b
+	FU_EPILOGUE
+
+// func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ5_0V(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq50v:
+	FU_STEP(FTOK_V, 22, 6, FU_QH_Q5_0, FU_DOT_V)
+	DECQ CX
+	JNZ  fuq50v
+	FU_EPILOGUE
+
+// func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ5_0B(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq50b:
+	FU_STEP(FTOK_B, 22, 6, FU_QH_Q5_0, FU_DOT_B)
+	DECQ CX
+	JNZ  fuq50b
+	FU_EPILOGUE
+
 // ---- IQ4_XS (actQ8K) ------------------------------------------------------
 //
 // IQ4_XS (d, scales_h u16, scales_l[4], qs[128]) unpacks to the 32-value
@@ -1346,3 +1471,15 @@ GLOBL xsD3<>(SB), RODATA|NOPTR, $64
 DATA xsShifts<>+0(SB)/8, $0x0006000400020000
 DATA xsShifts<>+8(SB)/8, $0x000e000c000a0008
 GLOBL xsShifts<>(SB), RODATA|NOPTR, $16
+
+// fuShifts: word shifts 0 (low nibbles) and 4 (high nibbles) for the
+// 128-bit lanes [qs0, qs0, qs1, qs1].
+DATA fuShifts<>+0(SB)/8, $0
+DATA fuShifts<>+8(SB)/8, $0
+DATA fuShifts<>+16(SB)/8, $0x0004000400040004
+DATA fuShifts<>+24(SB)/8, $0x0004000400040004
+DATA fuShifts<>+32(SB)/8, $0
+DATA fuShifts<>+40(SB)/8, $0
+DATA fuShifts<>+48(SB)/8, $0x0004000400040004
+DATA fuShifts<>+56(SB)/8, $0x0004000400040004
+GLOBL fuShifts<>(SB), RODATA|NOPTR, $64
