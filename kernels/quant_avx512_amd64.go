@@ -99,6 +99,15 @@ func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
 //go:noescape
 func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
 
+// Fused one-token K kernels (VNNI): n blocks of four rows decoded in
+// registers and multiplied with token x, as unpacking and kDot1VNNI would.
+//
+//go:noescape
+func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+
+//go:noescape
+func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+
 // IQ4_XS: n super-blocks of four rows unpacked to the 32-value layout
 // (four chunks each), and their dot kernels (VNNI only, o = 128).
 //
@@ -398,6 +407,11 @@ func (k *tiler512) kRows(wk *worker, out []float32, outStride int, w []byte, rb,
 	_ = out[(nt-1)*outStride+nr-1]
 	s, acc := qScratch(wk, kRowsChunk*4*kRow, (nt+3)/4)
 	ws := quadPtrs(w, rb, nr)
+	if fu := k.fusedK(); nt == 1 && fu != nil {
+		fu(&acc[0], ws[0], ws[1], ws[2], ws[3], bptr(act), nb)
+		qRowsOut(acc, out, outStride, nr, nt)
+		return
+	}
 	for b := 0; b < nb; b += kRowsChunk {
 		n := min(kRowsChunk, nb-b)
 		k.unpackK(s, &ws, b*k.bb, n)
@@ -438,6 +452,18 @@ func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb,
 		}
 	}
 	qRowsOut(acc, out, outStride, nr, nt)
+}
+
+// fusedK is the K format's one-token kernel that decodes in registers,
+// nil where it has none.
+func (k *tiler512) fusedK() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int) {
+	switch {
+	case k.t == Q4_K && k.vnni:
+		return kfuQ4K
+	case k.t == Q6_K && k.vnni:
+		return kfuQ6K
+	}
+	return nil
 }
 
 // fused is the format's one-token kernel that decodes in registers, nil

@@ -206,6 +206,18 @@
 	VPBROADCASTD DX, Z31; \
 	VMOVUPS 0(AX), Z0; VMOVUPS 64(AX), Z1; VMOVUPS 128(AX), Z2; VMOVUPS 192(AX), Z3
 
+// KFU_PROLOGUE: the fused one-token K kernels' (see below).
+#define KFU_PROLOGUE \
+	MOVQ acc+0(FP), R13; \
+	MOVQ w0+8(FP), R8; \
+	MOVQ w1+16(FP), R9; \
+	MOVQ w2+24(FP), R10; \
+	MOVQ w3+32(FP), R11; \
+	MOVQ x+40(FP), DI; \
+	MOVQ n+48(FP), CX; \
+	KCONST; \
+	VMOVUPS 0(R13), Z8; VMOVUPS 64(R13), Z9; VMOVUPS 128(R13), Z10; VMOVUPS 192(R13), Z11
+
 // func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 TEXT ·unpackQ4K(SB), NOSPLIT, $0-48
 	UNPACK_PROLOGUE
@@ -1054,6 +1066,122 @@ fd1mb:
 	STORE16
 	VZEROUPPER
 	RET
+
+// ---- fused one-token kernels (K blocks, VNNI) ------------------------
+//
+// As for the 32-value blocks: each row's block is decoded into registers
+// in the scratch layout (Z16-Z19 = u chunks, Z12/Z13 = sc01/sc23, Y24 =
+// m16, Z25 = dv) by the unpackers' own steps, then KPAIRV's sequence runs
+// on them, so each product is the tile's bit for bit. R8-R11 = rows, DI =
+// the token's blocks, CX = blocks, R13 = acc, Z8-Z11 = rows 0-3's
+// accumulators (acc's first four); AX, BX, DX, SI, R12 are the scale
+// decoders' scratch.
+
+// KFU_FINISH: KFINISH into registers.
+#define KFU_FINISH \
+	VPERMW Z1, Z27, Z12; \
+	VPERMW Z1, Z28, Z13; \
+	VEXTRACTI64X4 $1, Z1, Y24; \
+	VCVTPH2PS Y2, Z25
+
+// KFU_PAIR: KPAIRV with the scales in Z12, Z13.
+#define KFU_PAIR(X, ACC) \
+	VPXORD Z20, Z20, Z20; \
+	VPDPBUSD 4(X), Z16, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPDPBUSD 68(X), Z17, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPDPBUSD 132(X), Z18, Z22; \
+	VPXORD Z23, Z23, Z23; \
+	VPDPBUSD 196(X), Z19, Z23; \
+	VPACKSSDW Z21, Z20, Z20; \
+	VPACKSSDW Z23, Z22, Z22; \
+	VPMADDWD Z12, Z20, Z20; \
+	VPDPWSSD Z13, Z22, Z20; \
+	KCOMBINE(X, ACC)
+
+// KFU_Q4K_QS: Q4K_QS's chunks into Z16-Z19.
+#define KFU_Q4K_QS(W) \
+	VMOVDQU64 16(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VSHUFI64X2 $0x44, Z5, Z4, Z16; \
+	VSHUFI64X2 $0xEE, Z5, Z4, Z17; \
+	VMOVDQU64 80(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VSHUFI64X2 $0x44, Z5, Z4, Z18; \
+	VSHUFI64X2 $0xEE, Z5, Z4, Z19
+
+#define KFU_Q4K_ROW(W, ACC) \
+	KFU_Q4K_QS(W); \
+	K4SCALES(W); \
+	KFU_FINISH; \
+	KFU_PAIR(DI, ACC)
+
+// KFU_Q6K_HALF: Q6K_HALF's chunks 2H, 2H+1 into ZA, ZB.
+#define KFU_Q6K_HALF(W, H, ZA, ZB) \
+	VMOVDQU64 (64*H)(W), Z4; \
+	VMOVDQU (128+32*H)(W), Y5; \
+	VPSRLW $2, Y5, Y6; \
+	VINSERTI64X4 $1, Y6, Z5, Z5; \
+	VPSLLW $4, Z5, Z6; \
+	VPANDD Z29, Z6, Z6; \
+	VPANDD Z29, Z5, Z5; \
+	VPANDD Z30, Z4, ZA; \
+	VPORD Z6, ZA, ZA; \
+	VPSRLW $4, Z4, Z4; \
+	VPANDD Z30, Z4, Z4; \
+	VPORD Z5, Z4, ZB
+
+#define KFU_Q6K_ROW(W, ACC) \
+	KFU_Q6K_HALF(W, 0, Z16, Z17); \
+	KFU_Q6K_HALF(W, 1, Z18, Z19); \
+	VPMOVSXBW 192(W), Y1; \
+	VPSLLW $5, Y1, Y3; \
+	VINSERTI64X4 $1, Y3, Z1, Z1; \
+	MOVWLZX 208(W), AX; \
+	MOVL AX, BX; \
+	XORL $0x8000, BX; \
+	KDV; \
+	KFU_FINISH; \
+	KFU_PAIR(DI, ACC)
+
+#define KFU_EPILOGUE \
+	VMOVUPS Z8, 0(R13); VMOVUPS Z9, 64(R13); VMOVUPS Z10, 128(R13); VMOVUPS Z11, 192(R13); \
+	VZEROUPPER; \
+	RET
+
+// func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+TEXT ·kfuQ4K(SB), NOSPLIT, $0-56
+	KFU_PROLOGUE
+	VMOVDQU64 kIdxK4<>(SB), Z26
+kfuq4k:
+	KFU_Q4K_ROW(R8, Z8)
+	KFU_Q4K_ROW(R9, Z9)
+	KFU_Q4K_ROW(R10, Z10)
+	KFU_Q4K_ROW(R11, Z11)
+	FADV(144)
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  kfuq4k
+	KFU_EPILOGUE
+
+// func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+TEXT ·kfuQ6K(SB), NOSPLIT, $0-56
+	KFU_PROLOGUE
+kfuq6k:
+	KFU_Q6K_ROW(R8, Z8)
+	KFU_Q6K_ROW(R9, Z9)
+	KFU_Q6K_ROW(R10, Z10)
+	KFU_Q6K_ROW(R11, Z11)
+	FADV(210)
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  kfuq6k
+	KFU_EPILOGUE
 
 // ---- fused one-token kernels (32-value blocks) ------------------------
 //
