@@ -115,7 +115,10 @@ type worker struct {
 	scores []float32   // attention scores of one token's head group
 	acc    []float32   // attention output accumulators of a head group; avx2 matmul accumulators
 	res    [16]float32 // one tile's results
-	qbuf   []byte      // a quant qRowsFn's unpacked weight rows
+	// qbuf and qacc are a backend's qrows scratch (quant.go): unpacked
+	// weight blocks and, for avx512, one accumulator set per 4-token group.
+	qbuf []byte
+	qacc [][256]float32
 }
 
 func growF32(b []float32, n int) []float32 {

@@ -273,7 +273,7 @@ func genericQTile(f *quantFormat) qTileFn {
 // tokens. As for qTileFn, each product's arithmetic must be fixed by nb
 // alone: a token's results are bit-identical whatever nt is, and equal to
 // those of the backend's qTileFn for the same type. wk is the calling
-// worker, whose qbuf may hold the unpacked rows.
+// worker, whose scratch (qbuf, qacc) may hold the unpacked rows.
 type qRowsFn func(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int)
 
 // quantMatMul runs rows [r0,r1) × tokens [t0,t1) of a MatMul over a

@@ -83,6 +83,31 @@ func fDot1MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int
 //go:noescape
 func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
 
+// Fused one-token kernels: n block pairs of four rows decoded in registers
+// and multiplied with token x, adding to acc's first four accumulators
+// (rows 0-3) exactly as unpacking and fDot1V/fDot1B would (o as there).
+//
+//go:noescape
+func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+//go:noescape
+func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+//go:noescape
+func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+//go:noescape
+func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+
+// Fused one-token K kernels (VNNI): n blocks of four rows decoded in
+// registers and multiplied with token x, as unpacking and kDot1VNNI would.
+//
+//go:noescape
+func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+
+//go:noescape
+func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+
 // IQ4_XS: n super-blocks of four rows unpacked to the 32-value layout
 // (four chunks each), and their dot kernels (VNNI only, o = 128).
 //
@@ -132,11 +157,12 @@ func init() {
 func installQuant512(b *backend, vnni bool) {
 	for _, k := range []tiler512{{t: Q2_K, bb: q2KBytes}, {t: Q3_K, bb: q3KBytes}, {t: Q4_K, bb: q4KBytes}, {t: Q5_K, bb: q5KBytes}, {t: Q6_K, bb: q6KBytes}} {
 		k.vnni = vnni
-		b.qtiles[k.t] = (&k).kTile
+		b.qtiles[k.t], b.qrows[k.t] = (&k).kTile, (&k).kRows
 	}
 	if vnni {
 		// IQ4_XS: as IQ4_NL.
-		b.qtiles[IQ4_XS] = (&tiler512{t: IQ4_XS, bb: iq4XSBytes, o: 128, vnni: true}).xsTile
+		xs := &tiler512{t: IQ4_XS, bb: iq4XSBytes, o: 128, vnni: true}
+		b.qtiles[IQ4_XS], b.qrows[IQ4_XS] = xs.xsTile, xs.xsRows
 	}
 	for _, k := range []tiler512{
 		{t: Q4_0, bb: q4_0Bytes, o: 8}, {t: Q5_0, bb: q5_0Bytes, o: 16},
@@ -149,7 +175,7 @@ func installQuant512(b *backend, vnni bool) {
 			continue
 		}
 		k.vnni = vnni
-		b.qtiles[k.t] = (&k).fTile
+		b.qtiles[k.t], b.qrows[k.t] = (&k).fTile, (&k).fRows
 	}
 }
 
@@ -166,86 +192,101 @@ type tiler512 struct {
 
 // kTile is the qTileFn of a K format (actQ8K activations).
 func (k *tiler512) kTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	bb := k.bb
 	// The assembly reads whole blocks of rows < nr and tokens < nt.
-	_ = w[(nr-1)*rb+nb*bb-1]
+	_ = w[(nr-1)*rb+nb*k.bb-1]
 	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
 	var buf [4*kChunk*kRow + 64]byte
 	var acc [256]float32
 	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
-	// Missing rows and tokens repeat the last one; their results are not
-	// read.
-	wp, ap := bptr(w), bptr(act)
-	w0, w1, w2, w3 := wp, unsafe.Add(wp, min(1, nr-1)*rb), unsafe.Add(wp, min(2, nr-1)*rb), unsafe.Add(wp, min(3, nr-1)*rb)
-	x0, x1, x2, x3 := ap, unsafe.Add(ap, min(1, nt-1)*actStride), unsafe.Add(ap, min(2, nt-1)*actStride), unsafe.Add(ap, min(3, nt-1)*actStride)
+	ws, xs := quadPtrs(w, rb, nr), quadPtrs(act, actStride, nt)
 	for b := 0; b < nb; b += kChunk {
 		n := min(kChunk, nb-b)
-		wo, ao := b*bb, b*ActQ8KBytes
-		switch k.t {
-		case Q4_K:
-			unpackQ4K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		case Q6_K:
-			unpackQ6K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		case Q5_K:
-			unpackQ5K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		case Q3_K:
-			unpackQ3K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		case Q2_K:
-			unpackQ2K(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		}
-		switch {
-		case nt == 1 && k.vnni:
-			kDot1VNNI(&acc, s, unsafe.Add(x0, ao), n)
-		case nt == 1:
-			kDot1BW(&acc, s, unsafe.Add(x0, ao), n)
-		case k.vnni:
-			kDot4VNNI(&acc, s, unsafe.Add(x0, ao), unsafe.Add(x1, ao), unsafe.Add(x2, ao), unsafe.Add(x3, ao), n)
-		default:
-			kDot4BW(&acc, s, unsafe.Add(x0, ao), unsafe.Add(x1, ao), unsafe.Add(x2, ao), unsafe.Add(x3, ao), n)
-		}
+		k.unpackK(s, &ws, b*k.bb, n)
+		k.dotK(&acc, s, &xs, b*ActQ8KBytes, n, nt)
 	}
 	qHsum16(res, &acc)
+}
+
+// quadPtrs points at rows 0..3 of p, n ≤ 4 of them stride bytes apart;
+// missing rows repeat the last one (the kernels compute them, their
+// results are not read).
+func quadPtrs(p []byte, stride, n int) [4]unsafe.Pointer {
+	b := bptr(p)
+	return [4]unsafe.Pointer{b, unsafe.Add(b, min(1, n-1)*stride), unsafe.Add(b, min(2, n-1)*stride), unsafe.Add(b, min(3, n-1)*stride)}
+}
+
+// unpackK unpacks n K blocks of the four rows from byte off on into s.
+func (k *tiler512) unpackK(s *byte, w *[4]unsafe.Pointer, off, n int) {
+	w0, w1, w2, w3 := unsafe.Add(w[0], off), unsafe.Add(w[1], off), unsafe.Add(w[2], off), unsafe.Add(w[3], off)
+	switch k.t {
+	case Q4_K:
+		unpackQ4K(s, w0, w1, w2, w3, n)
+	case Q6_K:
+		unpackQ6K(s, w0, w1, w2, w3, n)
+	case Q5_K:
+		unpackQ5K(s, w0, w1, w2, w3, n)
+	case Q3_K:
+		unpackQ3K(s, w0, w1, w2, w3, n)
+	case Q2_K:
+		unpackQ2K(s, w0, w1, w2, w3, n)
+	}
+}
+
+// dotK adds n unpacked K blocks times the tokens' activation blocks from
+// byte off on to acc (nt tokens; 1 runs the one-token kernel).
+func (k *tiler512) dotK(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n, nt int) {
+	x0 := unsafe.Add(x[0], off)
+	switch {
+	case nt == 1 && k.vnni:
+		kDot1VNNI(acc, s, x0, n)
+	case nt == 1:
+		kDot1BW(acc, s, x0, n)
+	case k.vnni:
+		kDot4VNNI(acc, s, x0, unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n)
+	default:
+		kDot4BW(acc, s, x0, unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n)
+	}
 }
 
 // fTile is the qTileFn of a 32-value block format (actQ8x32 activations).
 func (k *tiler512) fTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	bb := k.bb
-	_ = w[(nr-1)*rb+nb*bb-1]
+	_ = w[(nr-1)*rb+nb*k.bb-1]
 	_ = act[(nt-1)*actStride+nb*ActQ8x32Bytes-1]
 	var buf [fChunk/2*4*fRow + 64]byte
 	var acc [256]float32
-	// An odd last block pairs with a zero one: its activations are copied
-	// here, zero-padded, as the kernels read whole pairs.
-	var tail [4][2 * ActQ8x32Bytes]byte
 	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
-	wp, ap := bptr(w), bptr(act)
-	w0, w1, w2, w3 := wp, unsafe.Add(wp, min(1, nr-1)*rb), unsafe.Add(wp, min(2, nr-1)*rb), unsafe.Add(wp, min(3, nr-1)*rb)
-	var x [4]unsafe.Pointer
-	for j := range x {
-		x[j] = unsafe.Add(ap, min(j, nt-1)*actStride)
-	}
+	ws, xs := quadPtrs(w, rb, nr), quadPtrs(act, actStride, nt)
 	for b := 0; b < nb; b += fChunk {
 		n := min(fChunk, nb-b)
-		wo := b * bb
-		k.unpackF(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		ao := b * ActQ8x32Bytes
-		if pairs := n / 2; pairs > 0 {
-			k.dotF(&acc, s, unsafe.Add(x[0], ao), unsafe.Add(x[1], ao), unsafe.Add(x[2], ao), unsafe.Add(x[3], ao), pairs, nt)
-		}
-		if n%2 == 1 {
-			last := ao + (n-1)*ActQ8x32Bytes
-			for j := range min(nt, 4) {
-				copy(tail[j][:ActQ8x32Bytes], unsafe.Slice((*byte)(unsafe.Add(x[j], last)), ActQ8x32Bytes))
-			}
-			t0 := unsafe.Pointer(&tail[0])
-			t1, t2, t3 := unsafe.Pointer(&tail[min(1, nt-1)]), unsafe.Pointer(&tail[min(2, nt-1)]), unsafe.Pointer(&tail[min(3, nt-1)])
-			k.dotF(&acc, (*byte)(unsafe.Add(unsafe.Pointer(s), n/2*4*fRow)), t0, t1, t2, t3, 1, nt)
-		}
+		k.unpackF(s, &ws, b*k.bb, n)
+		k.dotFChunk(&acc, s, &xs, b*ActQ8x32Bytes, n, nt)
 	}
 	qHsum16(res, &acc)
 }
 
-func (k *tiler512) unpackF(s *byte, w0, w1, w2, w3 unsafe.Pointer, n int) {
+// dotFChunk adds n unpacked 32-value blocks (as unpackF left them in s)
+// times the tokens' activations from byte off on to acc. An odd last block
+// pairs with a zero one: its activations are copied to a zero-padded pair,
+// as the kernels read whole pairs.
+func (k *tiler512) dotFChunk(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n, nt int) {
+	if pairs := n / 2; pairs > 0 {
+		k.dotF(acc, s, unsafe.Add(x[0], off), unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), pairs, nt)
+	}
+	if n%2 == 0 {
+		return
+	}
+	var tail [4][2 * ActQ8x32Bytes]byte
+	last := off + (n-1)*ActQ8x32Bytes
+	for j := range min(nt, 4) {
+		copy(tail[j][:ActQ8x32Bytes], unsafe.Slice((*byte)(unsafe.Add(x[j], last)), ActQ8x32Bytes))
+	}
+	t0 := unsafe.Pointer(&tail[0])
+	t1, t2, t3 := unsafe.Pointer(&tail[min(1, nt-1)]), unsafe.Pointer(&tail[min(2, nt-1)]), unsafe.Pointer(&tail[min(3, nt-1)])
+	k.dotF(acc, (*byte)(unsafe.Add(unsafe.Pointer(s), n/2*4*fRow)), t0, t1, t2, t3, 1, nt)
+}
+
+func (k *tiler512) unpackF(s *byte, w *[4]unsafe.Pointer, off, n int) {
+	w0, w1, w2, w3 := unsafe.Add(w[0], off), unsafe.Add(w[1], off), unsafe.Add(w[2], off), unsafe.Add(w[3], off)
 	switch k.t {
 	case Q4_0:
 		unpackQ4_0(s, w0, w1, w2, w3, n)
@@ -283,28 +324,180 @@ func (k *tiler512) dotF(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointe
 	}
 }
 
+// xsChunk is the IQ4_XS tile's super-blocks per unpack: 6 KiB.
+const xsChunk = 2
+
 // xsTile is IQ4_XS's qTileFn (VNNI only).
 func (k *tiler512) xsTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 	_ = w[(nr-1)*rb+nb*iq4XSBytes-1]
 	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
-	const chunk = 2 // super-blocks per unpack: 6 KiB
-	var buf [chunk*4*4*fRow + 64]byte
+	var buf [xsChunk*4*4*fRow + 64]byte
 	var acc [256]float32
 	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
-	wp, ap := bptr(w), bptr(act)
-	w0, w1, w2, w3 := wp, unsafe.Add(wp, min(1, nr-1)*rb), unsafe.Add(wp, min(2, nr-1)*rb), unsafe.Add(wp, min(3, nr-1)*rb)
-	x0, x1, x2, x3 := ap, unsafe.Add(ap, min(1, nt-1)*actStride), unsafe.Add(ap, min(2, nt-1)*actStride), unsafe.Add(ap, min(3, nt-1)*actStride)
-	for b := 0; b < nb; b += chunk {
-		n := min(chunk, nb-b)
-		wo, ao := b*iq4XSBytes, b*ActQ8KBytes
-		unpackIQ4XS(s, unsafe.Add(w0, wo), unsafe.Add(w1, wo), unsafe.Add(w2, wo), unsafe.Add(w3, wo), n)
-		if nt == 1 {
-			xsDot1V(&acc, s, unsafe.Add(x0, ao), nil, nil, nil, n, k.o)
-		} else {
-			xsDot4V(&acc, s, unsafe.Add(x0, ao), unsafe.Add(x1, ao), unsafe.Add(x2, ao), unsafe.Add(x3, ao), n, k.o)
-		}
+	ws, xs := quadPtrs(w, rb, nr), quadPtrs(act, actStride, nt)
+	for b := 0; b < nb; b += xsChunk {
+		n := min(xsChunk, nb-b)
+		k.unpackXS(s, &ws, b*iq4XSBytes, n)
+		k.dotXS(&acc, s, &xs, b*ActQ8KBytes, n, nt)
 	}
 	qHsum16(res, &acc)
+}
+
+func (k *tiler512) unpackXS(s *byte, w *[4]unsafe.Pointer, off, n int) {
+	unpackIQ4XS(s, unsafe.Add(w[0], off), unsafe.Add(w[1], off), unsafe.Add(w[2], off), unsafe.Add(w[3], off), n)
+}
+
+func (k *tiler512) dotXS(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n, nt int) {
+	if nt == 1 {
+		xsDot1V(acc, s, unsafe.Add(x[0], off), nil, nil, nil, n, k.o)
+		return
+	}
+	xsDot4V(acc, s, unsafe.Add(x[0], off), unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n, k.o)
+}
+
+// The qrows paths unpack a larger chunk of each 4-row block than a tile
+// (per-worker scratch, not zeroed per call) and run every 4-token group of
+// the item over it before moving on: the unpacked chunk stays in L1 while
+// the groups' accumulators (1 KiB each) and activations stream. Each
+// product's instruction sequence is the tile's, so its results are too.
+const (
+	kRowsChunk  = 8  // K blocks: 16 KiB
+	fRowsChunk  = 32 // 32-value blocks: 12 KiB
+	xsRowsChunk = 4  // IQ4_XS super-blocks: 12 KiB
+)
+
+// qScratch returns wk's unpack buffer of n bytes, 64-byte aligned, and its
+// accumulators for ng token groups, zeroed.
+func qScratch(wk *worker, n, ng int) (*byte, [][256]float32) {
+	wk.qbuf = growBytes(wk.qbuf, n+64)
+	if cap(wk.qacc) < ng {
+		wk.qacc = make([][256]float32, max(ng, 16))
+	}
+	acc := wk.qacc[:ng]
+	clear(acc)
+	return (*byte)(alignUp64(unsafe.Pointer(&wk.qbuf[0]))), acc
+}
+
+// qRowsOut writes the groups' horizontal sums to out: token j, row i at
+// out[j*outStride+i].
+func qRowsOut(acc [][256]float32, out []float32, outStride, nr, nt int) {
+	var res [16]float32
+	for g := range acc {
+		qHsum16(&res, &acc[g])
+		for j := range min(4, nt-4*g) {
+			o := out[(4*g+j)*outStride:][:nr]
+			for i := range o {
+				o[i] = res[j*4+i]
+			}
+		}
+	}
+}
+
+// qGroupPtrs points at the tokens of 4-token group g of nt, and says how
+// many there are.
+func qGroupPtrs(act []byte, actStride, nt, g int) ([4]unsafe.Pointer, int) {
+	n := min(4, nt-4*g)
+	return quadPtrs(act[4*g*actStride:], actStride, n), n
+}
+
+// kRows is the qRowsFn of a K format.
+func (k *tiler512) kRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	_ = w[(nr-1)*rb+nb*k.bb-1]
+	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
+	_ = out[(nt-1)*outStride+nr-1]
+	s, acc := qScratch(wk, kRowsChunk*4*kRow, (nt+3)/4)
+	ws := quadPtrs(w, rb, nr)
+	if fu := k.fusedK(); nt == 1 && fu != nil {
+		fu(&acc[0], ws[0], ws[1], ws[2], ws[3], bptr(act), nb)
+		qRowsOut(acc, out, outStride, nr, nt)
+		return
+	}
+	for b := 0; b < nb; b += kRowsChunk {
+		n := min(kRowsChunk, nb-b)
+		k.unpackK(s, &ws, b*k.bb, n)
+		for g := range acc {
+			xs, n4 := qGroupPtrs(act, actStride, nt, g)
+			k.dotK(&acc[g], s, &xs, b*ActQ8KBytes, n, n4)
+		}
+	}
+	qRowsOut(acc, out, outStride, nr, nt)
+}
+
+// fRows is the qRowsFn of a 32-value block format.
+func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	_ = w[(nr-1)*rb+nb*k.bb-1]
+	_ = act[(nt-1)*actStride+nb*ActQ8x32Bytes-1]
+	_ = out[(nt-1)*outStride+nr-1]
+	s, acc := qScratch(wk, fRowsChunk/2*4*fRow, (nt+3)/4)
+	ws := quadPtrs(w, rb, nr)
+	if fu := k.fused(); nt == 1 && fu != nil {
+		x := quadPtrs(act, actStride, 1)
+		if pairs := nb / 2; pairs > 0 {
+			fu(&acc[0], ws[0], ws[1], ws[2], ws[3], x[0], pairs, k.o)
+		}
+		if nb%2 == 1 {
+			// The odd last block as the tile does it.
+			k.unpackF(s, &ws, (nb-1)*k.bb, 1)
+			k.dotFChunk(&acc[0], s, &x, (nb-1)*ActQ8x32Bytes, 1, 1)
+		}
+		qRowsOut(acc, out, outStride, nr, nt)
+		return
+	}
+	for b := 0; b < nb; b += fRowsChunk {
+		n := min(fRowsChunk, nb-b)
+		k.unpackF(s, &ws, b*k.bb, n)
+		for g := range acc {
+			xs, n4 := qGroupPtrs(act, actStride, nt, g)
+			k.dotFChunk(&acc[g], s, &xs, b*ActQ8x32Bytes, n, n4)
+		}
+	}
+	qRowsOut(acc, out, outStride, nr, nt)
+}
+
+// fusedK is the K format's one-token kernel that decodes in registers,
+// nil where it has none.
+func (k *tiler512) fusedK() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int) {
+	switch {
+	case k.t == Q4_K && k.vnni:
+		return kfuQ4K
+	case k.t == Q6_K && k.vnni:
+		return kfuQ6K
+	}
+	return nil
+}
+
+// fused is the format's one-token kernel that decodes in registers, nil
+// where it has none.
+func (k *tiler512) fused() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int) {
+	switch {
+	case k.t == Q4_0 && k.vnni:
+		return fuQ4_0V
+	case k.t == Q4_0:
+		return fuQ4_0B
+	case k.t == Q5_0 && k.vnni:
+		return fuQ5_0V
+	case k.t == Q5_0:
+		return fuQ5_0B
+	}
+	return nil
+}
+
+// xsRows is IQ4_XS's qRowsFn (VNNI only).
+func (k *tiler512) xsRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+	_ = w[(nr-1)*rb+nb*iq4XSBytes-1]
+	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
+	_ = out[(nt-1)*outStride+nr-1]
+	s, acc := qScratch(wk, xsRowsChunk*4*4*fRow, (nt+3)/4)
+	ws := quadPtrs(w, rb, nr)
+	for b := 0; b < nb; b += xsRowsChunk {
+		n := min(xsRowsChunk, nb-b)
+		k.unpackXS(s, &ws, b*iq4XSBytes, n)
+		for g := range acc {
+			xs, n4 := qGroupPtrs(act, actStride, nt, g)
+			k.dotXS(&acc[g], s, &xs, b*ActQ8KBytes, n, n4)
+		}
+	}
+	qRowsOut(acc, out, outStride, nr, nt)
 }
 
 // alignUp64 rounds p up to a multiple of 64 bytes (a cache line).

@@ -182,6 +182,42 @@
 	KMOVW DX, K3; \
 	LOAD16
 
+// FU_PROLOGUE: the fused one-token kernels' (see below).
+#define FU_PROLOGUE \
+	MOVQ acc+0(FP), AX; \
+	MOVQ w0+8(FP), R8; \
+	MOVQ w1+16(FP), R9; \
+	MOVQ w2+24(FP), R10; \
+	MOVQ w3+32(FP), R11; \
+	MOVQ x+40(FP), DI; \
+	MOVQ n+48(FP), CX; \
+	MOVQ o+56(FP), DX; \
+	VMOVD DX, X27; \
+	VPBROADCASTB X27, Z27; \
+	MOVL $0x00010001, DX; \
+	VPBROADCASTD DX, Z26; \
+	VPXORD Z28, Z28, Z28; \
+	MOVL $0xff00, DX; \
+	KMOVW DX, K3; \
+	VMOVDQU64 fuShifts<>(SB), Z29; \
+	MOVL $0x0f0f0f0f, DX; \
+	VPBROADCASTD DX, Z30; \
+	MOVL $0x10101010, DX; \
+	VPBROADCASTD DX, Z31; \
+	VMOVUPS 0(AX), Z0; VMOVUPS 64(AX), Z1; VMOVUPS 128(AX), Z2; VMOVUPS 192(AX), Z3
+
+// KFU_PROLOGUE: the fused one-token K kernels' (see below).
+#define KFU_PROLOGUE \
+	MOVQ acc+0(FP), R13; \
+	MOVQ w0+8(FP), R8; \
+	MOVQ w1+16(FP), R9; \
+	MOVQ w2+24(FP), R10; \
+	MOVQ w3+32(FP), R11; \
+	MOVQ x+40(FP), DI; \
+	MOVQ n+48(FP), CX; \
+	KCONST; \
+	VMOVUPS 0(R13), Z8; VMOVUPS 64(R13), Z9; VMOVUPS 128(R13), Z10; VMOVUPS 192(R13), Z11
+
 // func unpackQ4K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 TEXT ·unpackQ4K(SB), NOSPLIT, $0-48
 	UNPACK_PROLOGUE
@@ -1031,6 +1067,223 @@ fd1mb:
 	VZEROUPPER
 	RET
 
+// ---- fused one-token kernels (K blocks, VNNI) ------------------------
+//
+// As for the 32-value blocks: each row's block is decoded into registers
+// in the scratch layout (Z16-Z19 = u chunks, Z12/Z13 = sc01/sc23, Y24 =
+// m16, Z25 = dv) by the unpackers' own steps, then KPAIRV's sequence runs
+// on them, so each product is the tile's bit for bit. R8-R11 = rows, DI =
+// the token's blocks, CX = blocks, R13 = acc, Z8-Z11 = rows 0-3's
+// accumulators (acc's first four); AX, BX, DX, SI, R12 are the scale
+// decoders' scratch.
+
+// KFU_FINISH: KFINISH into registers.
+#define KFU_FINISH \
+	VPERMW Z1, Z27, Z12; \
+	VPERMW Z1, Z28, Z13; \
+	VEXTRACTI64X4 $1, Z1, Y24; \
+	VCVTPH2PS Y2, Z25
+
+// KFU_PAIR: KPAIRV with the scales in Z12, Z13.
+#define KFU_PAIR(X, ACC) \
+	VPXORD Z20, Z20, Z20; \
+	VPDPBUSD 4(X), Z16, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPDPBUSD 68(X), Z17, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPDPBUSD 132(X), Z18, Z22; \
+	VPXORD Z23, Z23, Z23; \
+	VPDPBUSD 196(X), Z19, Z23; \
+	VPACKSSDW Z21, Z20, Z20; \
+	VPACKSSDW Z23, Z22, Z22; \
+	VPMADDWD Z12, Z20, Z20; \
+	VPDPWSSD Z13, Z22, Z20; \
+	KCOMBINE(X, ACC)
+
+// KFU_Q4K_QS: Q4K_QS's chunks into Z16-Z19.
+#define KFU_Q4K_QS(W) \
+	VMOVDQU64 16(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VSHUFI64X2 $0x44, Z5, Z4, Z16; \
+	VSHUFI64X2 $0xEE, Z5, Z4, Z17; \
+	VMOVDQU64 80(W), Z4; \
+	VPSRLW $4, Z4, Z5; \
+	VPANDD Z30, Z4, Z4; \
+	VPANDD Z30, Z5, Z5; \
+	VSHUFI64X2 $0x44, Z5, Z4, Z18; \
+	VSHUFI64X2 $0xEE, Z5, Z4, Z19
+
+#define KFU_Q4K_ROW(W, ACC) \
+	KFU_Q4K_QS(W); \
+	K4SCALES(W); \
+	KFU_FINISH; \
+	KFU_PAIR(DI, ACC)
+
+// KFU_Q6K_HALF: Q6K_HALF's chunks 2H, 2H+1 into ZA, ZB.
+#define KFU_Q6K_HALF(W, H, ZA, ZB) \
+	VMOVDQU64 (64*H)(W), Z4; \
+	VMOVDQU (128+32*H)(W), Y5; \
+	VPSRLW $2, Y5, Y6; \
+	VINSERTI64X4 $1, Y6, Z5, Z5; \
+	VPSLLW $4, Z5, Z6; \
+	VPANDD Z29, Z6, Z6; \
+	VPANDD Z29, Z5, Z5; \
+	VPANDD Z30, Z4, ZA; \
+	VPORD Z6, ZA, ZA; \
+	VPSRLW $4, Z4, Z4; \
+	VPANDD Z30, Z4, Z4; \
+	VPORD Z5, Z4, ZB
+
+#define KFU_Q6K_ROW(W, ACC) \
+	KFU_Q6K_HALF(W, 0, Z16, Z17); \
+	KFU_Q6K_HALF(W, 1, Z18, Z19); \
+	VPMOVSXBW 192(W), Y1; \
+	VPSLLW $5, Y1, Y3; \
+	VINSERTI64X4 $1, Y3, Z1, Z1; \
+	MOVWLZX 208(W), AX; \
+	MOVL AX, BX; \
+	XORL $0x8000, BX; \
+	KDV; \
+	KFU_FINISH; \
+	KFU_PAIR(DI, ACC)
+
+#define KFU_EPILOGUE \
+	VMOVUPS Z8, 0(R13); VMOVUPS Z9, 64(R13); VMOVUPS Z10, 128(R13); VMOVUPS Z11, 192(R13); \
+	VZEROUPPER; \
+	RET
+
+// func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+TEXT ·kfuQ4K(SB), NOSPLIT, $0-56
+	KFU_PROLOGUE
+	VMOVDQU64 kIdxK4<>(SB), Z26
+kfuq4k:
+	KFU_Q4K_ROW(R8, Z8)
+	KFU_Q4K_ROW(R9, Z9)
+	KFU_Q4K_ROW(R10, Z10)
+	KFU_Q4K_ROW(R11, Z11)
+	FADV(144)
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  kfuq4k
+	KFU_EPILOGUE
+
+// func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+TEXT ·kfuQ6K(SB), NOSPLIT, $0-56
+	KFU_PROLOGUE
+kfuq6k:
+	KFU_Q6K_ROW(R8, Z8)
+	KFU_Q6K_ROW(R9, Z9)
+	KFU_Q6K_ROW(R10, Z10)
+	KFU_Q6K_ROW(R11, Z11)
+	FADV(210)
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  kfuq6k
+	KFU_EPILOGUE
+
+// ---- fused one-token kernels (32-value blocks) ------------------------
+//
+// For one token the unpacked scratch is pure overhead: these decode each
+// row's block pair straight into Z4 (the scratch's u layout: block 0's 32
+// values, then block 1's) and its scales into Z6 ([dw0 ×8, dw1 ×8]), then
+// run FPAIR's steps on the same lanes, so every product is bit for bit the
+// tile's. R8-R11 = rows, DI = the token's blocks, CX = pairs, Z0-Z3 = the
+// accumulators of rows 0-3 (acc's first four), K3 = 0xff00, Z29 = word
+// shifts [0 ×8, 4 ×8, 0 ×8, 4 ×8], Z30 = 0x0f bytes, Z31 = 0x10 bytes.
+
+// FU_NIBBLES: qs of block 0 at QOFF(W) and of block 1 BB bytes on, as
+// [lo0, hi0, lo1, hi1] nibbles in Z4.
+#define FU_NIBBLES(W, BB, QOFF) \
+	VBROADCASTI32X4 QOFF(W), Z4; \
+	VBROADCASTI32X4 (BB+QOFF)(W), K3, Z4; \
+	VPSRLVW Z29, Z4, Z4; \
+	VPANDD Z30, Z4, Z4
+
+#define FU_QH_NONE(W, BB)
+
+// FU_QH_Q5_0: the fifth bits (u32 at 2 in each block) added as 0x10.
+#define FU_QH_Q5_0(W, BB) \
+	MOVL 2(W), DX; \
+	MOVL (BB+2)(W), BX; \
+	SHLQ $32, BX; \
+	ORQ DX, BX; \
+	KMOVQ BX, K2; \
+	VPADDB Z31, Z4, K2, Z4
+
+#define FU_DOT_V \
+	VMOVDQA64 Z21, Z24; \
+	VPDPBUSD Z20, Z4, Z24
+
+#define FU_DOT_B \
+	VPMADDUBSW Z20, Z4, Z24; \
+	VPMADDWD Z26, Z24, Z24; \
+	VPADDD Z21, Z24, Z24
+
+// FU_ROW: one row's block pair (BB bytes per block, quants at QOFF, f16
+// scale at 0) × the token: FPAIR with the scales decoded here.
+#define FU_ROW(W, BB, QOFF, QH, DOT, ACC) \
+	FU_NIBBLES(W, BB, QOFF); \
+	QH(W, BB); \
+	DOT; \
+	VCVTDQ2PS Z24, Z24; \
+	VPBROADCASTW 0(W), Y6; \
+	VPBROADCASTW BB(W), K3, Y6; \
+	VCVTPH2PS Y6, Z6; \
+	VMULPS Z6, Z22, Z25; \
+	VFMADD231PS Z25, Z24, ACC
+
+#define FU_STEP(TOK, BB, QOFF, QH, DOT) \
+	TOK(DI); \
+	FU_ROW(R8, BB, QOFF, QH, DOT, Z0); \
+	FU_ROW(R9, BB, QOFF, QH, DOT, Z1); \
+	FU_ROW(R10, BB, QOFF, QH, DOT, Z2); \
+	FU_ROW(R11, BB, QOFF, QH, DOT, Z3); \
+	FADV(2*BB); \
+	ADDQ $80, DI
+
+#define FU_EPILOGUE \
+	VMOVUPS Z0, 0(AX); VMOVUPS Z1, 64(AX); VMOVUPS Z2, 128(AX); VMOVUPS Z3, 192(AX); \
+	VZEROUPPER; \
+	RET
+
+// func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ4_0V(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq40v:
+	FU_STEP(FTOK_V, 18, 2, FU_QH_NONE, FU_DOT_V)
+	DECQ CX
+	JNZ  fuq40v
+	FU_EPILOGUE
+
+// func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ4_0B(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq40b:
+	FU_STEP(FTOK_B, 18, 2, FU_QH_NONE, FU_DOT_B)
+	DECQ CX
+	JNZ  fuq40b
+	FU_EPILOGUE
+
+// func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ5_0V(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq50v:
+	FU_STEP(FTOK_V, 22, 6, FU_QH_Q5_0, FU_DOT_V)
+	DECQ CX
+	JNZ  fuq50v
+	FU_EPILOGUE
+
+// func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+TEXT ·fuQ5_0B(SB), NOSPLIT, $0-64
+	FU_PROLOGUE
+fuq50b:
+	FU_STEP(FTOK_B, 22, 6, FU_QH_Q5_0, FU_DOT_B)
+	DECQ CX
+	JNZ  fuq50b
+	FU_EPILOGUE
+
 // ---- IQ4_XS (actQ8K) ------------------------------------------------------
 //
 // IQ4_XS (d, scales_h u16, scales_l[4], qs[128]) unpacks to the 32-value
@@ -1346,3 +1599,15 @@ GLOBL xsD3<>(SB), RODATA|NOPTR, $64
 DATA xsShifts<>+0(SB)/8, $0x0006000400020000
 DATA xsShifts<>+8(SB)/8, $0x000e000c000a0008
 GLOBL xsShifts<>(SB), RODATA|NOPTR, $16
+
+// fuShifts: word shifts 0 (low nibbles) and 4 (high nibbles) for the
+// 128-bit lanes [qs0, qs0, qs1, qs1].
+DATA fuShifts<>+0(SB)/8, $0
+DATA fuShifts<>+8(SB)/8, $0
+DATA fuShifts<>+16(SB)/8, $0x0004000400040004
+DATA fuShifts<>+24(SB)/8, $0x0004000400040004
+DATA fuShifts<>+32(SB)/8, $0
+DATA fuShifts<>+40(SB)/8, $0
+DATA fuShifts<>+48(SB)/8, $0x0004000400040004
+DATA fuShifts<>+56(SB)/8, $0x0004000400040004
+GLOBL fuShifts<>(SB), RODATA|NOPTR, $64

@@ -151,3 +151,67 @@ func TestUnpackMXFP4Scales(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantRows512 checks every AVX-512 qrows path against its tiles bit
+// for bit, with and without VNNI: row blocks of 1 to 4 rows, token counts
+// with every 4-token tail, and more blocks than one qrows chunk (an odd
+// count for the 32-value formats), so that chunking, the fused one-token
+// kernels and the tails are all covered.
+func TestQuantRows512(t *testing.T) {
+	if !slices.Contains(simdBackends, avx512) {
+		t.Skip("the CPU lacks AVX-512")
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	bes := []*backend{avx512BW}
+	if archsimd.X86.AVX512VNNI() {
+		bes = append(bes, avx512)
+	}
+	for _, dt := range quantTypesWanted {
+		f := quantFormatOf(dt)
+		if f == nil {
+			continue
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			cols := 19 * 256
+			if f.block == 32 {
+				cols = 71 * 32
+			}
+			nb := cols / f.block
+			const rows, T = 7, 13
+			m := encodeMatrix(t, dt, rows, cols, randF32(r, rows*cols, 0.3))
+			rb, _ := dt.RowBytes(cols)
+			stride := actRowBytes(f.act, cols)
+			act := make([]byte, T*stride)
+			for j := range T {
+				quantizeActRow(f.act, act[j*stride:(j+1)*stride], randF32(r, cols, 1))
+			}
+			for _, be := range bes {
+				rowsFn, tile := be.qrows[dt], be.qtiles[dt]
+				if rowsFn == nil || tile == nil {
+					continue
+				}
+				var wk worker
+				for _, r0 := range []int{0, 3, 4} {
+					nr := min(4, rows-r0)
+					w := m.Data[r0*rb:]
+					for _, nt := range []int{1, 2, 3, 4, 5, 8, 13} {
+						out := make([]float32, nt*rows)
+						rowsFn(&wk, out, rows, w, rb, nr, act, stride, nt, nb)
+						for t0 := 0; t0 < nt; t0 += 4 {
+							var res [16]float32
+							tile(&res, w, rb, nr, act[t0*stride:], stride, min(4, nt-t0), nb)
+							for j := range min(4, nt-t0) {
+								for i := range nr {
+									got, want := out[(t0+j)*rows+i], res[j*4+i]
+									if math.Float32bits(got) != math.Float32bits(want) {
+										t.Fatalf("%s rows %d+%d, %d tokens: token %d row %d = %v by qrows, %v by the tile", be.name, r0, nr, nt, t0+j, i, got, want)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
