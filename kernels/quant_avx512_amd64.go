@@ -88,25 +88,25 @@ func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int
 // (rows 0-3) exactly as unpacking and fDot1V/fDot1B would (o as there).
 //
 //go:noescape
-func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
 
 //go:noescape
-func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
 
 //go:noescape
-func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
 
 //go:noescape
-func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
+func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
 
 // Fused one-token K kernels (VNNI): n blocks of four rows decoded in
 // registers and multiplied with token x, as unpacking and kDot1VNNI would.
 //
 //go:noescape
-func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
 //go:noescape
-func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
+func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 
 // IQ4_XS: n super-blocks of four rows unpacked to the 32-value layout
 // (four chunks each), and their dot kernels (VNNI only, o = 128).
@@ -408,7 +408,7 @@ func (k *tiler512) kRows(wk *worker, out []float32, outStride int, w []byte, rb,
 	s, acc := qScratch(wk, kRowsChunk*4*kRow, (nt+3)/4)
 	ws := quadPtrs(w, rb, nr)
 	if fu := k.fusedK(); nt == 1 && fu != nil {
-		fu(&acc[0], ws[0], ws[1], ws[2], ws[3], bptr(act), nb)
+		fu(&acc[0], ws[0], ws[1], ws[2], ws[3], bptr(act), nb, fusedPrefetchRows*rb)
 		qRowsOut(acc, out, outStride, nr, nt)
 		return
 	}
@@ -433,7 +433,7 @@ func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb,
 	if fu := k.fused(); nt == 1 && fu != nil {
 		x := quadPtrs(act, actStride, 1)
 		if pairs := nb / 2; pairs > 0 {
-			fu(&acc[0], ws[0], ws[1], ws[2], ws[3], x[0], pairs, k.o)
+			fu(&acc[0], ws[0], ws[1], ws[2], ws[3], x[0], pairs, k.o, fusedPrefetchRows*rb)
 		}
 		if nb%2 == 1 {
 			// The odd last block as the tile does it.
@@ -456,7 +456,7 @@ func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb,
 
 // fusedK is the K format's one-token kernel that decodes in registers,
 // nil where it has none.
-func (k *tiler512) fusedK() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int) {
+func (k *tiler512) fusedK() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int) {
 	switch {
 	case k.t == Q4_K && k.vnni:
 		return kfuQ4K
@@ -466,9 +466,14 @@ func (k *tiler512) fusedK() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Poi
 	return nil
 }
 
+// fusedPrefetchRows: the one-token kernels prefetch each row's columns
+// this many rows ahead (the rows of a later call): streaming the weights
+// from memory, not the arithmetic, bounds a decode step.
+const fusedPrefetchRows = 8
+
 // fused is the format's one-token kernel that decodes in registers, nil
 // where it has none.
-func (k *tiler512) fused() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int) {
+func (k *tiler512) fused() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int) {
 	switch {
 	case k.t == Q4_0 && k.vnni:
 		return fuQ4_0V

@@ -192,6 +192,7 @@
 	MOVQ x+40(FP), DI; \
 	MOVQ n+48(FP), CX; \
 	MOVQ o+56(FP), DX; \
+	MOVQ pf+64(FP), R12; \
 	VMOVD DX, X27; \
 	VPBROADCASTB X27, Z27; \
 	MOVL $0x00010001, DX; \
@@ -215,6 +216,7 @@
 	MOVQ w3+32(FP), R11; \
 	MOVQ x+40(FP), DI; \
 	MOVQ n+48(FP), CX; \
+	MOVQ pf+56(FP), R14; \
 	KCONST; \
 	VMOVUPS 0(R13), Z8; VMOVUPS 64(R13), Z9; VMOVUPS 128(R13), Z10; VMOVUPS 192(R13), Z11
 
@@ -1116,6 +1118,9 @@ fd1mb:
 	VSHUFI64X2 $0xEE, Z5, Z4, Z19
 
 #define KFU_Q4K_ROW(W, ACC) \
+	PREFETCHT0 (W)(R14*1); \
+	PREFETCHT0 64(W)(R14*1); \
+	PREFETCHT0 128(W)(R14*1); \
 	KFU_Q4K_QS(W); \
 	K4SCALES(W); \
 	KFU_FINISH; \
@@ -1137,6 +1142,10 @@ fd1mb:
 	VPORD Z5, Z4, ZB
 
 #define KFU_Q6K_ROW(W, ACC) \
+	PREFETCHT0 (W)(R14*1); \
+	PREFETCHT0 64(W)(R14*1); \
+	PREFETCHT0 128(W)(R14*1); \
+	PREFETCHT0 192(W)(R14*1); \
 	KFU_Q6K_HALF(W, 0, Z16, Z17); \
 	KFU_Q6K_HALF(W, 1, Z18, Z19); \
 	VPMOVSXBW 192(W), Y1; \
@@ -1154,8 +1163,8 @@ fd1mb:
 	VZEROUPPER; \
 	RET
 
-// func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
-TEXT ·kfuQ4K(SB), NOSPLIT, $0-56
+// func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+TEXT ·kfuQ4K(SB), NOSPLIT, $0-64
 	KFU_PROLOGUE
 	VMOVDQU64 kIdxK4<>(SB), Z26
 kfuq4k:
@@ -1169,8 +1178,8 @@ kfuq4k:
 	JNZ  kfuq4k
 	KFU_EPILOGUE
 
-// func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n int)
-TEXT ·kfuQ6K(SB), NOSPLIT, $0-56
+// func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
+TEXT ·kfuQ6K(SB), NOSPLIT, $0-64
 	KFU_PROLOGUE
 kfuq6k:
 	KFU_Q6K_ROW(R8, Z8)
@@ -1235,6 +1244,10 @@ kfuq6k:
 	VFMADD231PS Z25, Z24, ACC
 
 #define FU_STEP(TOK, BB, QOFF, QH, DOT) \
+	PREFETCHT0 (R8)(R12*1); \
+	PREFETCHT0 (R9)(R12*1); \
+	PREFETCHT0 (R10)(R12*1); \
+	PREFETCHT0 (R11)(R12*1); \
 	TOK(DI); \
 	FU_ROW(R8, BB, QOFF, QH, DOT, Z0); \
 	FU_ROW(R9, BB, QOFF, QH, DOT, Z1); \
@@ -1248,8 +1261,8 @@ kfuq6k:
 	VZEROUPPER; \
 	RET
 
-// func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
-TEXT ·fuQ4_0V(SB), NOSPLIT, $0-64
+// func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
+TEXT ·fuQ4_0V(SB), NOSPLIT, $0-72
 	FU_PROLOGUE
 fuq40v:
 	FU_STEP(FTOK_V, 18, 2, FU_QH_NONE, FU_DOT_V)
@@ -1257,8 +1270,8 @@ fuq40v:
 	JNZ  fuq40v
 	FU_EPILOGUE
 
-// func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
-TEXT ·fuQ4_0B(SB), NOSPLIT, $0-64
+// func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
+TEXT ·fuQ4_0B(SB), NOSPLIT, $0-72
 	FU_PROLOGUE
 fuq40b:
 	FU_STEP(FTOK_B, 18, 2, FU_QH_NONE, FU_DOT_B)
@@ -1266,8 +1279,8 @@ fuq40b:
 	JNZ  fuq40b
 	FU_EPILOGUE
 
-// func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
-TEXT ·fuQ5_0V(SB), NOSPLIT, $0-64
+// func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
+TEXT ·fuQ5_0V(SB), NOSPLIT, $0-72
 	FU_PROLOGUE
 fuq50v:
 	FU_STEP(FTOK_V, 22, 6, FU_QH_Q5_0, FU_DOT_V)
@@ -1275,8 +1288,8 @@ fuq50v:
 	JNZ  fuq50v
 	FU_EPILOGUE
 
-// func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o int)
-TEXT ·fuQ5_0B(SB), NOSPLIT, $0-64
+// func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
+TEXT ·fuQ5_0B(SB), NOSPLIT, $0-72
 	FU_PROLOGUE
 fuq50b:
 	FU_STEP(FTOK_B, 22, 6, FU_QH_Q5_0, FU_DOT_B)
