@@ -189,7 +189,14 @@ func (c *CPU) planMatMul(rows, T, rb int) {
 			budget = 64 << 10
 		}
 	}
-	per := max(budget/max(rb, 1), 4)
+	c.cutItems(rows, T, toks, budget/max(rb, 1))
+}
+
+// cutItems sets items of toks tokens and about per rows (a multiple of 4,
+// at least 4), with rows cut finer when that leaves the threads too few
+// items to balance.
+func (c *CPU) cutItems(rows, T, toks, per int) {
+	per = max(per, 4)
 	tokItems := (T + toks - 1) / toks
 	if want := 4 * c.threads; c.threads > 1 && ((rows+per-1)/per)*tokItems < want {
 		per = max((rows*tokItems+want-1)/want, 4)
@@ -232,16 +239,7 @@ func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
 // planQuant is planMatMul for the quant formats: items of whole 4-row,
 // 4-token tiles, their weights within L2.
 func (c *CPU) planQuant(rows, T, rb int) {
-	toks := min(T, 64)
-	budget := 256 << 10
-	per := max(budget/max(rb, 1), 4)
-	tokItems := (T + toks - 1) / toks
-	if want := 4 * c.threads; c.threads > 1 && ((rows+per-1)/per)*tokItems < want {
-		per = max((rows*tokItems+want-1)/want, 4)
-	}
-	per = (per + 3) &^ 3
-	c.mmRows, c.mmToks = per, toks
-	c.mmRowItems = (rows + per - 1) / per
+	c.cutItems(rows, T, min(T, 64), (256<<10)/max(rb, 1))
 }
 
 func (c *CPU) matmulItems(wk, lo, hi int) {
