@@ -21,6 +21,7 @@ fuzztime=${FUZZTIME:-10s}
 targets="
 ./engine/native/ FuzzNativeRequest
 ./engine/native/gguf/ FuzzOpen
+./kernels/ FuzzQuantBlocks
 ./engine/native/weights/ FuzzSafetensors
 ./engine/native/chat/ FuzzRender
 ./engine/native/chat/ FuzzParse
