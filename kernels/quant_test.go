@@ -293,3 +293,29 @@ func BenchmarkQuantMatMul(b *testing.B) {
 		}
 	}
 }
+
+// TestQuantActBackends: a backend's own activation quantizer (quantAct)
+// writes the portable one's bytes.
+func TestQuantActBackends(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	x := randF32(r, 1024, 3)
+	clear(x[256:288]) // an all-zero block of both kinds' 32-value groups
+	clear(x[512:768]) // and a whole Q8_K block
+	x[5], x[300] = 1e-30, -7e4
+	for _, be := range backendsUnderTest(t) {
+		if be.quantAct == nil {
+			continue
+		}
+		for _, k := range []actKind{actQ8x32, actQ8K} {
+			want := make([]byte, actRowBytes(k, len(x)))
+			quantizeActRow(k, want, x)
+			got := make([]byte, len(want))
+			be.quantAct(k, got, x)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s, kind %d: byte %d is %#x, want %#x", be.name, k, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
