@@ -51,8 +51,9 @@ var rules = []struct {
 	{"engine/native/tokenizer", "tokenizers", nil},
 	{"engine/native/weights", "loading weights into kernels' types", []string{"engine/native/gguf", "kernels"}},
 	{"engine/native/demomodel", "random-weight demo models in GGUF, for benchmarks and tests", []string{"engine/native/chat", "engine/native/gguf", "kernels"}},
-	{"engine/native/nativebench", "the native engine's benchmarks (batchd bench engine)", []string{"engine", "engine/native",
-		"engine/native/demomodel", "engine/native/weights"}},
+	// gguf: bench kl counts a file's bits per weight from its tensor table.
+	{"engine/native/nativebench", "the native engine's benchmarks (batchd bench engine, bench kl)", []string{"engine", "engine/native",
+		"engine/native/demomodel", "engine/native/gguf", "engine/native/weights"}},
 
 	// Sources of batch files.
 	{"watcher", "the Job and Source types, the file names of the inbox/outbox contract", nil},
