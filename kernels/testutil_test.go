@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -68,24 +67,8 @@ func encodeMatrix(t *testing.T, dt DType, rows, cols int, vals []float32) *Matri
 	data := make([]byte, rows*rb)
 	for r := range rows {
 		row := vals[r*cols : (r+1)*cols]
-		dst := data[r*rb : (r+1)*rb]
-		switch dt {
-		case F32:
-			for i, v := range row {
-				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
-			}
-		case F16:
-			for i, v := range row {
-				binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(v))
-			}
-		case BF16:
-			for i, v := range row {
-				binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
-			}
-		default:
-			if err := Quantize(dt, dst, row); err != nil {
-				t.Fatal(err)
-			}
+		if err := Quantize(dt, data[r*rb:(r+1)*rb], row); err != nil {
+			t.Fatal(err)
 		}
 	}
 	m, err := NewMatrix(dt, rows, cols, data)
