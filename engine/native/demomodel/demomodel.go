@@ -537,41 +537,15 @@ func encode(x []float32, t kernels.DType, dequantized bool) ([]byte, gguf.GGMLTy
 // Encode stores weights in type t as the demo model does (tests re-encode
 // matrices with it).
 func Encode(x []float32, t kernels.DType) ([]byte, gguf.GGMLType, error) {
-	switch t {
-	case kernels.F32:
-		b := make([]byte, 4*len(x))
-		for i, v := range x {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-		}
-		return b, gguf.F32, nil
-	case kernels.F16, kernels.BF16:
-		b := make([]byte, 2*len(x))
-		for i, v := range x {
-			h := kernels.F32ToF16(v)
-			if t == kernels.BF16 {
-				h = kernels.F32ToBF16(v)
-			}
-			binary.LittleEndian.PutUint16(b[2*i:], h)
-		}
-		if t == kernels.BF16 {
-			return b, gguf.BF16, nil
-		}
-		return b, gguf.F16, nil
-	case kernels.Q8_0:
-		b := make([]byte, len(x)/32*34)
-		if err := kernels.QuantizeQ8_0(b, x); err != nil {
-			return nil, 0, err
-		}
-		return b, gguf.Q8_0, nil
-	}
 	g, ok := ggmlTypes[t]
 	if !ok {
 		return nil, 0, fmt.Errorf("weight type %v is not supported for demo models", t)
 	}
-	if len(x)%int(g.BlockSize()) != 0 {
-		return nil, 0, fmt.Errorf("%d values are not whole %v blocks of %d", len(x), t, g.BlockSize())
+	n, err := t.RowBytes(len(x))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%d values as %v: %w", len(x), t, err)
 	}
-	b := make([]byte, len(x)/int(g.BlockSize())*int(g.TypeSize()))
+	b := make([]byte, n)
 	if err := kernels.Quantize(t, b, x); err != nil {
 		return nil, 0, fmt.Errorf("quantize %v: %w", t, err)
 	}
