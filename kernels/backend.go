@@ -29,6 +29,12 @@ type backend struct {
 	// qrows, where set, take whole work items (4 rows × all its tokens)
 	// instead of qtiles' 4×4 tiles (quant.go, qRowsFn).
 	qrows [numDTypes]qRowsFn
+	// qitems, where set, take whole work items (quant.go, qItemsFn); qoff
+	// is then the offset o of the format's unsigned quants (value u - o)
+	// whose -o·Σy per activation block they read from mmArgs.qsum (0:
+	// none needed).
+	qitems [numDTypes]qItemsFn
+	qoff   [numDTypes]int32
 	// quantAct, if set, replaces the portable activation quantizers
 	// (quantizeActRow) with ones giving the same bytes.
 	quantAct func(k actKind, dst []byte, x []float32)
@@ -62,6 +68,9 @@ type mmArgs struct {
 	// kind, qactStride bytes apart (registered quant formats).
 	qact       []byte
 	qactStride int
+	// qsum holds, for backends whose qitems need it (backend.qoff), -o·Σy
+	// of each activation block: token t's nb at qsum[t*nb:].
+	qsum []int32
 }
 
 // q8Act holds T activation rows quantized to Q8_0 with float32 scales. Row t
@@ -119,11 +128,22 @@ type worker struct {
 	// weight blocks and, for avx512, one accumulator set per 4-token group.
 	qbuf []byte
 	qacc [][256]float32
+	// r16acc and r16pad are the avx512 16-row path's accumulators (16 per
+	// token) and padded copy of a partial group of rows.
+	r16acc []float32
+	r16pad []byte
 }
 
 func growF32(b []float32, n int) []float32 {
 	if cap(b) < n {
 		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+func growI32(b []int32, n int) []int32 {
+	if cap(b) < n {
+		return make([]int32, n)
 	}
 	return b[:n]
 }

@@ -31,7 +31,10 @@ type CPU struct {
 	qact            []byte // activations quantized for a quant format
 	qtile           qTileFn
 	qrows           qRowsFn
+	qitems          qItemsFn
 	qkind           actKind
+	qoff            int32   // for quantItems: fill mm.qsum with -qoff·Σy
+	qsum            []int32 // its storage
 	xpk             []float32 // activations packed for the backend's tiles
 	actX            []float32
 	actCols         int
@@ -151,6 +154,11 @@ func (c *CPU) MatMul(out, x []float32, T int, w *Matrix) {
 		c.mm = mmArgs{}
 		return
 	}
+	if w.Type == Q8_0 && c.be.qitems[Q8_0] != nil {
+		c.quantMatMulCall(&q8x32Format, x, T, rb)
+		c.mm = mmArgs{}
+		return
+	}
 	if w.Type == Q8_0 && !c.be.floatQ8 {
 		c.quantizeActs(x, T, w.Cols)
 		c.mm.act = &c.act
@@ -215,31 +223,43 @@ func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
 	c.qact = growBytes(c.qact, T*stride)
 	c.qkind = f.act
 	c.actX, c.actCols = x, w.Cols
+	c.qitems, c.qoff = c.be.qitems[w.Type], 0
+	c.mm.qsum = nil
+	if c.qitems != nil && c.be.qoff[w.Type] != 0 {
+		c.qoff = c.be.qoff[w.Type]
+		c.qsum = growI32(c.qsum, T*(w.Cols/f.block))
+		c.mm.qsum = c.qsum
+	}
 	if T*w.Cols >= c.parallelMinWork {
 		c.pool.run(T, 1, c.fnQuant)
 	} else {
 		c.quantItems(0, 0, T)
 	}
-	c.actX, c.qkind = nil, 0
+	c.actX, c.qkind, c.qoff = nil, 0, 0
 	c.mm.qact, c.mm.qactStride = c.qact, stride
 	c.qtile, c.qrows = c.be.qtiles[w.Type], c.be.qrows[w.Type]
 	if c.qtile == nil {
 		c.qtile = f.tile
 	}
-	c.planQuant(w.Rows, T, rb)
+	c.planQuant(w.Rows, T, rb, c.qitems != nil)
 	tokItems := (T + c.mmToks - 1) / c.mmToks
 	if T*w.Rows*w.Cols < c.parallelMinWork {
 		c.matmulItems(0, 0, c.mmRowItems*tokItems)
 	} else {
 		c.pool.run(c.mmRowItems*tokItems, 1, c.fnMatMul)
 	}
-	c.qtile, c.qrows = nil, nil
+	c.qtile, c.qrows, c.qitems = nil, nil, nil
 }
 
 // planQuant is planMatMul for the quant formats: items of whole 4-row,
-// 4-token tiles, their weights within L2.
-func (c *CPU) planQuant(rows, T, rb int) {
+// 4-token tiles (whole 16-row groups for a qItemsFn), their weights within
+// L2.
+func (c *CPU) planQuant(rows, T, rb int, r16 bool) {
 	c.cutItems(rows, T, min(T, 64), (256<<10)/max(rb, 1))
+	if r16 && c.mmRows%qItemRows != 0 {
+		c.mmRows = (c.mmRows + qItemRows - 1) &^ (qItemRows - 1)
+		c.mmRowItems = (rows + c.mmRows - 1) / c.mmRows
+	}
 }
 
 func (c *CPU) matmulItems(wk, lo, hi int) {
@@ -248,7 +268,7 @@ func (c *CPU) matmulItems(wk, lo, hi int) {
 		for it := lo; it < hi; it++ {
 			rc, tc := it%c.mmRowItems, it/c.mmRowItems
 			r0, t0 := rc*c.mmRows, tc*c.mmToks
-			quantMatMul(&c.mm, &c.workers[wk], c.qtile, c.qrows, r0, min(r0+c.mmRows, rows), t0, min(t0+c.mmToks, c.mm.T))
+			quantMatMul(&c.mm, &c.workers[wk], c.qtile, c.qrows, c.qitems, r0, min(r0+c.mmRows, rows), t0, min(t0+c.mmToks, c.mm.T))
 		}
 		return
 	}
@@ -283,8 +303,12 @@ func (c *CPU) quantItems(_, lo, hi int) {
 			q = c.be.quantAct
 		}
 		stride := actRowBytes(c.qkind, c.actCols)
+		nb := c.actCols / ActQ8x32Block
 		for t := lo; t < hi; t++ {
 			q(c.qkind, c.qact[t*stride:(t+1)*stride], c.actX[t*c.actCols:(t+1)*c.actCols])
+			if c.qoff != 0 {
+				actBlockSums(c.qsum[t*nb:(t+1)*nb], c.qact[t*stride:], c.qoff)
+			}
 		}
 		return
 	}

@@ -182,8 +182,9 @@ func TestMatMulSIMDMatchesPortable(t *testing.T) {
 					t.Fatalf("%s %v %dx%d: out[%d] = %g, want %g (diff %g > %g)", be.name, tc.dt, tc.rows, tc.cols, i, got[i], ref, d, tol)
 				}
 			}
-			// Backends of one reduction order agree bit for bit.
-			key := fmt.Sprint(be.mmLanes, be.floatQ8)
+			// Backends of one reduction order agree bit for bit (a
+			// qitems path has its own: quant_r16_avx512_amd64.go).
+			key := fmt.Sprint(be.mmLanes, be.floatQ8, be.qitems[tc.dt] != nil)
 			if first[key] == nil {
 				first[key], firstName[key] = got, be.name
 			} else if i := bitsEqual(got, first[key]); i >= 0 {

@@ -65,6 +65,11 @@ func registerQuant(t DType, f *quantFormat) {
 	quantFormats[t] = f
 }
 
+// q8x32Format describes Q8_0 for the backends that run it as a quant
+// format (a qitems path) rather than with its own Q8_0 kernels: only its
+// block and activation kind are read.
+var q8x32Format = quantFormat{block: legacyBlock, blockBytes: Q8BlockBytes, act: actQ8x32}
+
 // quantFormatOf is t's format, nil for F32, F16, BF16, Q8_0 and unknown types.
 func quantFormatOf(t DType) *quantFormat {
 	if int(t) >= len(quantFormats) {
@@ -276,10 +281,25 @@ func genericQTile(f *quantFormat) qTileFn {
 // worker, whose scratch (qbuf, qacc) may hold the unpacked rows.
 type qRowsFn func(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int)
 
+// qItemsFn computes rows [r0,r1) × tokens [t0,t1) of a quantized MatMul
+// at once, in whatever grouping of rows the backend's layout wants (r0 and
+// r1 are multiples of qItemRows but for the matrix's last rows). The same
+// rule holds: each product's arithmetic fixed by the number of blocks
+// alone.
+type qItemsFn func(a *mmArgs, wk *worker, r0, r1, t0, t1 int)
+
+// qItemRows is the row granularity of the work items for a backend with a
+// qItemsFn: its 16-row groups (quant_r16_avx512_amd64.go).
+const qItemRows = 16
+
 // quantMatMul runs rows [r0,r1) × tokens [t0,t1) of a MatMul over a
-// registered quant format, with the backend's qRowsFn for it when it has
-// one, else with tile.
-func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, rowsFn qRowsFn, r0, r1, t0, t1 int) {
+// registered quant format, with the backend's qItemsFn or qRowsFn for it
+// when it has one, else with tile.
+func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, rowsFn qRowsFn, items qItemsFn, r0, r1, t0, t1 int) {
+	if items != nil {
+		items(a, wk, r0, r1, t0, t1)
+		return
+	}
 	m := a.w
 	f := quantFormats[m.Type]
 	nb := m.Cols / f.block
@@ -306,5 +326,22 @@ func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, rowsFn qRowsFn, r0, r1, t0
 				}
 			}
 		}
+	}
+}
+
+// actBlockSums sets sums[b] = -o·Σy over activation block b of row act
+// (actQ8x32), for len(sums) blocks.
+func actBlockSums(sums []int32, act []byte, o int32) {
+	const lo = 0x00ff00ff00ff00ff
+	for b := range sums {
+		y := act[b*ActQ8x32Bytes+8:][:32]
+		// Bytes as y+128 (unsigned), summed in four 16-bit lanes.
+		var acc uint64
+		for i := 0; i < 32; i += 8 {
+			v := binary.LittleEndian.Uint64(y[i:]) ^ 0x8080808080808080
+			acc += v&lo + v>>8&lo
+		}
+		total := int32((acc * 0x0001000100010001) >> 48)
+		sums[b] = -o * (total - 32*128)
 	}
 }

@@ -177,6 +177,7 @@ func installQuant512(b *backend, vnni bool) {
 		k.vnni = vnni
 		b.qtiles[k.t], b.qrows[k.t] = (&k).fTile, (&k).fRows
 	}
+	installR16(b, vnni)
 }
 
 // tiler512 holds what a format's tile needs to know: its type, block bytes

@@ -246,9 +246,10 @@ func TestQuantMatMul(t *testing.T) {
 				}
 				// A backend's whole-item path (qrows) and its tiles agree
 				// bit for bit.
-				if be.qrows[dt] != nil && be.qtiles[dt] != nil {
+				if (be.qrows[dt] != nil || be.qitems[dt] != nil) && be.qtiles[dt] != nil {
 					tilesOnly := *be
 					tilesOnly.qrows = [numDTypes]qRowsFn{}
+					tilesOnly.qitems = [numDTypes]qItemsFn{}
 					ct := newCPU(2, &tilesOnly)
 					defer ct.Close()
 					tiled := make([]float32, T*rows)

@@ -1,0 +1,618 @@
+//go:build goexperiment.simd && amd64
+
+#include "textflag.h"
+
+// Sixteen-row kernels for the 32-value block formats on AVX-512 (see
+// quant_r16_avx512_amd64.go).
+//
+// An unpacker lays 16 weight rows side by side, per block 640 bytes:
+//     0: g[8]  8 × 64 bytes: lane p of g[k] holds the quants 4k..4k+3 of
+//              row P(p) as unsigned bytes u (the value is u - o, or d·u + m
+//              for the types with a minimum)
+//   512: dw    16 float32: lane p = row P(p)'s scale d
+//   576: mv    16 float32: lane p = row P(p)'s minimum m (those types)
+// where P(p) = 4·(p mod 4) + p/4: the order in which the 4×4 dword
+// transpose below leaves the rows. After the n blocks, 64 bytes per block
+// stage the rows' float16 scales (and minimums) before one conversion.
+//
+// A dot kernel then takes every token of the call over those blocks: per
+// token and block, a broadcast activation dword times each g[k] (VPDPBUSD)
+// sums a block for all 16 rows at once, exactly, starting from the token's
+// -o·Σy; one conversion and one FMA scale the 16 sums. So each (row, token,
+// block) product is the exact integer Σ(u-o)·y, converted once and added
+// as acc += float(Σ)·(d·dx) (then + m·s), in block order: the same
+// operations whichever rows and tokens share the call.
+
+// ---- unpacking --------------------------------------------------------------
+//
+// R8-R11 = rows 0, 4, 8, 12 of the current block; R12-R14 = rb, 2rb, 3rb;
+// DI = the block's scratch; BX = its float16 staging; CX = blocks left.
+
+#define R16_UNPACK_PROLOGUE \
+	MOVQ dst+0(FP), DI; \
+	MOVQ w+8(FP), R8; \
+	MOVQ rb+16(FP), R12; \
+	MOVQ n+24(FP), CX; \
+	MOVQ pf+32(FP), DX; \
+	LEAQ (R12)(R12*1), R13; \
+	LEAQ (R13)(R12*1), R14; \
+	LEAQ (R8)(R12*4), R9; \
+	LEAQ (R9)(R12*4), R10; \
+	LEAQ (R10)(R12*4), R11; \
+	MOVQ CX, BX; \
+	IMULQ $640, BX; \
+	ADDQ DI, BX; \
+	MOVQ BX, R15; \
+	MOVL $0x0f0f0f0f, AX; \
+	VPBROADCASTD AX, Z30; \
+	MOVL $0x80808080, AX; \
+	VPBROADCASTD AX, Z31
+
+// R16_ROWS4: ZD's 128-bit lanes L = the 16 bytes at OFF of row base P + L·rb.
+#define R16_ROWS4(P, OFF, ZD, XD) \
+	VMOVDQU OFF(P), XD; \
+	VINSERTI32X4 $1, OFF(P)(R12*1), ZD, ZD; \
+	VINSERTI32X4 $2, OFF(P)(R13*1), ZD, ZD; \
+	VINSERTI32X4 $3, OFF(P)(R14*1), ZD, ZD
+
+// R16_LOAD: Z0-Z3 = the 16 bytes at OFF of rows 0-3, 4-7, 8-11, 12-15.
+#define R16_LOAD(OFF) \
+	R16_ROWS4(R8, OFF, Z0, X0); \
+	R16_ROWS4(R9, OFF, Z1, X1); \
+	R16_ROWS4(R10, OFF, Z2, X2); \
+	R16_ROWS4(R11, OFF, Z3, X3)
+
+// R16_T4 transposes the dwords of Z0-Z3 within each 128-bit lane: Zk lane
+// 4L+i = dword k of row 4i+L.
+#define R16_T4 \
+	VPUNPCKLDQ Z1, Z0, Z4; \
+	VPUNPCKHDQ Z1, Z0, Z5; \
+	VPUNPCKLDQ Z3, Z2, Z6; \
+	VPUNPCKHDQ Z3, Z2, Z7; \
+	VPUNPCKLQDQ Z6, Z4, Z0; \
+	VPUNPCKHQDQ Z6, Z4, Z1; \
+	VPUNPCKLQDQ Z7, Z5, Z2; \
+	VPUNPCKHQDQ Z7, Z5, Z3
+
+// R16_T0: only the first output of R16_T4 (dword 0 of each row) into Z0.
+#define R16_T0 \
+	VPUNPCKLDQ Z1, Z0, Z4; \
+	VPUNPCKLDQ Z3, Z2, Z6; \
+	VPUNPCKLQDQ Z6, Z4, Z0
+
+// R16_NIBS splits each Zk (k = 0..3) into its low nibbles (quants 4k..,
+// into ZLk) and high ones (quants 16+4k.., into ZHk).
+#define R16_NIBS(ZT, ZL, ZH) \
+	VPSRLW $4, ZT, ZH; \
+	VPANDD Z30, ZT, ZL; \
+	VPANDD Z30, ZH, ZH
+
+#define R16_NIBS4 \
+	R16_NIBS(Z0, Z16, Z20); \
+	R16_NIBS(Z1, Z17, Z21); \
+	R16_NIBS(Z2, Z18, Z22); \
+	R16_NIBS(Z3, Z19, Z23)
+
+#define R16_STORE8 \
+	VMOVDQU64 Z16, 0(DI); \
+	VMOVDQU64 Z17, 64(DI); \
+	VMOVDQU64 Z18, 128(DI); \
+	VMOVDQU64 Z19, 192(DI); \
+	VMOVDQU64 Z20, 256(DI); \
+	VMOVDQU64 Z21, 320(DI); \
+	VMOVDQU64 Z22, 384(DI); \
+	VMOVDQU64 Z23, 448(DI)
+
+// R16_HALVES copies the 16 rows' 2 bytes at OFF to TO(BX), lane order.
+#define R16_H(P, OFF, TO) MOVWLZX OFF(P), AX; MOVW AX, TO(BX)
+#define R16_HI(P, I, OFF, TO) MOVWLZX OFF(P)(I*1), AX; MOVW AX, TO(BX)
+#define R16_HALVES(OFF, TO) \
+	R16_H(R8, OFF, TO+0); R16_H(R9, OFF, TO+2); R16_H(R10, OFF, TO+4); R16_H(R11, OFF, TO+6); \
+	R16_HI(R8, R12, OFF, TO+8); R16_HI(R9, R12, OFF, TO+10); R16_HI(R10, R12, OFF, TO+12); R16_HI(R11, R12, OFF, TO+14); \
+	R16_HI(R8, R13, OFF, TO+16); R16_HI(R9, R13, OFF, TO+18); R16_HI(R10, R13, OFF, TO+20); R16_HI(R11, R13, OFF, TO+22); \
+	R16_HI(R8, R14, OFF, TO+24); R16_HI(R9, R14, OFF, TO+26); R16_HI(R10, R14, OFF, TO+28); R16_HI(R11, R14, OFF, TO+30)
+
+// R16_BYTES copies the 16 rows' byte at OFF to TO(BX), lane order.
+#define R16_B(P, OFF, TO) MOVBLZX OFF(P), AX; MOVB AX, TO(BX)
+#define R16_BI(P, I, OFF, TO) MOVBLZX OFF(P)(I*1), AX; MOVB AX, TO(BX)
+#define R16_BYTES(OFF, TO) \
+	R16_B(R8, OFF, TO+0); R16_B(R9, OFF, TO+1); R16_B(R10, OFF, TO+2); R16_B(R11, OFF, TO+3); \
+	R16_BI(R8, R12, OFF, TO+4); R16_BI(R9, R12, OFF, TO+5); R16_BI(R10, R12, OFF, TO+6); R16_BI(R11, R12, OFF, TO+7); \
+	R16_BI(R8, R13, OFF, TO+8); R16_BI(R9, R13, OFF, TO+9); R16_BI(R10, R13, OFF, TO+10); R16_BI(R11, R13, OFF, TO+11); \
+	R16_BI(R8, R14, OFF, TO+12); R16_BI(R9, R14, OFF, TO+13); R16_BI(R10, R14, OFF, TO+14); R16_BI(R11, R14, OFF, TO+15)
+
+// R16_PF5 (6, 9) prefetch the lines of the next 16·bb bytes of the next
+// group of rows (DX): it is read at the same pace, one group later.
+#define R16_PF5 \
+	PREFETCHT0 0(DX); \
+	PREFETCHT0 64(DX); \
+	PREFETCHT0 128(DX); \
+	PREFETCHT0 192(DX); \
+	PREFETCHT0 256(DX)
+#define R16_PF6 \
+	R16_PF5; \
+	PREFETCHT0 320(DX)
+#define R16_PF9 \
+	R16_PF6; \
+	PREFETCHT0 384(DX); \
+	PREFETCHT0 448(DX); \
+	PREFETCHT0 512(DX)
+
+#define R16_NEXT(BYTES, PF) \
+	PF; \
+	ADDQ $(16*BYTES), DX; \
+	ADDQ $BYTES, R8; \
+	ADDQ $BYTES, R9; \
+	ADDQ $BYTES, R10; \
+	ADDQ $BYTES, R11; \
+	ADDQ $640, DI; \
+	ADDQ $64, BX
+
+// R16_FIFTH adds 16 to the bytes of Z16-Z23 whose fifth bit is set in the
+// rows' 32-bit qh (Z0, lane order): quant j takes bit j, and g[k]'s four
+// bytes take bits 4k..4k+3. Z24-Z27 broadcast byte k/2 of each dword to
+// its four bytes, Z28/Z29 pick the bits of even/odd k, Z31 = 0x10 bytes.
+#define R16_BIT(ZG, CTL, MASK) \
+	VPSHUFB CTL, Z0, Z8; \
+	VPTESTMB MASK, Z8, K1; \
+	VPADDB Z31, ZG, K1, ZG
+
+#define R16_FIFTH \
+	R16_BIT(Z16, Z24, Z28); \
+	R16_BIT(Z17, Z24, Z29); \
+	R16_BIT(Z18, Z25, Z28); \
+	R16_BIT(Z19, Z25, Z29); \
+	R16_BIT(Z20, Z26, Z28); \
+	R16_BIT(Z21, Z26, Z29); \
+	R16_BIT(Z22, Z27, Z28); \
+	R16_BIT(Z23, Z27, Z29)
+
+#define R16_FIFTH_CONSTS \
+	VMOVDQU64 r16qhctl<>+0(SB), Z24; \
+	VMOVDQU64 r16qhctl<>+64(SB), Z25; \
+	VMOVDQU64 r16qhctl<>+128(SB), Z26; \
+	VMOVDQU64 r16qhctl<>+192(SB), Z27; \
+	VMOVDQU64 r16qhmask<>+0(SB), Z28; \
+	VMOVDQU64 r16qhmask<>+64(SB), Z29; \
+	MOVL $0x10101010, AX; \
+	VPBROADCASTD AX, Z31
+
+// R16_LOOKUP maps the nibbles of Z16-Z23 through the 16-byte table in
+// each lane of Z29.
+#define R16_LOOKUP \
+	VPSHUFB Z16, Z29, Z16; \
+	VPSHUFB Z17, Z29, Z17; \
+	VPSHUFB Z18, Z29, Z18; \
+	VPSHUFB Z19, Z29, Z19; \
+	VPSHUFB Z20, Z29, Z20; \
+	VPSHUFB Z21, Z29, Z21; \
+	VPSHUFB Z22, Z29, Z22; \
+	VPSHUFB Z23, Z29, Z23
+
+// R16_SCALES converts the staged float16 scales (and, with MIN, minimums)
+// of the n blocks: R15 = the staging, DI = the first block.
+#define R16_SCALES(MIN) \
+	MOVQ dst+0(FP), DI; \
+	MOVQ n+24(FP), CX; \
+r16scales:; \
+	VCVTPH2PS 0(R15), Z8; \
+	VMOVUPS Z8, 512(DI); \
+	MIN; \
+	ADDQ $64, R15; \
+	ADDQ $640, DI; \
+	DECQ CX; \
+	JNZ r16scales; \
+	VZEROUPPER; \
+	RET
+
+#define R16_MINS VCVTPH2PS 32(R15), Z9; VMOVUPS Z9, 576(DI)
+#define R16_NOMINS
+
+// ---- dot kernels ------------------------------------------------------------
+//
+// func r16Dot*(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+// acc: nt × 16 float32 (token t's at 64·t, lane order); s: n unpacked
+// blocks; x: token 0's activation block (actQ8x32: d, s, y[32]), tokens xs
+// bytes apart; c: token 0's -o·Σy (int32) for the block, tokens cs bytes
+// apart (unread by the M kernels).
+//
+// Tokens run four at a time (Z0-Z3, activations R8-R11, corrections
+// R12-R15), then one at a time; per block the 8 quant groups are loaded
+// once into Z16-Z23, d into Z24, m into Z25.
+
+#define R16_W \
+	VMOVDQU64 0(SI), Z16; \
+	VMOVDQU64 64(SI), Z17; \
+	VMOVDQU64 128(SI), Z18; \
+	VMOVDQU64 192(SI), Z19; \
+	VMOVDQU64 256(SI), Z20; \
+	VMOVDQU64 320(SI), Z21; \
+	VMOVDQU64 384(SI), Z22; \
+	VMOVDQU64 448(SI), Z23; \
+	VMOVUPS 512(SI), Z24; \
+	VMOVUPS 576(SI), Z25
+
+// Integer sums, VNNI: TA += Σ_k g[k]·y[4k..4k+3] in two chains (TA, TB).
+#define R16_SUMV(X, TA, TB) \
+	VPXORD TB, TB, TB; \
+	VPDPBUSD.BCST 8(X), Z16, TA; \
+	VPDPBUSD.BCST 12(X), Z17, TB; \
+	VPDPBUSD.BCST 16(X), Z18, TA; \
+	VPDPBUSD.BCST 20(X), Z19, TB; \
+	VPDPBUSD.BCST 24(X), Z20, TA; \
+	VPDPBUSD.BCST 28(X), Z21, TB; \
+	VPDPBUSD.BCST 32(X), Z22, TA; \
+	VPDPBUSD.BCST 36(X), Z23, TB; \
+	VPADDD TB, TA, TA
+
+// Integer sums, AVX-512BW: pairs of groups in int16 (|u| ≤ 31, so two
+// groups' pair sums fit), widened with VPMADDWD (Z31 = int16 ones). TB,
+// TC: temporaries; Z30: the broadcast activations.
+#define R16_PAIRB(OFF, ZG0, ZG1, TA, TB, TC, X) \
+	VPBROADCASTD OFF(X), Z30; \
+	VPMADDUBSW Z30, ZG0, TB; \
+	VPBROADCASTD OFF+4(X), Z30; \
+	VPMADDUBSW Z30, ZG1, TC; \
+	VPADDW TC, TB, TB; \
+	VPMADDWD Z31, TB, TB; \
+	VPADDD TB, TA, TA
+
+#define R16_SUMB(X, TA, TB) \
+	R16_PAIRB(8, Z16, Z17, TA, TB, Z29, X); \
+	R16_PAIRB(16, Z18, Z19, TA, TB, Z29, X); \
+	R16_PAIRB(24, Z20, Z21, TA, TB, Z29, X); \
+	R16_PAIRB(32, Z22, Z23, TA, TB, Z29, X)
+
+// One token and block: ACC += float(Σ)·(d·dx), Σ from -o·Σy (C) or 0 (M).
+#define R16_TOK(SUM, X, C, ACC, TA, TB) \
+	VPBROADCASTD (C), TA; \
+	SUM(X, TA, TB); \
+	VCVTDQ2PS TA, TA; \
+	VMULPS.BCST 0(X), Z24, TB; \
+	VFMADD231PS TB, TA, ACC
+
+#define R16_TOKM(SUM, X, C, ACC, TA, TB) \
+	VPXORD TA, TA, TA; \
+	SUM(X, TA, TB); \
+	VCVTDQ2PS TA, TA; \
+	VMULPS.BCST 0(X), Z24, TB; \
+	VFMADD231PS TB, TA, ACC; \
+	VFMADD231PS.BCST 4(X), Z25, ACC
+
+#define R16_DOT(TOK, SUM) \
+	MOVQ acc+0(FP), DI; \
+	MOVQ nt+48(FP), BX; \
+r164:; \
+	CMPQ BX, $4; \
+	JLT r161; \
+	MOVQ x+16(FP), R8; \
+	MOVQ xs+24(FP), AX; \
+	LEAQ (R8)(AX*1), R9; \
+	LEAQ (R9)(AX*1), R10; \
+	LEAQ (R10)(AX*1), R11; \
+	LEAQ (R8)(AX*4), DX; \
+	MOVQ DX, x+16(FP); \
+	MOVQ c+32(FP), R12; \
+	MOVQ cs+40(FP), AX; \
+	LEAQ (R12)(AX*1), R13; \
+	LEAQ (R13)(AX*1), R14; \
+	LEAQ (R14)(AX*1), R15; \
+	LEAQ (R12)(AX*4), DX; \
+	MOVQ DX, c+32(FP); \
+	VMOVUPS 0(DI), Z0; \
+	VMOVUPS 64(DI), Z1; \
+	VMOVUPS 128(DI), Z2; \
+	VMOVUPS 192(DI), Z3; \
+	MOVQ s+8(FP), SI; \
+	MOVQ n+56(FP), CX; \
+r164b:; \
+	R16_W; \
+	TOK(SUM, R8, R12, Z0, Z4, Z5); \
+	TOK(SUM, R9, R13, Z1, Z6, Z7); \
+	TOK(SUM, R10, R14, Z2, Z8, Z9); \
+	TOK(SUM, R11, R15, Z3, Z10, Z11); \
+	ADDQ $640, SI; \
+	ADDQ $40, R8; \
+	ADDQ $40, R9; \
+	ADDQ $40, R10; \
+	ADDQ $40, R11; \
+	ADDQ $4, R12; \
+	ADDQ $4, R13; \
+	ADDQ $4, R14; \
+	ADDQ $4, R15; \
+	DECQ CX; \
+	JNZ r164b; \
+	VMOVUPS Z0, 0(DI); \
+	VMOVUPS Z1, 64(DI); \
+	VMOVUPS Z2, 128(DI); \
+	VMOVUPS Z3, 192(DI); \
+	ADDQ $256, DI; \
+	SUBQ $4, BX; \
+	JMP r164; \
+r161:; \
+	TESTQ BX, BX; \
+	JZ r16done; \
+	MOVQ x+16(FP), R8; \
+	MOVQ xs+24(FP), AX; \
+	LEAQ (R8)(AX*1), DX; \
+	MOVQ DX, x+16(FP); \
+	MOVQ c+32(FP), R12; \
+	MOVQ cs+40(FP), AX; \
+	LEAQ (R12)(AX*1), DX; \
+	MOVQ DX, c+32(FP); \
+	VMOVUPS 0(DI), Z0; \
+	MOVQ s+8(FP), SI; \
+	MOVQ n+56(FP), CX; \
+r161b:; \
+	R16_W; \
+	TOK(SUM, R8, R12, Z0, Z4, Z5); \
+	ADDQ $640, SI; \
+	ADDQ $40, R8; \
+	ADDQ $4, R12; \
+	DECQ CX; \
+	JNZ r161b; \
+	VMOVUPS Z0, 0(DI); \
+	ADDQ $64, DI; \
+	DECQ BX; \
+	JMP r161; \
+r16done:; \
+	VZEROUPPER; \
+	RET
+
+// ---- the functions ---------------------------------------------------------
+
+// func r16UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+TEXT ·r16UnpQ4_0(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+r16q40:
+	R16_LOAD(2)
+	R16_T4
+	R16_NIBS4
+	R16_STORE8
+	R16_HALVES(0, 0)
+	R16_NEXT(18, R16_PF5)
+	DECQ CX
+	JNZ  r16q40
+	R16_SCALES(R16_NOMINS)
+
+// func r16UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+TEXT ·r16UnpQ4_1(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+r16q41:
+	R16_LOAD(4)
+	R16_T4
+	R16_NIBS4
+	R16_STORE8
+	R16_HALVES(0, 0)
+	R16_HALVES(2, 32)
+	R16_NEXT(20, R16_PF5)
+	DECQ CX
+	JNZ  r16q41
+	R16_SCALES(R16_MINS)
+
+// func r16UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+TEXT ·r16UnpQ5_0(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+	R16_FIFTH_CONSTS
+r16q50:
+	R16_LOAD(6)
+	R16_T4
+	R16_NIBS4
+	R16_LOAD(2)
+	R16_T0
+	R16_FIFTH
+	R16_STORE8
+	R16_HALVES(0, 0)
+	R16_NEXT(22, R16_PF6)
+	DECQ CX
+	JNZ  r16q50
+	R16_SCALES(R16_NOMINS)
+
+// func r16UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+TEXT ·r16UnpQ5_1(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+	R16_FIFTH_CONSTS
+r16q51:
+	R16_LOAD(8)
+	R16_T4
+	R16_NIBS4
+	R16_LOAD(4)
+	R16_T0
+	R16_FIFTH
+	R16_STORE8
+	R16_HALVES(0, 0)
+	R16_HALVES(2, 32)
+	R16_NEXT(24, R16_PF6)
+	DECQ CX
+	JNZ  r16q51
+	R16_SCALES(R16_MINS)
+
+// func r16UnpIQ4NL(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+TEXT ·r16UnpIQ4NL(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+	VBROADCASTI32X4 r16iq4nl<>(SB), Z29
+r16iq4:
+	R16_LOAD(2)
+	R16_T4
+	R16_NIBS4
+	R16_LOOKUP
+	R16_STORE8
+	R16_HALVES(0, 0)
+	R16_NEXT(18, R16_PF5)
+	DECQ CX
+	JNZ  r16iq4
+	R16_SCALES(R16_NOMINS)
+
+// func r16UnpQ8_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+TEXT ·r16UnpQ8_0(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+r16q80:
+	R16_LOAD(2)
+	R16_T4
+	VPXORD Z31, Z0, Z16
+	VPXORD Z31, Z1, Z17
+	VPXORD Z31, Z2, Z18
+	VPXORD Z31, Z3, Z19
+	R16_LOAD(18)
+	R16_T4
+	VPXORD Z31, Z0, Z20
+	VPXORD Z31, Z1, Z21
+	VPXORD Z31, Z2, Z22
+	VPXORD Z31, Z3, Z23
+	R16_STORE8
+	R16_HALVES(0, 0)
+	R16_NEXT(34, R16_PF9)
+	DECQ CX
+	JNZ  r16q80
+	R16_SCALES(R16_NOMINS)
+
+// func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// The E8M0 byte e scales by 2^(e-128) (ggml halves the table instead: its
+// values ×2 here, e-1 for the exponent): float bits (e-1)<<23, or for
+// e < 2 the subnormal 0x200000<<e.
+TEXT ·r16UnpMXFP4(SB), NOSPLIT, $0-40
+	R16_UNPACK_PROLOGUE
+	VBROADCASTI32X4 r16mxfp4<>(SB), Z29
+r16mx:
+	R16_LOAD(1)
+	R16_T4
+	R16_NIBS4
+	R16_LOOKUP
+	R16_STORE8
+	R16_BYTES(0, 0)
+	R16_NEXT(17, R16_PF5)
+	DECQ CX
+	JNZ  r16mx
+	MOVQ dst+0(FP), DI
+	MOVQ n+24(FP), CX
+	MOVL $1, AX
+	VPBROADCASTD AX, Z10
+	MOVL $2, AX
+	VPBROADCASTD AX, Z11
+	MOVL $0x200000, AX
+	VPBROADCASTD AX, Z12
+r16mxs:
+	VPMOVZXBD 0(R15), Z8
+	VPSUBD Z10, Z8, Z9
+	VPSLLD $23, Z9, Z9
+	VPCMPUD $1, Z11, Z8, K1
+	VPSLLVD Z8, Z12, K1, Z9
+	VMOVUPS Z9, 512(DI)
+	ADDQ $64, R15
+	ADDQ $640, DI
+	DECQ CX
+	JNZ  r16mxs
+	VZEROUPPER
+	RET
+
+TEXT ·r16DotV(SB), NOSPLIT, $0-64
+	R16_DOT(R16_TOK, R16_SUMV)
+
+TEXT ·r16DotMV(SB), NOSPLIT, $0-64
+	R16_DOT(R16_TOKM, R16_SUMV)
+
+#define R16_BW_CONSTS \
+	MOVL $0x00010001, AX; \
+	VPBROADCASTD AX, Z31
+
+TEXT ·r16DotB(SB), NOSPLIT, $0-64
+	R16_BW_CONSTS
+	R16_DOT(R16_TOK, R16_SUMB)
+
+TEXT ·r16DotMB(SB), NOSPLIT, $0-64
+	R16_BW_CONSTS
+	R16_DOT(R16_TOKM, R16_SUMB)
+
+// func r16Store(out *float32, outStride int, acc *float32, nt int)
+TEXT ·r16Store(SB), NOSPLIT, $0-32
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), DX
+	SHLQ $2, DX
+	MOVQ acc+16(FP), SI
+	MOVQ nt+24(FP), CX
+	VMOVDQU64 r16perm<>(SB), Z1
+r16st:
+	VPERMD 0(SI), Z1, Z0
+	VMOVUPS Z0, 0(DI)
+	ADDQ $64, SI
+	ADDQ DX, DI
+	DECQ CX
+	JNZ  r16st
+	VZEROUPPER
+	RET
+
+// r16perm: lane p of the result takes lane P⁻¹(p) = P(p) of the
+// accumulators (P is its own inverse).
+DATA r16perm<>+0(SB)/8, $0x0000000400000000
+DATA r16perm<>+8(SB)/8, $0x0000000c00000008
+DATA r16perm<>+16(SB)/8, $0x0000000500000001
+DATA r16perm<>+24(SB)/8, $0x0000000d00000009
+DATA r16perm<>+32(SB)/8, $0x0000000600000002
+DATA r16perm<>+40(SB)/8, $0x0000000e0000000a
+DATA r16perm<>+48(SB)/8, $0x0000000700000003
+DATA r16perm<>+56(SB)/8, $0x0000000f0000000b
+GLOBL r16perm<>(SB), RODATA|NOPTR, $64
+
+// r16qhctl: per k/2, VPSHUFB controls giving each dword byte k/2 of itself ×4.
+DATA r16qhctl<>+0(SB)/8, $0x0404040400000000
+DATA r16qhctl<>+8(SB)/8, $0x0c0c0c0c08080808
+DATA r16qhctl<>+16(SB)/8, $0x0404040400000000
+DATA r16qhctl<>+24(SB)/8, $0x0c0c0c0c08080808
+DATA r16qhctl<>+32(SB)/8, $0x0404040400000000
+DATA r16qhctl<>+40(SB)/8, $0x0c0c0c0c08080808
+DATA r16qhctl<>+48(SB)/8, $0x0404040400000000
+DATA r16qhctl<>+56(SB)/8, $0x0c0c0c0c08080808
+DATA r16qhctl<>+64(SB)/8, $0x0505050501010101
+DATA r16qhctl<>+72(SB)/8, $0x0d0d0d0d09090909
+DATA r16qhctl<>+80(SB)/8, $0x0505050501010101
+DATA r16qhctl<>+88(SB)/8, $0x0d0d0d0d09090909
+DATA r16qhctl<>+96(SB)/8, $0x0505050501010101
+DATA r16qhctl<>+104(SB)/8, $0x0d0d0d0d09090909
+DATA r16qhctl<>+112(SB)/8, $0x0505050501010101
+DATA r16qhctl<>+120(SB)/8, $0x0d0d0d0d09090909
+DATA r16qhctl<>+128(SB)/8, $0x0606060602020202
+DATA r16qhctl<>+136(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA r16qhctl<>+144(SB)/8, $0x0606060602020202
+DATA r16qhctl<>+152(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA r16qhctl<>+160(SB)/8, $0x0606060602020202
+DATA r16qhctl<>+168(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA r16qhctl<>+176(SB)/8, $0x0606060602020202
+DATA r16qhctl<>+184(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA r16qhctl<>+192(SB)/8, $0x0707070703030303
+DATA r16qhctl<>+200(SB)/8, $0x0f0f0f0f0b0b0b0b
+DATA r16qhctl<>+208(SB)/8, $0x0707070703030303
+DATA r16qhctl<>+216(SB)/8, $0x0f0f0f0f0b0b0b0b
+DATA r16qhctl<>+224(SB)/8, $0x0707070703030303
+DATA r16qhctl<>+232(SB)/8, $0x0f0f0f0f0b0b0b0b
+DATA r16qhctl<>+240(SB)/8, $0x0707070703030303
+DATA r16qhctl<>+248(SB)/8, $0x0f0f0f0f0b0b0b0b
+GLOBL r16qhctl<>(SB), RODATA|NOPTR, $256
+
+// r16qhmask: per k mod 2, each dword's bytes i pick bit 4·(k mod 2)+i.
+DATA r16qhmask<>+0(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+8(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+16(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+24(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+32(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+40(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+48(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+56(SB)/8, $0x0804020108040201
+DATA r16qhmask<>+64(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+72(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+80(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+88(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+96(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+104(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+112(SB)/8, $0x8040201080402010
+DATA r16qhmask<>+120(SB)/8, $0x8040201080402010
+GLOBL r16qhmask<>(SB), RODATA|NOPTR, $128
+
+// r16iq4nl: kvaluesIQ4NL + 128.
+DATA r16iq4nl<>+0(SB)/8, $0x766a5d4f3f2d1801
+DATA r16iq4nl<>+8(SB)/8, $0xf1d9c5b5a6998d81
+GLOBL r16iq4nl<>(SB), RODATA|NOPTR, $16
+
+// r16mxfp4: kvaluesMXFP4 + 12.
+DATA r16mxfp4<>+0(SB)/8, $0x181412100f0e0d0c
+DATA r16mxfp4<>+8(SB)/8, $0x00040608090a0b0c
+GLOBL r16mxfp4<>(SB), RODATA|NOPTR, $16
