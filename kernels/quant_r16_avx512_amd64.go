@@ -47,6 +47,24 @@ func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 func r16Store(out *float32, outStride int, acc *float32, nt int)
 
 //go:noescape
+func kr16UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr16UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr16Dot32(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+
+//go:noescape
+func kr16Dot16(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+
+//go:noescape
 func r16DotV(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 
 //go:noescape
@@ -59,10 +77,12 @@ func r16DotB(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, 
 func r16DotMB(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 
 const (
-	r16Rows  = 16
-	r16Block = 640 // scratch bytes per unpacked block of 16 rows
-	r16Stage = 64  // float16 staging bytes per block
-	r16Chunk = 16  // blocks unpacked per call: 11 KiB, in L1
+	r16Rows   = 16
+	r16Block  = 640  // scratch bytes per unpacked 32-value block of 16 rows
+	r16KBlock = 5760 // the same per 256-value super-block (the K formats)
+	r16Stage  = 64   // float16 staging bytes per block
+	r16Chunk  = 16   // 32-value blocks unpacked per call: 11 KiB, in L1
+	r16KChunk = 2    // super-blocks unpacked per call: 11.4 KiB
 )
 
 // r16Row is the weight row of each lane: P(p) = 4·(p mod 4) + p/4.
@@ -72,10 +92,20 @@ var r16Row = [r16Rows]int{0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15}
 type r16Fmt struct {
 	t      DType
 	bb     int   // block bytes
-	o      int32 // the value is u - o (0 for the types with a minimum)
+	o      int32 // 32-value formats: the value is u - o (0: with a minimum)
 	min    bool
+	k      bool // a K format: 256-value blocks, actQ8K activations
 	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+}
+
+// geometry: values per block, activation bytes per block, scratch bytes
+// per unpacked block and blocks per unpack.
+func (k *r16Fmt) geometry() (block, actBytes, scratch, chunk int) {
+	if k.k {
+		return ActQ8KBlock, ActQ8KBytes, r16KBlock, r16KChunk
+	}
+	return ActQ8x32Block, ActQ8x32Bytes, r16Block, r16Chunk
 }
 
 // installR16 sets b's 16-row paths; vnni says the CPU has AVX512-VNNI.
@@ -107,12 +137,26 @@ func installR16(b *backend, vnni bool) {
 		b.qitems[k.t], b.qoff[k.t] = k.items, k.o
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}
+	if !vnni {
+		// The K formats' AVX-512BW tiles stay (quant_avx512_amd64.go).
+		return
+	}
+	for _, k := range []*r16Fmt{
+		{t: Q4_K, bb: q4KBytes, k: true, unpack: kr16UnpQ4K, dot: kr16Dot32},
+		{t: Q5_K, bb: q5KBytes, k: true, unpack: kr16UnpQ5K, dot: kr16Dot32},
+		{t: Q6_K, bb: q6KBytes, k: true, unpack: kr16UnpQ6K, dot: kr16Dot16},
+		{t: IQ4_XS, bb: iq4XSBytes, k: true, unpack: kr16UnpIQ4XS, dot: kr16Dot32},
+	} {
+		b.qitems[k.t], b.qoff[k.t] = k.items, 0
+		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
+	}
 }
 
 // items is the qItemsFn: rows r0..r1 (16 at a time) × tokens t0..t1.
 func (k *r16Fmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 	m := a.w
-	nb := m.Cols / ActQ8x32Block
+	block, _, _, _ := k.geometry()
+	nb := m.Cols / block
 	act := a.qact[t0*a.qactStride:]
 	var sums []int32
 	if k.o != 0 {
@@ -127,6 +171,7 @@ func (k *r16Fmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 // actStride bytes apart; sums: their -o·Σy, nb per token) into out (token
 // j, row i at out[j*outStride+i]).
 func (k *r16Fmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride int, sums []int32, nt, nb int) {
+	_, actBytes, blockScratch, chunk := k.geometry()
 	rowBytes := nb * k.bb
 	if nr < r16Rows {
 		// The kernels read 16 whole rows: copy the nr into zeroed ones.
@@ -138,7 +183,7 @@ func (k *r16Fmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr
 		w, rb = wk.r16pad, rowBytes
 	}
 	_ = w[(r16Rows-1)*rb+rowBytes-1]
-	_ = act[(nt-1)*actStride+nb*ActQ8x32Bytes-1]
+	_ = act[(nt-1)*actStride+nb*actBytes-1]
 	_ = out[(nt-1)*outStride+nr-1]
 	var c unsafe.Pointer
 	if k.o != 0 {
@@ -147,19 +192,19 @@ func (k *r16Fmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr
 	} else {
 		c = bptr(act) // unread
 	}
-	wk.qbuf = growBytes(wk.qbuf, r16Chunk*(r16Block+r16Stage)+64)
+	wk.qbuf = growBytes(wk.qbuf, chunk*(blockScratch+r16Stage)+64)
 	s := (*byte)(alignUp64(unsafe.Pointer(&wk.qbuf[0])))
 	wk.r16acc = growF32(wk.r16acc, nt*r16Rows)
 	acc := wk.r16acc
 	clear(acc)
-	for b := 0; b < nb; b += r16Chunk {
-		n := min(r16Chunk, nb-b)
+	for b := 0; b < nb; b += chunk {
+		n := min(chunk, nb-b)
 		// Prefetch the next group of rows (the next call's, when the item
 		// has one) at the pace this one is read: decode streams the
 		// weights from memory, and 16 rows are more streams than the
 		// hardware prefetchers follow.
 		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, unsafe.Add(bptr(w), r16Rows*rb+b*r16Rows*k.bb))
-		k.dot(&acc[0], s, unsafe.Add(bptr(act), b*ActQ8x32Bytes), actStride, unsafe.Add(c, 4*b), 4*nb, nt, n)
+		k.dot(&acc[0], s, unsafe.Add(bptr(act), b*actBytes), actStride, unsafe.Add(c, 4*b), 4*nb, nt, n)
 	}
 	if nr == r16Rows {
 		r16Store(&out[0], outStride, &acc[0], nt)

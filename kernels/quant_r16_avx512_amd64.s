@@ -28,7 +28,7 @@
 // R8-R11 = rows 0, 4, 8, 12 of the current block; R12-R14 = rb, 2rb, 3rb;
 // DI = the block's scratch; BX = its float16 staging; CX = blocks left.
 
-#define R16_UNPACK_PROLOGUE \
+#define R16_UNPACK_PROLOGUE_N(BLK) \
 	MOVQ dst+0(FP), DI; \
 	MOVQ w+8(FP), R8; \
 	MOVQ rb+16(FP), R12; \
@@ -40,13 +40,15 @@
 	LEAQ (R9)(R12*4), R10; \
 	LEAQ (R10)(R12*4), R11; \
 	MOVQ CX, BX; \
-	IMULQ $640, BX; \
+	IMULQ $BLK, BX; \
 	ADDQ DI, BX; \
 	MOVQ BX, R15; \
 	MOVL $0x0f0f0f0f, AX; \
 	VPBROADCASTD AX, Z30; \
 	MOVL $0x80808080, AX; \
 	VPBROADCASTD AX, Z31
+
+#define R16_UNPACK_PROLOGUE R16_UNPACK_PROLOGUE_N(640)
 
 // R16_ROWS4: ZD's 128-bit lanes L = the 16 bytes at OFF of row base P + L·rb.
 #define R16_ROWS4(P, OFF, ZD, XD) \
@@ -359,6 +361,426 @@ r16done:; \
 	VZEROUPPER; \
 	RET
 
+
+// ---- K formats (actQ8K) ---------------------------------------------------
+//
+// An unpacker lays 16 rows' super-blocks side by side, 5760 bytes each:
+//      0: g[64]  lane p of g[G]: the quants 4G..4G+3 of row P(p), unsigned
+//   4096: sc[16] int32 scales of the 8 sub-blocks of 32 values (Q4_K, Q5_K,
+//                IQ4_XS) or the 16 of 16 (Q6_K)
+//   5120: mp[8]  int16 pairs: the coefficients of the activation's 16-value
+//                sums bsum[2i], bsum[2i+1] (the mins; for the types with an
+//                offset o instead, o·scale)
+//   5632: d      16 float32
+//   5696: dmin   16 float32 (d again for the types without mins)
+// and after the n super-blocks 64 bytes each of staged float16 d, dmin.
+// A (row, token, super-block) product is then the exact integers
+//     isum = Σ_g sc_g·Σ_{i∈g} u_i·y_i,   msum = Σ_i mp_i·bsum_i
+// taken into acc as acc += float(isum)·(d·dx), acc -= float(msum)·(dmin·dx).
+
+#define KR_BLK 5760
+
+#define KR_UNPACK_PROLOGUE \
+	R16_UNPACK_PROLOGUE_N(5760); \
+	MOVL $63, AX; \
+	VPBROADCASTD AX, Z28; \
+	MOVL $15, AX; \
+	VPBROADCASTD AX, Z29; \
+	MOVL $3, AX; \
+	VPBROADCASTD AX, Z27
+
+// KR_SEG: the 16 bytes at OFF of each row: low nibbles to g[GLO..GLO+3],
+// high ones to g[GHI..GHI+3].
+#define KR_SEG(OFF, GLO, GHI) \
+	R16_LOAD(OFF); \
+	R16_T4; \
+	R16_NIBS(Z0, Z16, Z20); \
+	R16_NIBS(Z1, Z17, Z21); \
+	R16_NIBS(Z2, Z18, Z22); \
+	R16_NIBS(Z3, Z19, Z23); \
+	KR_STORE4(Z16, Z17, Z18, Z19, GLO); \
+	KR_STORE4(Z20, Z21, Z22, Z23, GHI)
+
+#define KR_STORE4(A, B, C, D, G) \
+	VMOVDQU64 A, (64*(G))(DI); \
+	VMOVDQU64 B, (64*(G)+64)(DI); \
+	VMOVDQU64 C, (64*(G)+128)(DI); \
+	VMOVDQU64 D, (64*(G)+192)(DI)
+
+// KR_PAIR: ZM (int32 within int16) as the int16 pair (m, m), stored as
+// mp[I].
+#define KR_PAIR(ZM, I) \
+	VPSLLD $16, ZM, Z10; \
+	VPSRLD $16, Z10, ZM; \
+	VPORD Z10, ZM, ZM; \
+	VMOVDQU64 ZM, (5120+64*(I))(DI)
+
+// Q4_K/Q5_K scales (12 bytes at 4): Z0-Z2 = bytes 0-3, 4-7, 8-11 per row.
+#define KR_SM_LO(J) \
+	VPSRLD $(8*J), Z0, Z8; \
+	VPANDD Z28, Z8, Z8; \
+	VMOVDQU64 Z8, (4096+64*J)(DI); \
+	VPSRLD $(8*J), Z1, Z9; \
+	VPANDD Z28, Z9, Z9; \
+	KR_PAIR(Z9, J)
+
+#define KR_SM_HI(J) \
+	VPSRLD $(8*J), Z2, Z8; \
+	VPANDD Z29, Z8, Z8; \
+	VPSRLD $(8*J+6), Z0, Z9; \
+	VPANDD Z27, Z9, Z9; \
+	VPSLLD $4, Z9, Z9; \
+	VPORD Z9, Z8, Z8; \
+	VMOVDQU64 Z8, (4096+256+64*J)(DI); \
+	VPSRLD $(8*J+4), Z2, Z8; \
+	VPANDD Z29, Z8, Z8; \
+	VPSRLD $(8*J+6), Z1, Z9; \
+	VPANDD Z27, Z9, Z9; \
+	VPSLLD $4, Z9, Z9; \
+	VPORD Z9, Z8, Z8; \
+	KR_PAIR(Z8, 4+J)
+
+#define KR_SCALEMINS \
+	R16_LOAD(4); \
+	R16_T4; \
+	KR_SM_LO(0); KR_SM_LO(1); KR_SM_LO(2); KR_SM_LO(3); \
+	KR_SM_HI(0); KR_SM_HI(1); KR_SM_HI(2); KR_SM_HI(3)
+
+// KR_FIFTH(E, ZQ, ZG): ZG |= bit E of each byte of ZQ, moved to bit 4
+// (Z26 = 0x10 bytes). A shift by at most 4 keeps bits within their byte.
+#define KR_FIFTH_L(S, ZQ, ZG) \
+	VPSLLW $S, ZQ, Z10; \
+	VPTERNLOGD $0xf8, Z26, Z10, ZG
+#define KR_FIFTH_R(S, ZQ, ZG) \
+	VPSRLW $S, ZQ, Z10; \
+	VPTERNLOGD $0xf8, Z26, Z10, ZG
+
+// KR_NEXT: prefetch the next group's 16·BYTES bytes (SI walks them), then
+// step the rows and the scratch.
+#define KR_NEXT(BYTES) \
+	MOVQ DX, SI; \
+	MOVQ $((16*BYTES+63)/64), AX; \
+krpf:; \
+	PREFETCHT0 (SI); \
+	ADDQ $64, SI; \
+	DECQ AX; \
+	JNZ krpf; \
+	ADDQ $(16*BYTES), DX; \
+	ADDQ $BYTES, R8; \
+	ADDQ $BYTES, R9; \
+	ADDQ $BYTES, R10; \
+	ADDQ $BYTES, R11; \
+	ADDQ $KR_BLK, DI; \
+	ADDQ $64, BX
+
+// KR_DS converts the staged d (and dmin, or d again with DMIN = 0).
+#define KR_DS(DMIN) \
+	MOVQ dst+0(FP), DI; \
+	MOVQ n+24(FP), CX; \
+krds:; \
+	VCVTPH2PS 0(R15), Z8; \
+	VMOVUPS Z8, 5632(DI); \
+	VCVTPH2PS DMIN(R15), Z8; \
+	VMOVUPS Z8, 5696(DI); \
+	ADDQ $64, R15; \
+	ADDQ $KR_BLK, DI; \
+	DECQ CX; \
+	JNZ krds; \
+	VZEROUPPER; \
+	RET
+
+// -- dot --
+// Tokens four at a time: activations R8-R11, isum Z0-Z3, msum Z4-Z7,
+// chain temporaries Z8-Z15, acc Z26-Z29; per sub-block the quant groups
+// in Z16-Z23 and its scale in Z24.
+
+#define KR_ZERO8 \
+	VPXORD Z0, Z0, Z0; VPXORD Z1, Z1, Z1; VPXORD Z2, Z2, Z2; VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; VPXORD Z5, Z5, Z5; VPXORD Z6, Z6, Z6; VPXORD Z7, Z7, Z7
+
+// KR_G32: IS += Z24·Σ_{k<8} g[k]·y[OFF+4k..] (one token, 32 values).
+#define KR_G32(X, OFF, TA, TB, IS) \
+	VPXORD TA, TA, TA; \
+	VPXORD TB, TB, TB; \
+	VPDPBUSD.BCST (OFF)(X), Z16, TA; \
+	VPDPBUSD.BCST (OFF+4)(X), Z17, TB; \
+	VPDPBUSD.BCST (OFF+8)(X), Z18, TA; \
+	VPDPBUSD.BCST (OFF+12)(X), Z19, TB; \
+	VPDPBUSD.BCST (OFF+16)(X), Z20, TA; \
+	VPDPBUSD.BCST (OFF+20)(X), Z21, TB; \
+	VPDPBUSD.BCST (OFF+24)(X), Z22, TA; \
+	VPDPBUSD.BCST (OFF+28)(X), Z23, TB; \
+	VPADDD TB, TA, TA; \
+	VPMULLD Z24, TA, TA; \
+	VPADDD TA, IS, IS
+
+#define KR_G16(X, OFF, TA, TB, IS) \
+	VPXORD TA, TA, TA; \
+	VPXORD TB, TB, TB; \
+	VPDPBUSD.BCST (OFF)(X), Z16, TA; \
+	VPDPBUSD.BCST (OFF+4)(X), Z17, TB; \
+	VPDPBUSD.BCST (OFF+8)(X), Z18, TA; \
+	VPDPBUSD.BCST (OFF+12)(X), Z19, TB; \
+	VPADDD TB, TA, TA; \
+	VPMULLD Z24, TA, TA; \
+	VPADDD TA, IS, IS
+
+#define KR_W8(J) \
+	VMOVDQU64 (512*J)(SI), Z16; \
+	VMOVDQU64 (512*J+64)(SI), Z17; \
+	VMOVDQU64 (512*J+128)(SI), Z18; \
+	VMOVDQU64 (512*J+192)(SI), Z19; \
+	VMOVDQU64 (512*J+256)(SI), Z20; \
+	VMOVDQU64 (512*J+320)(SI), Z21; \
+	VMOVDQU64 (512*J+384)(SI), Z22; \
+	VMOVDQU64 (512*J+448)(SI), Z23; \
+	VMOVDQU64 (4096+64*J)(SI), Z24
+
+#define KR_W4(J) \
+	VMOVDQU64 (256*J)(SI), Z16; \
+	VMOVDQU64 (256*J+64)(SI), Z17; \
+	VMOVDQU64 (256*J+128)(SI), Z18; \
+	VMOVDQU64 (256*J+192)(SI), Z19; \
+	VMOVDQU64 (4096+64*J)(SI), Z24
+
+#define KR_J32_4(J) \
+	KR_W8(J); \
+	KR_G32(R8, 4+32*J, Z8, Z9, Z0); \
+	KR_G32(R9, 4+32*J, Z10, Z11, Z1); \
+	KR_G32(R10, 4+32*J, Z12, Z13, Z2); \
+	KR_G32(R11, 4+32*J, Z14, Z15, Z3)
+
+#define KR_J32_1(J) \
+	KR_W8(J); \
+	KR_G32(R8, 4+32*J, Z8, Z9, Z0)
+
+#define KR_J16_4(J) \
+	KR_W4(J); \
+	KR_G16(R8, 4+16*J, Z8, Z9, Z0); \
+	KR_G16(R9, 4+16*J, Z10, Z11, Z1); \
+	KR_G16(R10, 4+16*J, Z12, Z13, Z2); \
+	KR_G16(R11, 4+16*J, Z14, Z15, Z3)
+
+#define KR_J16_1(J) \
+	KR_W4(J); \
+	KR_G16(R8, 4+16*J, Z8, Z9, Z0)
+
+#define KR_ALL32_4 \
+	KR_J32_4(0); KR_J32_4(1); KR_J32_4(2); KR_J32_4(3); \
+	KR_J32_4(4); KR_J32_4(5); KR_J32_4(6); KR_J32_4(7)
+#define KR_ALL32_1 \
+	KR_J32_1(0); KR_J32_1(1); KR_J32_1(2); KR_J32_1(3); \
+	KR_J32_1(4); KR_J32_1(5); KR_J32_1(6); KR_J32_1(7)
+#define KR_ALL16_4 \
+	KR_J16_4(0); KR_J16_4(1); KR_J16_4(2); KR_J16_4(3); \
+	KR_J16_4(4); KR_J16_4(5); KR_J16_4(6); KR_J16_4(7); \
+	KR_J16_4(8); KR_J16_4(9); KR_J16_4(10); KR_J16_4(11); \
+	KR_J16_4(12); KR_J16_4(13); KR_J16_4(14); KR_J16_4(15)
+#define KR_ALL16_1 \
+	KR_J16_1(0); KR_J16_1(1); KR_J16_1(2); KR_J16_1(3); \
+	KR_J16_1(4); KR_J16_1(5); KR_J16_1(6); KR_J16_1(7); \
+	KR_J16_1(8); KR_J16_1(9); KR_J16_1(10); KR_J16_1(11); \
+	KR_J16_1(12); KR_J16_1(13); KR_J16_1(14); KR_J16_1(15)
+
+#define KR_MIN_4(I) \
+	VMOVDQU64 (5120+64*I)(SI), Z24; \
+	VPDPWSSD.BCST (260+4*I)(R8), Z24, Z4; \
+	VPDPWSSD.BCST (260+4*I)(R9), Z24, Z5; \
+	VPDPWSSD.BCST (260+4*I)(R10), Z24, Z6; \
+	VPDPWSSD.BCST (260+4*I)(R11), Z24, Z7
+
+#define KR_MIN_1(I) \
+	VMOVDQU64 (5120+64*I)(SI), Z24; \
+	VPDPWSSD.BCST (260+4*I)(R8), Z24, Z4
+
+#define KR_MINS_4 \
+	KR_MIN_4(0); KR_MIN_4(1); KR_MIN_4(2); KR_MIN_4(3); \
+	KR_MIN_4(4); KR_MIN_4(5); KR_MIN_4(6); KR_MIN_4(7)
+#define KR_MINS_1 \
+	KR_MIN_1(0); KR_MIN_1(1); KR_MIN_1(2); KR_MIN_1(3); \
+	KR_MIN_1(4); KR_MIN_1(5); KR_MIN_1(6); KR_MIN_1(7)
+
+// KR_FLOAT: ACC += float(IS)·(d·dx) - float(MS)·(dmin·dx) (Z25 = d, Z24 = dmin).
+#define KR_FLOAT(X, IS, MS, ACC) \
+	VCVTDQ2PS IS, IS; \
+	VMULPS.BCST 0(X), Z25, Z30; \
+	VFMADD231PS Z30, IS, ACC; \
+	VCVTDQ2PS MS, MS; \
+	VMULPS.BCST 0(X), Z24, Z31; \
+	VFNMADD231PS Z31, MS, ACC
+
+#define KR_DS_LOAD \
+	VMOVUPS 5632(SI), Z25; \
+	VMOVUPS 5696(SI), Z24
+
+#define KR_DOT(ALL4, ALL1) \
+	MOVQ acc+0(FP), DI; \
+	MOVQ nt+48(FP), BX; \
+kr4:; \
+	CMPQ BX, $4; \
+	JLT kr1; \
+	MOVQ x+16(FP), R8; \
+	MOVQ xs+24(FP), AX; \
+	LEAQ (R8)(AX*1), R9; \
+	LEAQ (R9)(AX*1), R10; \
+	LEAQ (R10)(AX*1), R11; \
+	LEAQ (R8)(AX*4), DX; \
+	MOVQ DX, x+16(FP); \
+	VMOVUPS 0(DI), Z26; \
+	VMOVUPS 64(DI), Z27; \
+	VMOVUPS 128(DI), Z28; \
+	VMOVUPS 192(DI), Z29; \
+	MOVQ s+8(FP), SI; \
+	MOVQ n+56(FP), CX; \
+kr4b:; \
+	KR_ZERO8; \
+	ALL4; \
+	KR_MINS_4; \
+	KR_DS_LOAD; \
+	KR_FLOAT(R8, Z0, Z4, Z26); \
+	KR_FLOAT(R9, Z1, Z5, Z27); \
+	KR_FLOAT(R10, Z2, Z6, Z28); \
+	KR_FLOAT(R11, Z3, Z7, Z29); \
+	ADDQ $KR_BLK, SI; \
+	ADDQ $292, R8; \
+	ADDQ $292, R9; \
+	ADDQ $292, R10; \
+	ADDQ $292, R11; \
+	DECQ CX; \
+	JNZ kr4b; \
+	VMOVUPS Z26, 0(DI); \
+	VMOVUPS Z27, 64(DI); \
+	VMOVUPS Z28, 128(DI); \
+	VMOVUPS Z29, 192(DI); \
+	ADDQ $256, DI; \
+	SUBQ $4, BX; \
+	JMP kr4; \
+kr1:; \
+	TESTQ BX, BX; \
+	JZ krdone; \
+	MOVQ x+16(FP), R8; \
+	MOVQ xs+24(FP), AX; \
+	LEAQ (R8)(AX*1), DX; \
+	MOVQ DX, x+16(FP); \
+	VMOVUPS 0(DI), Z26; \
+	MOVQ s+8(FP), SI; \
+	MOVQ n+56(FP), CX; \
+kr1b:; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z4, Z4, Z4; \
+	ALL1; \
+	KR_MINS_1; \
+	KR_DS_LOAD; \
+	KR_FLOAT(R8, Z0, Z4, Z26); \
+	ADDQ $KR_BLK, SI; \
+	ADDQ $292, R8; \
+	DECQ CX; \
+	JNZ kr1b; \
+	VMOVUPS Z26, 0(DI); \
+	ADDQ $64, DI; \
+	DECQ BX; \
+	JMP kr1; \
+krdone:; \
+	VZEROUPPER; \
+	RET
+
+
+// KR_SEGX: KR_SEG with extra high bits from the transposed Z11-Z14 (the
+// qh bytes of the same quant positions): LOX/HIX (KR_BITS_L or _R) move
+// them by LOS/HIS into the mask Z26 and OR them in.
+#define KR_SEGX(OFF, GLO, GHI, LOX, LOS, HIX, HIS) \
+	R16_LOAD(OFF); \
+	R16_T4; \
+	R16_NIBS(Z0, Z16, Z20); \
+	R16_NIBS(Z1, Z17, Z21); \
+	R16_NIBS(Z2, Z18, Z22); \
+	R16_NIBS(Z3, Z19, Z23); \
+	LOX(LOS, Z11, Z16); LOX(LOS, Z12, Z17); LOX(LOS, Z13, Z18); LOX(LOS, Z14, Z19); \
+	HIX(HIS, Z11, Z20); HIX(HIS, Z12, Z21); HIX(HIS, Z13, Z22); HIX(HIS, Z14, Z23); \
+	KR_STORE4(Z16, Z17, Z18, Z19, GLO); \
+	KR_STORE4(Z20, Z21, Z22, Z23, GHI)
+
+#define KR_BITS_L(S, ZQ, ZG) \
+	VPSLLW $S, ZQ, Z10; \
+	VPTERNLOGD $0xf8, Z26, Z10, ZG
+#define KR_BITS_R(S, ZQ, ZG) \
+	VPSRLW $S, ZQ, Z10; \
+	VPTERNLOGD $0xf8, Z26, Z10, ZG
+
+// KR_QH: the 16 bytes at OFF of each row, transposed, into Z11-Z14.
+#define KR_QH(OFF) \
+	R16_LOAD(OFF); \
+	R16_T4; \
+	VMOVDQA64 Z0, Z11; \
+	VMOVDQA64 Z1, Z12; \
+	VMOVDQA64 Z2, Z13; \
+	VMOVDQA64 Z3, Z14
+
+// Q6_K scales (16 int8 at 192): sc[4q+b] = byte b of dword q, sign
+// extended; mp[i] = (32·sc[2i], 32·sc[2i+1]) (the -32 offset of the
+// quants, taken with the activation's 16-value sums).
+#define KR_S6(ZQ, B, ZD) \
+	VPSLLD $(24-8*(B)), ZQ, ZD; \
+	VPSRAD $24, ZD, ZD
+#define KR_S6PAIR(ZQ, B0, B1, I) \
+	KR_S6(ZQ, B0, Z8); \
+	KR_S6(ZQ, B1, Z9); \
+	VMOVDQU64 Z8, (4096+128*(I))(DI); \
+	VMOVDQU64 Z9, (4096+128*(I)+64)(DI); \
+	VPSLLD $21, Z8, Z8; \
+	VPSRLD $16, Z8, Z8; \
+	VPSLLD $21, Z9, Z9; \
+	VPORD Z9, Z8, Z8; \
+	VMOVDQU64 Z8, (5120+64*(I))(DI)
+#define KR_SCALES6 \
+	R16_LOAD(192); \
+	R16_T4; \
+	KR_S6PAIR(Z0, 0, 1, 0); KR_S6PAIR(Z0, 2, 3, 1); \
+	KR_S6PAIR(Z1, 0, 1, 2); KR_S6PAIR(Z1, 2, 3, 3); \
+	KR_S6PAIR(Z2, 0, 1, 4); KR_S6PAIR(Z2, 2, 3, 5); \
+	KR_S6PAIR(Z3, 0, 1, 6); KR_S6PAIR(Z3, 2, 3, 7)
+
+// IQ4_XS scales: ls_j = nibble j of scales_l (Z1) | bits 2j of scales_h
+// (the high half of Z0) << 4, minus 32; mp[j] = 128·ls_j twice (the +128
+// of the unsigned table).
+#define KR_SXS(J) \
+	VPSRLD $(4*J), Z1, Z8; \
+	VPANDD Z29, Z8, Z8; \
+	VPSRLD $(16+2*J), Z0, Z9; \
+	VPANDD Z27, Z9, Z9; \
+	VPSLLD $4, Z9, Z9; \
+	VPORD Z9, Z8, Z8; \
+	VPSUBD Z24, Z8, Z8; \
+	VMOVDQU64 Z8, (4096+64*J)(DI); \
+	VPSLLD $7, Z8, Z8; \
+	KR_PAIR(Z8, J)
+#define KR_SCALESXS \
+	R16_LOAD(0); \
+	R16_T4; \
+	KR_SXS(0); KR_SXS(1); KR_SXS(2); KR_SXS(3); \
+	KR_SXS(4); KR_SXS(5); KR_SXS(6); KR_SXS(7)
+
+#define KR_LOOKUP8 \
+	VPSHUFB Z16, Z25, Z16; \
+	VPSHUFB Z17, Z25, Z17; \
+	VPSHUFB Z18, Z25, Z18; \
+	VPSHUFB Z19, Z25, Z19; \
+	VPSHUFB Z20, Z25, Z20; \
+	VPSHUFB Z21, Z25, Z21; \
+	VPSHUFB Z22, Z25, Z22; \
+	VPSHUFB Z23, Z25, Z23
+
+#define KR_SEGXS(OFF, J) \
+	R16_LOAD(OFF); \
+	R16_T4; \
+	R16_NIBS(Z0, Z16, Z20); \
+	R16_NIBS(Z1, Z17, Z21); \
+	R16_NIBS(Z2, Z18, Z22); \
+	R16_NIBS(Z3, Z19, Z23); \
+	KR_LOOKUP8; \
+	KR_STORE4(Z16, Z17, Z18, Z19, 8*J); \
+	KR_STORE4(Z20, Z21, Z22, Z23, 8*J+4)
+
 // ---- the functions ---------------------------------------------------------
 
 // func r16UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
@@ -522,6 +944,116 @@ TEXT ·r16DotB(SB), NOSPLIT, $0-64
 TEXT ·r16DotMB(SB), NOSPLIT, $0-64
 	R16_BW_CONSTS
 	R16_DOT(R16_TOKM, R16_SUMB)
+
+
+// func kr16Dot32(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+TEXT ·kr16Dot32(SB), NOSPLIT, $0-64
+	KR_DOT(KR_ALL32_4, KR_ALL32_1)
+
+// func kr16Dot16(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+TEXT ·kr16Dot16(SB), NOSPLIT, $0-64
+	KR_DOT(KR_ALL16_4, KR_ALL16_1)
+
+// func kr16UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// Q4_K: d, dmin, scales[12], qs[128]; chunk c of qs (32 bytes at 16+32c)
+// holds quants 64c.. (low nibbles) and 64c+32.. (high).
+TEXT ·kr16UnpQ4K(SB), NOSPLIT, $0-40
+	KR_UNPACK_PROLOGUE
+krq4:
+	KR_SCALEMINS
+	KR_SEG(16, 0, 8)
+	KR_SEG(32, 4, 12)
+	KR_SEG(48, 16, 24)
+	KR_SEG(64, 20, 28)
+	KR_SEG(80, 32, 40)
+	KR_SEG(96, 36, 44)
+	KR_SEG(112, 48, 56)
+	KR_SEG(128, 52, 60)
+	R16_HALVES(0, 0)
+	R16_HALVES(2, 32)
+	KR_NEXT(144)
+	DECQ CX
+	JNZ  krq4
+	KR_DS(32)
+
+// func kr16UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K's layout with the
+// fifth bit of quant 64c+l at bit 2c of qh[l], of 64c+32+l at bit 2c+1.
+TEXT ·kr16UnpQ5K(SB), NOSPLIT, $0-40
+	KR_UNPACK_PROLOGUE
+	MOVL $0x10101010, AX
+	VPBROADCASTD AX, Z26
+krq5:
+	KR_SCALEMINS
+	KR_QH(16)
+	KR_SEGX(48, 0, 8, KR_BITS_L, 4, KR_BITS_L, 3)
+	KR_SEGX(80, 16, 24, KR_BITS_L, 2, KR_BITS_L, 1)
+	KR_SEGX(112, 32, 40, KR_BITS_L, 0, KR_BITS_R, 1)
+	KR_SEGX(144, 48, 56, KR_BITS_R, 2, KR_BITS_R, 3)
+	KR_QH(32)
+	KR_SEGX(64, 4, 12, KR_BITS_L, 4, KR_BITS_L, 3)
+	KR_SEGX(96, 20, 28, KR_BITS_L, 2, KR_BITS_L, 1)
+	KR_SEGX(128, 36, 44, KR_BITS_L, 0, KR_BITS_R, 1)
+	KR_SEGX(160, 52, 60, KR_BITS_R, 2, KR_BITS_R, 3)
+	R16_HALVES(0, 0)
+	R16_HALVES(2, 32)
+	KR_NEXT(176)
+	DECQ CX
+	JNZ  krq5
+	KR_DS(32)
+
+// func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// Q6_K: ql[128], qh[64], scales[16], d. Per half h: quant 128h+l (l < 32)
+// is the low nibble of ql[64h+l] with bits 0-1 of qh[32h+l] above it,
+// 128h+32+l the low nibble of ql[64h+32+l] with bits 2-3, 128h+64+l and
+// 128h+96+l the high nibbles with bits 4-5 and 6-7; the value is u - 32.
+TEXT ·kr16UnpQ6K(SB), NOSPLIT, $0-40
+	KR_UNPACK_PROLOGUE
+	MOVL $0x30303030, AX
+	VPBROADCASTD AX, Z26
+krq6:
+	KR_SCALES6
+	KR_QH(128)
+	KR_SEGX(0, 0, 16, KR_BITS_L, 4, KR_BITS_L, 0)
+	KR_SEGX(32, 8, 24, KR_BITS_L, 2, KR_BITS_R, 2)
+	KR_QH(144)
+	KR_SEGX(16, 4, 20, KR_BITS_L, 4, KR_BITS_L, 0)
+	KR_SEGX(48, 12, 28, KR_BITS_L, 2, KR_BITS_R, 2)
+	KR_QH(160)
+	KR_SEGX(64, 32, 48, KR_BITS_L, 4, KR_BITS_L, 0)
+	KR_SEGX(96, 40, 56, KR_BITS_L, 2, KR_BITS_R, 2)
+	KR_QH(176)
+	KR_SEGX(80, 36, 52, KR_BITS_L, 4, KR_BITS_L, 0)
+	KR_SEGX(112, 44, 60, KR_BITS_L, 2, KR_BITS_R, 2)
+	R16_HALVES(208, 0)
+	KR_NEXT(210)
+	DECQ CX
+	JNZ  krq6
+	KR_DS(0)
+
+// func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// IQ4_XS: d, scales_h, scales_l[4], qs[128]; sub-block j is the low
+// nibbles of qs[16j:16j+16], then the high ones, through kvaluesIQ4NL+128.
+TEXT ·kr16UnpIQ4XS(SB), NOSPLIT, $0-40
+	KR_UNPACK_PROLOGUE
+	VBROADCASTI32X4 r16iq4nl<>(SB), Z25
+	MOVL $32, AX
+	VPBROADCASTD AX, Z24
+krxs:
+	KR_SCALESXS
+	KR_SEGXS(8, 0)
+	KR_SEGXS(24, 1)
+	KR_SEGXS(40, 2)
+	KR_SEGXS(56, 3)
+	KR_SEGXS(72, 4)
+	KR_SEGXS(88, 5)
+	KR_SEGXS(104, 6)
+	KR_SEGXS(120, 7)
+	R16_HALVES(0, 0)
+	KR_NEXT(136)
+	DECQ CX
+	JNZ  krxs
+	KR_DS(0)
 
 // func r16Store(out *float32, outStride int, acc *float32, nt int)
 TEXT ·r16Store(SB), NOSPLIT, $0-32
