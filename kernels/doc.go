@@ -100,15 +100,22 @@
 // weights by the activation rounding (at most half a step of each
 // activation block times Σ|w|) plus float32 accumulation error.
 //   - generic: the formats' own dot products in Go.
-//   - avx512: VPDPBUSD (AVX512-VNNI) tiles, VPMADDUBSW+VPMADDWD where the
-//     CPU lacks VNNI (IQ4_NL and IQ4_XS then run the portable dot: their
+//   - avx512: sixteen weight rows at a time, each block transposed so that
+//     a 512-bit lane holds one row: a token's activation dword is broadcast
+//     to the 16 rows and VPDPBUSD (AVX512-VNNI) sums a block for all of them
+//     exactly, so a block costs one conversion and two multiplies per 16
+//     rows and token (quant_r16_avx512_amd64.go). Q8_0 takes this path too
+//     where the CPU has VNNI. Q2_K and Q3_K run 4-row tiles. Without VNNI:
+//     the 32-value formats the same 16-row path with VPMADDUBSW+VPMADDWD,
+//     the K-quants 4-row tiles, IQ4_NL and IQ4_XS the portable dot (their
 //     grid values overflow VPMADDUBSW's pair sums).
 //   - avx2: VPMADDUBSW+VPMADDWD tiles (archsimd).
 //   - neon: SDOT, or SMULL/SADALP without the dot-product extension.
 //
 // A backend may unpack a tile's weight rows once for every token of a work
-// item (qRowsFn): the weights cost their unpacking once per 4 rows and item
-// whatever the batch, which is where batched decode and prefill gain. The
+// item (qRowsFn, or qItemsFn for whole items): the weights cost their
+// unpacking once per item whatever the batch, which is where batched decode
+// and prefill gain. The
 // F32-activation route (float weights times float activations) stays for
 // F32, F16, BF16 and avx2's Q8_0, where it is the more accurate one at no
 // loss of speed; a NaN or Inf activation has no defined result in the

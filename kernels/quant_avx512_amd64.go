@@ -7,7 +7,10 @@ import (
 	"unsafe"
 )
 
-// AVX-512 integer tiles for the block quantizations (quant_avx512_amd64.s).
+// AVX-512 integer tiles for the K quantizations (quant_avx512_amd64.s):
+// Q2_K and Q3_K, and the AVX-512BW path (no VNNI) of Q4_K, Q5_K and Q6_K.
+// Everything else, and those with VNNI, runs the 16-row kernels
+// (quant_r16_avx512_amd64.go).
 //
 // A tile decodes each weight block of its rows once, into a small scratch
 // buffer in a layout the format family shares, and multiplies that with
@@ -34,92 +37,6 @@ func unpackQ3K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 //go:noescape
 func unpackQ2K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 
-// 32-value block unpackers: n blocks of four rows, two blocks per fRow
-// chunk.
-//
-//go:noescape
-func unpackQ4_0(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-//go:noescape
-func unpackQ4_1(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-//go:noescape
-func unpackQ5_0(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-//go:noescape
-func unpackQ5_1(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-//go:noescape
-func unpackIQ4NL(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-//go:noescape
-func unpackMXFP4(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-// 32-value block dot kernels: n chunks (block pairs) against 4 tokens (the
-// fDot1 ones: x0 only) with quant offset o; the M variants add the
-// minimum times the activation sum instead (o = 0).
-//
-//go:noescape
-func fDot4V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot4B(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot4MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot4MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot1V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot1B(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot1MV(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func fDot1MB(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-// Fused one-token kernels: n block pairs of four rows decoded in registers
-// and multiplied with token x, adding to acc's first four accumulators
-// (rows 0-3) exactly as unpacking and fDot1V/fDot1B would (o as there).
-//
-//go:noescape
-func fuQ4_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
-
-//go:noescape
-func fuQ4_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
-
-//go:noescape
-func fuQ5_0V(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
-
-//go:noescape
-func fuQ5_0B(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int)
-
-// Fused one-token K kernels (VNNI): n blocks of four rows decoded in
-// registers and multiplied with token x, as unpacking and kDot1VNNI would.
-//
-//go:noescape
-func kfuQ4K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-
-//go:noescape
-func kfuQ6K(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-
-// IQ4_XS: n super-blocks of four rows unpacked to the 32-value layout
-// (four chunks each), and their dot kernels (VNNI only, o = 128).
-//
-//go:noescape
-func unpackIQ4XS(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
-
-//go:noescape
-func xsDot4V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
-//go:noescape
-func xsDot1V(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, o int)
-
 // K-family dot kernels: n unpacked blocks against 4 tokens (or 1), adding
 // to the 16-lane accumulators acc[16·(4j+i):] of token j, row i.
 //
@@ -143,8 +60,6 @@ func qHsum16(res *[16]float32, acc *[256]float32)
 const (
 	kRow   = 512 // scratch bytes per row and block (see the .s file)
 	kChunk = 4   // blocks unpacked per call: 8 KiB of scratch, in L1
-	fRow   = 192 // scratch bytes per row and block pair
-	fChunk = 16  // 32-value blocks unpacked per call: 6 KiB
 )
 
 func init() {
@@ -159,24 +74,8 @@ func installQuant512(b *backend, vnni bool) {
 		k.vnni = vnni
 		b.qtiles[k.t], b.qrows[k.t] = (&k).kTile, (&k).kRows
 	}
-	if vnni {
-		// IQ4_XS: as IQ4_NL.
-		xs := &tiler512{t: IQ4_XS, bb: iq4XSBytes, o: 128, vnni: true}
-		b.qtiles[IQ4_XS], b.qrows[IQ4_XS] = xs.xsTile, xs.xsRows
-	}
-	for _, k := range []tiler512{
-		{t: Q4_0, bb: q4_0Bytes, o: 8}, {t: Q5_0, bb: q5_0Bytes, o: 16},
-		{t: Q4_1, bb: q4_1Bytes, min: true}, {t: Q5_1, bb: q5_1Bytes, min: true},
-		{t: IQ4_NL, bb: iq4nlBytes, o: 128}, {t: MXFP4, bb: mxfp4Bytes, o: 12},
-	} {
-		// IQ4_NL's u = value+128 reaches 241: VPMADDUBSW's pair sums
-		// could saturate, so without VNNI it keeps the portable tile.
-		if k.t == IQ4_NL && !vnni {
-			continue
-		}
-		k.vnni = vnni
-		b.qtiles[k.t], b.qrows[k.t] = (&k).fTile, (&k).fRows
-	}
+	// The 16-row kernels replace these where they run (all but Q2_K and
+	// Q3_K with VNNI; the 32-value formats either way).
 	installR16(b, vnni)
 }
 
@@ -187,8 +86,6 @@ type tiler512 struct {
 	t    DType
 	bb   int
 	vnni bool
-	o    int  // 32-value blocks: the value is u - o
-	min  bool // 32-value blocks: the value is d·u + m
 }
 
 // kTile is the qTileFn of a K format (actQ8K activations).
@@ -249,123 +146,12 @@ func (k *tiler512) dotK(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n
 	}
 }
 
-// fTile is the qTileFn of a 32-value block format (actQ8x32 activations).
-func (k *tiler512) fTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	_ = w[(nr-1)*rb+nb*k.bb-1]
-	_ = act[(nt-1)*actStride+nb*ActQ8x32Bytes-1]
-	var buf [fChunk/2*4*fRow + 64]byte
-	var acc [256]float32
-	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
-	ws, xs := quadPtrs(w, rb, nr), quadPtrs(act, actStride, nt)
-	for b := 0; b < nb; b += fChunk {
-		n := min(fChunk, nb-b)
-		k.unpackF(s, &ws, b*k.bb, n)
-		k.dotFChunk(&acc, s, &xs, b*ActQ8x32Bytes, n, nt)
-	}
-	qHsum16(res, &acc)
-}
-
-// dotFChunk adds n unpacked 32-value blocks (as unpackF left them in s)
-// times the tokens' activations from byte off on to acc. An odd last block
-// pairs with a zero one: its activations are copied to a zero-padded pair,
-// as the kernels read whole pairs.
-func (k *tiler512) dotFChunk(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n, nt int) {
-	if pairs := n / 2; pairs > 0 {
-		k.dotF(acc, s, unsafe.Add(x[0], off), unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), pairs, nt)
-	}
-	if n%2 == 0 {
-		return
-	}
-	var tail [4][2 * ActQ8x32Bytes]byte
-	last := off + (n-1)*ActQ8x32Bytes
-	for j := range min(nt, 4) {
-		copy(tail[j][:ActQ8x32Bytes], unsafe.Slice((*byte)(unsafe.Add(x[j], last)), ActQ8x32Bytes))
-	}
-	t0 := unsafe.Pointer(&tail[0])
-	t1, t2, t3 := unsafe.Pointer(&tail[min(1, nt-1)]), unsafe.Pointer(&tail[min(2, nt-1)]), unsafe.Pointer(&tail[min(3, nt-1)])
-	k.dotF(acc, (*byte)(unsafe.Add(unsafe.Pointer(s), n/2*4*fRow)), t0, t1, t2, t3, 1, nt)
-}
-
-func (k *tiler512) unpackF(s *byte, w *[4]unsafe.Pointer, off, n int) {
-	w0, w1, w2, w3 := unsafe.Add(w[0], off), unsafe.Add(w[1], off), unsafe.Add(w[2], off), unsafe.Add(w[3], off)
-	switch k.t {
-	case Q4_0:
-		unpackQ4_0(s, w0, w1, w2, w3, n)
-	case Q4_1:
-		unpackQ4_1(s, w0, w1, w2, w3, n)
-	case Q5_0:
-		unpackQ5_0(s, w0, w1, w2, w3, n)
-	case Q5_1:
-		unpackQ5_1(s, w0, w1, w2, w3, n)
-	case IQ4_NL:
-		unpackIQ4NL(s, w0, w1, w2, w3, n)
-	case MXFP4:
-		unpackMXFP4(s, w0, w1, w2, w3, n)
-	}
-}
-
-func (k *tiler512) dotF(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n, nt int) {
-	switch {
-	case nt == 1 && k.min && k.vnni:
-		fDot1MV(acc, s, x0, x1, x2, x3, n, 0)
-	case nt == 1 && k.min:
-		fDot1MB(acc, s, x0, x1, x2, x3, n, 0)
-	case nt == 1 && k.vnni:
-		fDot1V(acc, s, x0, x1, x2, x3, n, k.o)
-	case nt == 1:
-		fDot1B(acc, s, x0, x1, x2, x3, n, k.o)
-	case k.min && k.vnni:
-		fDot4MV(acc, s, x0, x1, x2, x3, n, 0)
-	case k.min:
-		fDot4MB(acc, s, x0, x1, x2, x3, n, 0)
-	case k.vnni:
-		fDot4V(acc, s, x0, x1, x2, x3, n, k.o)
-	default:
-		fDot4B(acc, s, x0, x1, x2, x3, n, k.o)
-	}
-}
-
-// xsChunk is the IQ4_XS tile's super-blocks per unpack: 6 KiB.
-const xsChunk = 2
-
-// xsTile is IQ4_XS's qTileFn (VNNI only).
-func (k *tiler512) xsTile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	_ = w[(nr-1)*rb+nb*iq4XSBytes-1]
-	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
-	var buf [xsChunk*4*4*fRow + 64]byte
-	var acc [256]float32
-	s := (*byte)(alignUp64(unsafe.Pointer(&buf[0])))
-	ws, xs := quadPtrs(w, rb, nr), quadPtrs(act, actStride, nt)
-	for b := 0; b < nb; b += xsChunk {
-		n := min(xsChunk, nb-b)
-		k.unpackXS(s, &ws, b*iq4XSBytes, n)
-		k.dotXS(&acc, s, &xs, b*ActQ8KBytes, n, nt)
-	}
-	qHsum16(res, &acc)
-}
-
-func (k *tiler512) unpackXS(s *byte, w *[4]unsafe.Pointer, off, n int) {
-	unpackIQ4XS(s, unsafe.Add(w[0], off), unsafe.Add(w[1], off), unsafe.Add(w[2], off), unsafe.Add(w[3], off), n)
-}
-
-func (k *tiler512) dotXS(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n, nt int) {
-	if nt == 1 {
-		xsDot1V(acc, s, unsafe.Add(x[0], off), nil, nil, nil, n, k.o)
-		return
-	}
-	xsDot4V(acc, s, unsafe.Add(x[0], off), unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n, k.o)
-}
-
 // The qrows paths unpack a larger chunk of each 4-row block than a tile
 // (per-worker scratch, not zeroed per call) and run every 4-token group of
 // the item over it before moving on: the unpacked chunk stays in L1 while
 // the groups' accumulators (1 KiB each) and activations stream. Each
 // product's instruction sequence is the tile's, so its results are too.
-const (
-	kRowsChunk  = 8  // K blocks: 16 KiB
-	fRowsChunk  = 32 // 32-value blocks: 12 KiB
-	xsRowsChunk = 4  // IQ4_XS super-blocks: 12 KiB
-)
+const kRowsChunk = 8 // K blocks: 16 KiB
 
 // qScratch returns wk's unpack buffer of n bytes, 64-byte aligned, and its
 // accumulators for ng token groups, zeroed.
@@ -408,99 +194,12 @@ func (k *tiler512) kRows(wk *worker, out []float32, outStride int, w []byte, rb,
 	_ = out[(nt-1)*outStride+nr-1]
 	s, acc := qScratch(wk, kRowsChunk*4*kRow, (nt+3)/4)
 	ws := quadPtrs(w, rb, nr)
-	if fu := k.fusedK(); nt == 1 && fu != nil {
-		fu(&acc[0], ws[0], ws[1], ws[2], ws[3], bptr(act), nb, fusedPrefetchRows*rb)
-		qRowsOut(acc, out, outStride, nr, nt)
-		return
-	}
 	for b := 0; b < nb; b += kRowsChunk {
 		n := min(kRowsChunk, nb-b)
 		k.unpackK(s, &ws, b*k.bb, n)
 		for g := range acc {
 			xs, n4 := qGroupPtrs(act, actStride, nt, g)
 			k.dotK(&acc[g], s, &xs, b*ActQ8KBytes, n, n4)
-		}
-	}
-	qRowsOut(acc, out, outStride, nr, nt)
-}
-
-// fRows is the qRowsFn of a 32-value block format.
-func (k *tiler512) fRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	_ = w[(nr-1)*rb+nb*k.bb-1]
-	_ = act[(nt-1)*actStride+nb*ActQ8x32Bytes-1]
-	_ = out[(nt-1)*outStride+nr-1]
-	s, acc := qScratch(wk, fRowsChunk/2*4*fRow, (nt+3)/4)
-	ws := quadPtrs(w, rb, nr)
-	if fu := k.fused(); nt == 1 && fu != nil {
-		x := quadPtrs(act, actStride, 1)
-		if pairs := nb / 2; pairs > 0 {
-			fu(&acc[0], ws[0], ws[1], ws[2], ws[3], x[0], pairs, k.o, fusedPrefetchRows*rb)
-		}
-		if nb%2 == 1 {
-			// The odd last block as the tile does it.
-			k.unpackF(s, &ws, (nb-1)*k.bb, 1)
-			k.dotFChunk(&acc[0], s, &x, (nb-1)*ActQ8x32Bytes, 1, 1)
-		}
-		qRowsOut(acc, out, outStride, nr, nt)
-		return
-	}
-	for b := 0; b < nb; b += fRowsChunk {
-		n := min(fRowsChunk, nb-b)
-		k.unpackF(s, &ws, b*k.bb, n)
-		for g := range acc {
-			xs, n4 := qGroupPtrs(act, actStride, nt, g)
-			k.dotFChunk(&acc[g], s, &xs, b*ActQ8x32Bytes, n, n4)
-		}
-	}
-	qRowsOut(acc, out, outStride, nr, nt)
-}
-
-// fusedK is the K format's one-token kernel that decodes in registers,
-// nil where it has none.
-func (k *tiler512) fusedK() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int) {
-	switch {
-	case k.t == Q4_K && k.vnni:
-		return kfuQ4K
-	case k.t == Q6_K && k.vnni:
-		return kfuQ6K
-	}
-	return nil
-}
-
-// fusedPrefetchRows: the one-token kernels prefetch each row's columns
-// this many rows ahead (the rows of a later call): streaming the weights
-// from memory, not the arithmetic, bounds a decode step.
-const fusedPrefetchRows = 8
-
-// fused is the format's one-token kernel that decodes in registers, nil
-// where it has none.
-func (k *tiler512) fused() func(acc *[256]float32, w0, w1, w2, w3, x unsafe.Pointer, n, o, pf int) {
-	switch {
-	case k.t == Q4_0 && k.vnni:
-		return fuQ4_0V
-	case k.t == Q4_0:
-		return fuQ4_0B
-	case k.t == Q5_0 && k.vnni:
-		return fuQ5_0V
-	case k.t == Q5_0:
-		return fuQ5_0B
-	}
-	return nil
-}
-
-// xsRows is IQ4_XS's qRowsFn (VNNI only).
-func (k *tiler512) xsRows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
-	_ = w[(nr-1)*rb+nb*iq4XSBytes-1]
-	_ = act[(nt-1)*actStride+nb*ActQ8KBytes-1]
-	_ = out[(nt-1)*outStride+nr-1]
-	s, acc := qScratch(wk, xsRowsChunk*4*4*fRow, (nt+3)/4)
-	ws := quadPtrs(w, rb, nr)
-	for b := 0; b < nb; b += xsRowsChunk {
-		n := min(xsRowsChunk, nb-b)
-		k.unpackXS(s, &ws, b*iq4XSBytes, n)
-		for g := range acc {
-			xs, n4 := qGroupPtrs(act, actStride, nt, g)
-			k.dotXS(&acc[g], s, &xs, b*ActQ8KBytes, n, n4)
 		}
 	}
 	qRowsOut(acc, out, outStride, nr, nt)

@@ -3,12 +3,14 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"simd/archsimd"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // avx512BW is the avx512 backend with the AVX-512BW quant tiles, as on a
@@ -136,24 +138,29 @@ func TestQuantMatMulBW(t *testing.T) {
 }
 
 // TestUnpackMXFP4Scales checks the E8M0 decoding of every exponent byte,
-// subnormals included, in the unpacked scratch.
+// subnormals included, in the 16-row kernels' unpacked scratch.
 func TestUnpackMXFP4Scales(t *testing.T) {
 	if !slices.Contains(simdBackends, avx512) {
 		t.Skip("the CPU lacks AVX-512")
 	}
-	w := make([]byte, 256*mxfp4Bytes)
-	for e := range 256 {
-		w[e*mxfp4Bytes] = byte(e)
+	rb := 256 * mxfp4Bytes
+	w := make([]byte, r16Rows*rb)
+	for r := range r16Rows {
+		for e := range 256 {
+			w[r*rb+e*mxfp4Bytes] = byte(e)
+		}
 	}
-	s := make([]byte, 128*4*fRow)
-	p := bptr(w)
-	unpackMXFP4(&s[0], p, p, p, p, 256)
-	for e := range 256 {
-		off := e/2*4*fRow + 64 + e%2*32
-		for l := range 8 {
-			got := math.Float32frombits(uint32(s[off+4*l]) | uint32(s[off+4*l+1])<<8 | uint32(s[off+4*l+2])<<16 | uint32(s[off+4*l+3])<<24)
-			if got != e8m0Half(byte(e)) {
-				t.Fatalf("e=%d lane %d: %v, want %v", e, l, got, e8m0Half(byte(e)))
+	s := make([]byte, r16Chunk*(r16Block+r16Stage))
+	for b0 := 0; b0 < 256; b0 += r16Chunk {
+		r16UnpMXFP4(&s[0], unsafe.Pointer(&w[b0*mxfp4Bytes]), rb, r16Chunk, unsafe.Pointer(&w[0]))
+		for b := range r16Chunk {
+			e := b0 + b
+			for p := range r16Rows {
+				off := b*r16Block + 512 + 4*p
+				got := math.Float32frombits(binary.LittleEndian.Uint32(s[off:]))
+				if got != e8m0Half(byte(e)) {
+					t.Fatalf("e=%d lane %d: %v, want %v", e, p, got, e8m0Half(byte(e)))
+				}
 			}
 		}
 	}
@@ -162,8 +169,8 @@ func TestUnpackMXFP4Scales(t *testing.T) {
 // TestQuantRows512 checks every AVX-512 qrows path against its tiles bit
 // for bit, with and without VNNI: row blocks of 1 to 4 rows, token counts
 // with every 4-token tail, and more blocks than one qrows chunk (an odd
-// count for the 32-value formats), so that chunking, the fused one-token
-// kernels and the tails are all covered.
+// count for the 32-value formats), so that chunking, the one-token path
+// and the tails are all covered.
 func TestQuantRows512(t *testing.T) {
 	if !slices.Contains(simdBackends, avx512) {
 		t.Skip("the CPU lacks AVX-512")

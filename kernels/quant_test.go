@@ -205,7 +205,9 @@ func TestQuantMatMul(t *testing.T) {
 		if f == nil {
 			continue
 		}
-		rows, cols, T := 37, 512, 11
+		// 37 rows: two whole 16-row groups and a partial one; 9 K blocks
+		// or 72 of 32 values: several unpacked chunks and a partial one.
+		rows, cols, T := 37, 2304, 11
 		m := encodeMatrix(t, dt, rows, cols, randF32(r, rows*cols, 0.3))
 		wd := dequantized(m)
 		x := randF32(r, T*cols, 1)

@@ -22,7 +22,9 @@ import (
 //     multiply-add. A missing odd last block contributes zeros.
 //   - The 16 lanes are then summed as ((l+h8) pairwise to 8, to 4, then
 //     (a0+a1)+(a2+a3)), see hsum16.
-// AVX2 keeps each 16-lane accumulator as two 8-lane halves.
+// AVX2 keeps each 16-lane accumulator as two 8-lane halves. (Where the CPU
+// has AVX512-VNNI, avx512 runs Q8_0 as a block quantization instead, in
+// its own order: quant_r16_avx512_amd64.go.)
 
 // detectSIMD fills simdBackends from CPUID and makes the fastest of them
 // best (select.go's init calls it, before any test override).
