@@ -104,11 +104,12 @@
 //     a 512-bit lane holds one row: a token's activation dword is broadcast
 //     to the 16 rows and VPDPBUSD (AVX512-VNNI) sums a block for all of them
 //     exactly, so a block costs one conversion and two multiplies per 16
-//     rows and token (quant_r16_avx512_amd64.go). Q8_0 takes this path too
-//     where the CPU has VNNI. Q2_K and Q3_K run 4-row tiles. Without VNNI:
-//     the 32-value formats the same 16-row path with VPMADDUBSW+VPMADDWD,
-//     the K-quants 4-row tiles, IQ4_NL and IQ4_XS the portable dot (their
-//     grid values overflow VPMADDUBSW's pair sums).
+//     rows and token, and a K super-block's sub-block sums are scaled in
+//     int32 (VPMULLD) before its one float step (quant_r16_avx512_amd64.go).
+//     Q8_0 takes this path too where the CPU has VNNI. Without VNNI: the
+//     32-value formats the same 16-row path with VPMADDUBSW+VPMADDWD, the
+//     K-quants 4-row tiles, IQ4_NL and IQ4_XS the portable dot (their grid
+//     values overflow VPMADDUBSW's pair sums).
 //   - avx2: VPMADDUBSW+VPMADDWD tiles (archsimd).
 //   - neon: SDOT, or SMULL/SADALP without the dot-product extension.
 //

@@ -7,17 +7,15 @@ import (
 	"unsafe"
 )
 
-// AVX-512 integer tiles for the K quantizations (quant_avx512_amd64.s):
-// Q2_K and Q3_K, and the AVX-512BW path (no VNNI) of Q4_K, Q5_K and Q6_K.
-// Everything else, and those with VNNI, runs the 16-row kernels
-// (quant_r16_avx512_amd64.go).
+// AVX-512 integer tiles for the K quantizations on CPUs without
+// AVX512-VNNI (quant_avx512_amd64.s): VPMADDUBSW and VPMADDWD (AVX-512BW).
+// With VNNI every block format, and without it the 32-value ones, run the
+// 16-row kernels instead (quant_r16_avx512_amd64.go).
 //
 // A tile decodes each weight block of its rows once, into a small scratch
 // buffer in a layout the format family shares, and multiplies that with
 // every token of the tile (llama.cpp's vec_dot decodes per token). Sums are
-// exact int32 per block, as in the portable dot products; VPDPBUSD and
-// VPDPWSSD (AVX512-VNNI) do them where the CPU has them, VPMADDUBSW and
-// VPMADDWD (AVX-512BW) otherwise, with the same integer results.
+// exact int32 per block, as in the portable dot products.
 
 // Unpackers: n blocks of four weight rows into scratch (kRow bytes per row
 // and block, block-major).
@@ -41,13 +39,7 @@ func unpackQ2K(dst *byte, w0, w1, w2, w3 unsafe.Pointer, n int)
 // to the 16-lane accumulators acc[16·(4j+i):] of token j, row i.
 //
 //go:noescape
-func kDot4VNNI(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n int)
-
-//go:noescape
 func kDot4BW(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n int)
-
-//go:noescape
-func kDot1VNNI(acc *[256]float32, s *byte, x0 unsafe.Pointer, n int)
 
 //go:noescape
 func kDot1BW(acc *[256]float32, s *byte, x0 unsafe.Pointer, n int)
@@ -70,22 +62,20 @@ func init() {
 // (A test installs the AVX-512BW ones on a second backend.) Only method
 // values are stored here: nothing runs at init.
 func installQuant512(b *backend, vnni bool) {
-	for _, k := range []tiler512{{t: Q2_K, bb: q2KBytes}, {t: Q3_K, bb: q3KBytes}, {t: Q4_K, bb: q4KBytes}, {t: Q5_K, bb: q5KBytes}, {t: Q6_K, bb: q6KBytes}} {
-		k.vnni = vnni
-		b.qtiles[k.t], b.qrows[k.t] = (&k).kTile, (&k).kRows
+	if !vnni {
+		for _, k := range []tiler512{{t: Q2_K, bb: q2KBytes}, {t: Q3_K, bb: q3KBytes}, {t: Q4_K, bb: q4KBytes}, {t: Q5_K, bb: q5KBytes}, {t: Q6_K, bb: q6KBytes}} {
+			b.qtiles[k.t], b.qrows[k.t] = (&k).kTile, (&k).kRows
+		}
 	}
-	// The 16-row kernels replace these where they run (all but Q2_K and
-	// Q3_K with VNNI; the 32-value formats either way).
 	installR16(b, vnni)
 }
 
-// tiler512 holds what a format's tile needs to know: its type, block bytes
-// (not read from quantFormats: the formats register from their own inits,
-// which may run after this one) and whether to use VNNI.
+// tiler512 holds what a format's tile needs to know: its type and block
+// bytes (not read from quantFormats: the formats register from their own
+// inits, which may run after this one).
 type tiler512 struct {
-	t    DType
-	bb   int
-	vnni bool
+	t  DType
+	bb int
 }
 
 // kTile is the qTileFn of a K format (actQ8K activations).
@@ -134,16 +124,11 @@ func (k *tiler512) unpackK(s *byte, w *[4]unsafe.Pointer, off, n int) {
 // byte off on to acc (nt tokens; 1 runs the one-token kernel).
 func (k *tiler512) dotK(acc *[256]float32, s *byte, x *[4]unsafe.Pointer, off, n, nt int) {
 	x0 := unsafe.Add(x[0], off)
-	switch {
-	case nt == 1 && k.vnni:
-		kDot1VNNI(acc, s, x0, n)
-	case nt == 1:
+	if nt == 1 {
 		kDot1BW(acc, s, x0, n)
-	case k.vnni:
-		kDot4VNNI(acc, s, x0, unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n)
-	default:
-		kDot4BW(acc, s, x0, unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n)
+		return
 	}
+	kDot4BW(acc, s, x0, unsafe.Add(x[1], off), unsafe.Add(x[2], off), unsafe.Add(x[3], off), n)
 }
 
 // The qrows paths unpack a larger chunk of each 4-row block than a tile

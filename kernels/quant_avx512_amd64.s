@@ -2,14 +2,15 @@
 
 #include "textflag.h"
 
-// AVX-512 integer tiles for the K-quants (see quant_avx512_amd64.go).
+// AVX-512BW integer tiles for the K-quants on CPUs without AVX512-VNNI
+// (see quant_avx512_amd64.go).
 //
 // Two phases per chunk of super-blocks. An unpacker per format decodes four
 // weight rows into a scratch layout shared by all K formats, 512 bytes per
 // row and block:
 //     0: u[256]  the quants as unsigned bytes 0..63, in value order
 //   256: sc01    32 int16: the 16-value group scales, laid out for the
-//                packed sums of chunks 0 and 1 (see KPAIR*)
+//                packed sums of chunks 0 and 1 (see KPAIRB)
 //   320: sc23    the same for chunks 2 and 3
 //   384: dv      16 float32: D1 ×8, D2 ×8
 //   448: m16     16 int16: each group's min coefficient
@@ -18,9 +19,8 @@
 // The dot kernels then run that layout against 4 (or 1) tokens: each row's
 // unpacked block is loaded once and used for every token.
 //
-// Per row, token and block the instruction sequence is fixed (KPAIR*), so
-// a product does not depend on how many rows or tokens share the tile; the
-// VNNI and AVX-512BW sequences compute the same exact integers.
+// Per row, token and block the instruction sequence is fixed (KPAIRB), so
+// a product does not depend on how many rows or tokens share the tile.
 
 // ---- unpacking -------------------------------------------------------------
 //
@@ -434,26 +434,11 @@ q3kloop:
 // in acc (16 floats each) between calls. Per row: Z16-Z19 = u, Z25 = dv,
 // Y24 = m16.
 
-// KPAIRV: one row × one token × one block with VNNI. The four 64-value
-// chunk sums t_c (16 int32, each over 4 values, |t| ≤ 4·63·127) pack
-// pairwise to int16 (lane L of pack(t0,t1) holds groups L and 4+L), are
-// scaled by group and summed; the min term takes the bsums.
-#define KPAIRV(X, OFF, ACC) \
-	VPXORD Z20, Z20, Z20; \
-	VPDPBUSD 4(X), Z16, Z20; \
-	VPXORD Z21, Z21, Z21; \
-	VPDPBUSD 68(X), Z17, Z21; \
-	VPXORD Z22, Z22, Z22; \
-	VPDPBUSD 132(X), Z18, Z22; \
-	VPXORD Z23, Z23, Z23; \
-	VPDPBUSD 196(X), Z19, Z23; \
-	VPACKSSDW Z21, Z20, Z20; \
-	VPACKSSDW Z23, Z22, Z22; \
-	VPMADDWD OFF+256(SI), Z20, Z20; \
-	VPDPWSSD OFF+320(SI), Z22, Z20; \
-	KCOMBINE(X, ACC)
-
-// KPAIRB: KPAIRV with AVX-512BW only (Z26 = int16 ones): the same sums.
+// KPAIRB: one row × one token × one block. The four 64-value chunk sums
+// (VPMADDUBSW then VPMADDWD with Z26 = int16 ones: 16 int32, each over 4
+// values, |t| ≤ 4·63·127) pack pairwise to int16 (lane L of pack(t0,t1)
+// holds groups L and 4+L), are scaled by group and summed; the min term
+// takes the bsums.
 #define KPAIRB(X, OFF, ACC) \
 	VPMADDUBSW 4(X), Z16, Z20; \
 	VPMADDWD Z26, Z20, Z20; \
@@ -519,18 +504,6 @@ q3kloop:
 	ADDQ $292, R10; \
 	ADDQ $292, R11
 
-// func kDot4VNNI(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n int)
-TEXT ·kDot4VNNI(SB), NOSPLIT, $0-56
-	DOT4_PROLOGUE
-
-kd4vloop:
-	DOT4_STEP(KPAIRV)
-	DECQ CX
-	JNZ  kd4vloop
-	STORE16
-	VZEROUPPER
-	RET
-
 // func kDot4BW(acc *[256]float32, s *byte, x0, x1, x2, x3 unsafe.Pointer, n int)
 TEXT ·kDot4BW(SB), NOSPLIT, $0-56
 	DOT4_PROLOGUE
@@ -559,16 +532,6 @@ kd4bloop:
 	VMOVUPS Z0, 0(AX); VMOVUPS Z1, 64(AX); VMOVUPS Z2, 128(AX); VMOVUPS Z3, 192(AX); \
 	VZEROUPPER; \
 	RET
-
-// func kDot1VNNI(acc *[256]float32, s *byte, x0 unsafe.Pointer, n int)
-TEXT ·kDot1VNNI(SB), NOSPLIT, $0-32
-	DOT1_PROLOGUE
-
-kd1vloop:
-	DOT1_STEP(KPAIRV)
-	DECQ CX
-	JNZ  kd1vloop
-	DOT1_EPILOGUE
 
 // func kDot1BW(acc *[256]float32, s *byte, x0 unsafe.Pointer, n int)
 TEXT ·kDot1BW(SB), NOSPLIT, $0-32

@@ -59,6 +59,12 @@ func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 
 //go:noescape
+func kr16UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr16UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
 func kr16Dot32(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 
 //go:noescape
@@ -138,7 +144,7 @@ func installR16(b *backend, vnni bool) {
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}
 	if !vnni {
-		// The K formats' AVX-512BW tiles stay (quant_avx512_amd64.go).
+		// The K formats keep their AVX-512BW tiles (quant_avx512_amd64.go).
 		return
 	}
 	for _, k := range []*r16Fmt{
@@ -146,6 +152,8 @@ func installR16(b *backend, vnni bool) {
 		{t: Q5_K, bb: q5KBytes, k: true, unpack: kr16UnpQ5K, dot: kr16Dot32},
 		{t: Q6_K, bb: q6KBytes, k: true, unpack: kr16UnpQ6K, dot: kr16Dot16},
 		{t: IQ4_XS, bb: iq4XSBytes, k: true, unpack: kr16UnpIQ4XS, dot: kr16Dot32},
+		{t: Q2_K, bb: q2KBytes, k: true, unpack: kr16UnpQ2K, dot: kr16Dot16},
+		{t: Q3_K, bb: q3KBytes, k: true, unpack: kr16UnpQ3K, dot: kr16Dot16},
 	} {
 		b.qitems[k.t], b.qoff[k.t] = k.items, 0
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
