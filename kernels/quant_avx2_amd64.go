@@ -609,6 +609,8 @@ func init() {
 	avx2.qtiles[Q5_1], avx2.qrows[Q5_1] = avx2Q5_1Tile, avx2Q5_1Rows
 	avx2.qtiles[IQ4_NL], avx2.qrows[IQ4_NL] = avx2IQ4NLTile, avx2IQ4NLRows
 	avx2.qtiles[MXFP4], avx2.qrows[MXFP4] = avx2MXFP4Tile, avx2MXFP4Rows
+	// The 8-row kernels take over all but IQ4_NL (quant_r8_avx2_amd64.go).
+	installR8(avx2)
 }
 
 func avx2Q4_0Tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {

@@ -94,31 +94,45 @@ const (
 // r16Row is the weight row of each lane: P(p) = 4·(p mod 4) + p/4.
 var r16Row = [r16Rows]int{0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15}
 
-// r16Fmt is one format's 16-row path.
-type r16Fmt struct {
+// groupFmt is one format's path over groups of rows side by side: 16 on
+// avx512, 8 on avx2 (r8, quant_r8_avx2_amd64.go).
+type groupFmt struct {
 	t      DType
 	bb     int   // block bytes
 	o      int32 // 32-value formats: the value is u - o (0: with a minimum)
 	min    bool
 	k      bool // a K format: 256-value blocks, actQ8K activations
+	r8     bool // avx2's 8-row kernels
 	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 }
 
 // geometry: values per block, activation bytes per block, scratch bytes
 // per unpacked block and blocks per unpack.
-func (k *r16Fmt) geometry() (block, actBytes, scratch, chunk int) {
-	if k.k {
+func (k *groupFmt) geometry() (block, actBytes, scratch, chunk int) {
+	switch {
+	case k.k:
 		return ActQ8KBlock, ActQ8KBytes, r16KBlock, r16KChunk
+	case k.r8:
+		return ActQ8x32Block, ActQ8x32Bytes, r8Block, r8Chunk
 	}
 	return ActQ8x32Block, ActQ8x32Bytes, r16Block, r16Chunk
+}
+
+// group: rows per group, the row of each lane, and the kernel that stores
+// a whole group's accumulators in row order.
+func (k *groupFmt) group() (int, []int, func(out *float32, outStride int, acc *float32, nt int)) {
+	if k.r8 {
+		return r8Rows, r8Row[:], r8Store
+	}
+	return r16Rows, r16Row[:], r16Store
 }
 
 // installR16 sets b's 16-row paths; vnni says the CPU has AVX512-VNNI.
 // Without it VPMADDUBSW's pair sums could saturate for IQ4_NL (u up to
 // 241) and Q8_0 (255): those keep their other paths.
 func installR16(b *backend, vnni bool) {
-	for _, k := range []*r16Fmt{
+	for _, k := range []*groupFmt{
 		{t: Q4_0, bb: q4_0Bytes, o: 8, unpack: r16UnpQ4_0},
 		{t: Q5_0, bb: q5_0Bytes, o: 16, unpack: r16UnpQ5_0},
 		{t: Q4_1, bb: q4_1Bytes, min: true, unpack: r16UnpQ4_1},
@@ -147,7 +161,7 @@ func installR16(b *backend, vnni bool) {
 		// The K formats keep their AVX-512BW tiles (quant_avx512_amd64.go).
 		return
 	}
-	for _, k := range []*r16Fmt{
+	for _, k := range []*groupFmt{
 		{t: Q4_K, bb: q4KBytes, k: true, unpack: kr16UnpQ4K, dot: kr16Dot32},
 		{t: Q5_K, bb: q5KBytes, k: true, unpack: kr16UnpQ5K, dot: kr16Dot32},
 		{t: Q6_K, bb: q6KBytes, k: true, unpack: kr16UnpQ6K, dot: kr16Dot16},
@@ -160,8 +174,8 @@ func installR16(b *backend, vnni bool) {
 	}
 }
 
-// items is the qItemsFn: rows r0..r1 (16 at a time) × tokens t0..t1.
-func (k *r16Fmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
+// items is the qItemsFn: rows r0..r1 (a group at a time) × tokens t0..t1.
+func (k *groupFmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 	m := a.w
 	block, _, _, _ := k.geometry()
 	nb := m.Cols / block
@@ -170,27 +184,29 @@ func (k *r16Fmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 	if k.o != 0 {
 		sums = a.qsum[t0*nb:]
 	}
-	for r := r0; r < r1; r += r16Rows {
-		k.rows(wk, a.out[t0*m.Rows+r:], m.Rows, m.Data[r*a.rb:], a.rb, min(r16Rows, r1-r), act, a.qactStride, sums, t1-t0, nb)
+	g, _, _ := k.group()
+	for r := r0; r < r1; r += g {
+		k.rows(wk, a.out[t0*m.Rows+r:], m.Rows, m.Data[r*a.rb:], a.rb, min(g, r1-r), act, a.qactStride, sums, t1-t0, nb)
 	}
 }
 
-// rows computes nr ≤ 16 rows (w, rb bytes apart) × nt tokens (act,
+// rows computes nr ≤ one group of rows (w, rb bytes apart) × nt tokens (act,
 // actStride bytes apart; sums: their -o·Σy, nb per token) into out (token
 // j, row i at out[j*outStride+i]).
-func (k *r16Fmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride int, sums []int32, nt, nb int) {
+func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride int, sums []int32, nt, nb int) {
 	_, actBytes, blockScratch, chunk := k.geometry()
+	g, lanes, store := k.group()
 	rowBytes := nb * k.bb
-	if nr < r16Rows {
-		// The kernels read 16 whole rows: copy the nr into zeroed ones.
-		wk.r16pad = growBytes(wk.r16pad, r16Rows*rowBytes)
+	if nr < g {
+		// The kernels read whole groups: copy the nr rows into zeroed ones.
+		wk.r16pad = growBytes(wk.r16pad, g*rowBytes)
 		clear(wk.r16pad)
 		for i := range nr {
 			copy(wk.r16pad[i*rowBytes:(i+1)*rowBytes], w[i*rb:i*rb+rowBytes])
 		}
 		w, rb = wk.r16pad, rowBytes
 	}
-	_ = w[(r16Rows-1)*rb+rowBytes-1]
+	_ = w[(g-1)*rb+rowBytes-1]
 	_ = act[(nt-1)*actStride+nb*actBytes-1]
 	_ = out[(nt-1)*outStride+nr-1]
 	var c unsafe.Pointer
@@ -202,26 +218,26 @@ func (k *r16Fmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr
 	}
 	wk.qbuf = growBytes(wk.qbuf, chunk*(blockScratch+r16Stage)+64)
 	s := (*byte)(alignUp64(unsafe.Pointer(&wk.qbuf[0])))
-	wk.r16acc = growF32(wk.r16acc, nt*r16Rows)
+	wk.r16acc = growF32(wk.r16acc, nt*g)
 	acc := wk.r16acc
 	clear(acc)
 	for b := 0; b < nb; b += chunk {
 		n := min(chunk, nb-b)
 		// Prefetch the next group of rows (the next call's, when the item
 		// has one) at the pace this one is read: decode streams the
-		// weights from memory, and 16 rows are more streams than the
-		// hardware prefetchers follow.
-		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, unsafe.Add(bptr(w), r16Rows*rb+b*r16Rows*k.bb))
+		// weights from memory, and a group's rows are more streams than
+		// the hardware prefetchers follow.
+		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, unsafe.Add(bptr(w), g*rb+b*g*k.bb))
 		k.dot(&acc[0], s, unsafe.Add(bptr(act), b*actBytes), actStride, unsafe.Add(c, 4*b), 4*nb, nt, n)
 	}
-	if nr == r16Rows {
-		r16Store(&out[0], outStride, &acc[0], nt)
+	if nr == g {
+		store(&out[0], outStride, &acc[0], nt)
 		return
 	}
 	for j := range nt {
 		o := out[j*outStride:][:nr]
-		a := acc[j*r16Rows:][:r16Rows]
-		for p, row := range r16Row {
+		a := acc[j*g:][:g]
+		for p, row := range lanes {
 			if row < nr {
 				o[row] = a[p]
 			}
@@ -230,7 +246,7 @@ func (k *r16Fmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr
 }
 
 // tile is the format's qTileFn: the same kernels on at most 4 × 4.
-func (k *r16Fmt) tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
+func (k *groupFmt) tile(res *[16]float32, w []byte, rb, nr int, act []byte, actStride, nt, nb int) {
 	var sums []int32
 	if k.o != 0 {
 		sums = make([]int32, nt*nb)
