@@ -108,15 +108,17 @@ type groupFmt struct {
 }
 
 // geometry: values per block, activation bytes per block, scratch bytes
-// per unpacked block and blocks per unpack.
+// per unpacked block (its staging included) and blocks per unpack.
 func (k *groupFmt) geometry() (block, actBytes, scratch, chunk int) {
 	switch {
+	case k.k && k.r8:
+		return ActQ8KBlock, ActQ8KBytes, r8KBlock + r8KStage, r8KChunk
 	case k.k:
-		return ActQ8KBlock, ActQ8KBytes, r16KBlock, r16KChunk
+		return ActQ8KBlock, ActQ8KBytes, r16KBlock + r16Stage, r16KChunk
 	case k.r8:
-		return ActQ8x32Block, ActQ8x32Bytes, r8Block, r8Chunk
+		return ActQ8x32Block, ActQ8x32Bytes, r8Block + r16Stage, r8Chunk
 	}
-	return ActQ8x32Block, ActQ8x32Bytes, r16Block, r16Chunk
+	return ActQ8x32Block, ActQ8x32Bytes, r16Block + r16Stage, r16Chunk
 }
 
 // group: rows per group, the row of each lane, and the kernel that stores
@@ -216,7 +218,7 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 	} else {
 		c = bptr(act) // unread
 	}
-	wk.qbuf = growBytes(wk.qbuf, chunk*(blockScratch+r16Stage)+64)
+	wk.qbuf = growBytes(wk.qbuf, chunk*blockScratch+64)
 	s := (*byte)(alignUp64(unsafe.Pointer(&wk.qbuf[0])))
 	wk.r16acc = growF32(wk.r16acc, nt*g)
 	acc := wk.r16acc

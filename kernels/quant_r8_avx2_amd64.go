@@ -4,14 +4,16 @@ package kernels
 
 import "unsafe"
 
-// The avx2 path of the 32-value block formats Q4_0, Q4_1, Q5_0, Q5_1 and
-// MXFP4: eight weight rows at a time, transposed so that a 32-bit lane of
-// a 256-bit register holds one row (quant_r8_avx2_amd64.s), the avx512
-// 16-row scheme (quant_r16_avx512_amd64.go) in AVX2: a token's activation
-// dword is broadcast to all 8 rows, VPMADDUBSW+VPMADDWD sum a block for
-// all of them exactly, and one conversion and two multiplies per 8 rows
-// scale it. IQ4_NL (u up to 241) would saturate VPMADDUBSW's pair sums
-// and keeps its 4-row path; Q8_0 keeps avx2's float path (floatQ8).
+// The avx2 path of the block formats Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 and the
+// K-quants Q2_K to Q6_K: eight weight rows at a time, transposed so that a
+// 32-bit lane of a 256-bit register holds one row (quant_r8_avx2_amd64.s),
+// the avx512 16-row scheme (quant_r16_avx512_amd64.go) in AVX2: a token's
+// activation dword is broadcast to all 8 rows, VPMADDUBSW+VPMADDWD sum a
+// block for all of them exactly (for the K-quants, VPMADDWD with the
+// sub-block scale pairs), and one conversion and two multiplies per 8 rows
+// scale it. IQ4_NL and IQ4_XS (u up to 241) would saturate VPMADDUBSW's
+// pair sums and keep their 4-row paths; Q8_0 keeps avx2's float path
+// (floatQ8).
 
 //go:noescape
 func r8UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
@@ -29,6 +31,27 @@ func r8UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 func r8UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 
 //go:noescape
+func kr8UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr8UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr8UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr8UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr8UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+
+//go:noescape
+func kr8Dot32(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+
+//go:noescape
+func kr8Dot16(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+
+//go:noescape
 func r8DotB(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 
 //go:noescape
@@ -41,9 +64,12 @@ func r8DotMB(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, 
 func r8Store(out *float32, outStride int, acc *float32, nt int)
 
 const (
-	r8Rows  = 8
-	r8Block = 320 // scratch bytes per unpacked block of 8 rows
-	r8Chunk = 32  // blocks unpacked per call: 11 KiB, in L1
+	r8Rows   = 8
+	r8Block  = 320  // scratch bytes per unpacked 32-value block of 8 rows
+	r8Chunk  = 32   // 32-value blocks unpacked per call: 12 KiB, in L1
+	r8KBlock = 2880 // the same per super-block of the K formats
+	r8KStage = 160  // their staging: float16 scales and transposed qh
+	r8KChunk = 4    // super-blocks unpacked per call: 12 KiB
 )
 
 // r8Row is the weight row of each lane: P(p) = 2·(p mod 4) + p/4.
@@ -60,6 +86,19 @@ func installR8(b *backend) {
 	} {
 		k.r8 = true
 		b.qitems[k.t], b.qoff[k.t] = k.items, k.o
+		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
+	}
+	// The K formats but IQ4_XS (its grid values, u up to 241, would
+	// saturate VPMADDUBSW's pair sums).
+	for _, k := range []*groupFmt{
+		{t: Q4_K, bb: q4KBytes, k: true, unpack: kr8UnpQ4K, dot: kr8Dot32},
+		{t: Q5_K, bb: q5KBytes, k: true, unpack: kr8UnpQ5K, dot: kr8Dot32},
+		{t: Q6_K, bb: q6KBytes, k: true, unpack: kr8UnpQ6K, dot: kr8Dot16},
+		{t: Q2_K, bb: q2KBytes, k: true, unpack: kr8UnpQ2K, dot: kr8Dot16},
+		{t: Q3_K, bb: q3KBytes, k: true, unpack: kr8UnpQ3K, dot: kr8Dot16},
+	} {
+		k.r8 = true
+		b.qitems[k.t], b.qoff[k.t] = k.items, 0
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}
 }
