@@ -112,8 +112,8 @@
 //     values overflow VPMADDUBSW's pair sums).
 //   - avx2: the avx512 scheme with eight rows per 256-bit register and
 //     VPMADDUBSW+VPMADDWD (quant_r8_avx2_amd64.go), for all but IQ4_NL and
-//     IQ4_XS, whose grid values overflow VPMADDUBSW's pair sums: they run
-//     4-row tiles that keep the sums in int32.
+//     IQ4_XS, whose grid values as unsigned bytes would overflow
+//     VPMADDUBSW's pair sums: they keep their own 4-row tiles.
 //   - neon: SDOT, or SMULL/SADALP without the dot-product extension.
 //
 // A backend may unpack a tile's weight rows once for every token of a work
