@@ -152,7 +152,7 @@ func TestUnpackMXFP4Scales(t *testing.T) {
 	}
 	s := make([]byte, r16Chunk*(r16Block+r16Stage))
 	for b0 := 0; b0 < 256; b0 += r16Chunk {
-		r16UnpMXFP4(&s[0], unsafe.Pointer(&w[b0*mxfp4Bytes]), rb, r16Chunk, unsafe.Pointer(&w[0]))
+		r16UnpMXFP4(&s[0], unsafe.Pointer(&w[b0*mxfp4Bytes]), rb, r16Chunk, uintptr(unsafe.Pointer(&w[0])))
 		for b := range r16Chunk {
 			e := b0 + b
 			for p := range r16Rows {

@@ -20,25 +20,25 @@ import "unsafe"
 // kernels as many: there is no separate one-token path to keep in step.
 
 //go:noescape
-func r16UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r16UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r16UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r16UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r16UnpIQ4NL(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpIQ4NL(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r16UnpQ8_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpQ8_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 // r16Store writes nt tokens' 16 accumulators (lane order) to out in row
 // order, token j's at out[j*outStride:][:16].
@@ -47,22 +47,22 @@ func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
 func r16Store(out *float32, outStride int, acc *float32, nt int)
 
 //go:noescape
-func kr16UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr16UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr16UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr16UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr16UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr16UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr16UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr16UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
 func kr16Dot32(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
@@ -103,7 +103,7 @@ type groupFmt struct {
 	min    bool
 	k      bool // a K format: 256-value blocks, actQ8K activations
 	r8     bool // avx2's 8-row kernels
-	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 }
 
@@ -229,7 +229,9 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 		// has one) at the pace this one is read: decode streams the
 		// weights from memory, and a group's rows are more streams than
 		// the hardware prefetchers follow.
-		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, unsafe.Add(bptr(w), g*rb+b*g*k.bb))
+		// (An address, not a pointer: it may lie past w's end, where a
+		// prefetch is harmless but Go pointers may not point.)
+		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, uintptr(bptr(w))+uintptr(g*rb+b*g*k.bb))
 		k.dot(&acc[0], s, unsafe.Add(bptr(act), b*actBytes), actStride, unsafe.Add(c, 4*b), 4*nb, nt, n)
 	}
 	if nr == g {

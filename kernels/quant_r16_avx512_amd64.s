@@ -796,7 +796,7 @@ krdone:; \
 
 // ---- the functions ---------------------------------------------------------
 
-// func r16UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpQ4_0(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 r16q40:
@@ -810,7 +810,7 @@ r16q40:
 	JNZ  r16q40
 	R16_SCALES(R16_NOMINS)
 
-// func r16UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpQ4_1(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 r16q41:
@@ -825,7 +825,7 @@ r16q41:
 	JNZ  r16q41
 	R16_SCALES(R16_MINS)
 
-// func r16UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpQ5_0(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 	R16_FIFTH_CONSTS
@@ -843,7 +843,7 @@ r16q50:
 	JNZ  r16q50
 	R16_SCALES(R16_NOMINS)
 
-// func r16UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpQ5_1(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 	R16_FIFTH_CONSTS
@@ -862,7 +862,7 @@ r16q51:
 	JNZ  r16q51
 	R16_SCALES(R16_MINS)
 
-// func r16UnpIQ4NL(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpIQ4NL(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpIQ4NL(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 	VBROADCASTI32X4 r16iq4nl<>(SB), Z29
@@ -878,7 +878,7 @@ r16iq4:
 	JNZ  r16iq4
 	R16_SCALES(R16_NOMINS)
 
-// func r16UnpQ8_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpQ8_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpQ8_0(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 r16q80:
@@ -901,7 +901,7 @@ r16q80:
 	JNZ  r16q80
 	R16_SCALES(R16_NOMINS)
 
-// func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // The E8M0 byte e scales by 2^(e-128) (ggml halves the table instead: its
 // values ×2 here, e-1 for the exponent): float bits (e-1)<<23, or for
 // e < 2 the subnormal 0x200000<<e.
@@ -967,7 +967,7 @@ TEXT ·kr16Dot32(SB), NOSPLIT, $0-64
 TEXT ·kr16Dot16(SB), NOSPLIT, $0-64
 	KR_DOT(KR_ALL16_4, KR_ALL16_1)
 
-// func kr16UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr16UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // Q4_K: d, dmin, scales[12], qs[128]; chunk c of qs (32 bytes at 16+32c)
 // holds quants 64c.. (low nibbles) and 64c+32.. (high).
 TEXT ·kr16UnpQ4K(SB), NOSPLIT, $0-40
@@ -989,7 +989,7 @@ krq4:
 	JNZ  krq4
 	KR_DS(32)
 
-// func kr16UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr16UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K's layout with the
 // fifth bit of quant 64c+l at bit 2c of qh[l], of 64c+32+l at bit 2c+1.
 TEXT ·kr16UnpQ5K(SB), NOSPLIT, $0-40
@@ -1015,7 +1015,7 @@ krq5:
 	JNZ  krq5
 	KR_DS(32)
 
-// func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr16UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // Q6_K: ql[128], qh[64], scales[16], d. Per half h: quant 128h+l (l < 32)
 // is the low nibble of ql[64h+l] with bits 0-1 of qh[32h+l] above it,
 // 128h+32+l the low nibble of ql[64h+32+l] with bits 2-3, 128h+64+l and
@@ -1044,7 +1044,7 @@ krq6:
 	JNZ  krq6
 	KR_DS(0)
 
-// func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr16UnpIQ4XS(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // IQ4_XS: d, scales_h, scales_l[4], qs[128]; sub-block j is the low
 // nibbles of qs[16j:16j+16], then the high ones, through kvaluesIQ4NL+128.
 TEXT ·kr16UnpIQ4XS(SB), NOSPLIT, $0-40
@@ -1068,7 +1068,7 @@ krxs:
 	JNZ  krxs
 	KR_DS(0)
 
-// func kr16UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr16UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // Q2_K: scales[16] (scale low nibble, min high), qs[64], d, dmin; quant
 // 128h+32f+l is 2-bit field f of qs[32h+l].
 TEXT ·kr16UnpQ2K(SB), NOSPLIT, $0-40
@@ -1261,7 +1261,7 @@ krq2:
 	JNZ  krq2
 	KR_DS(32)
 
-// func kr16UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr16UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // Q3_K: hmask[32], qs[64], scales[12], d; quant 128h+32f+l is 2-bit field
 // f of qs[32h+l] plus 4 where bit 4h+f of hmask[l] is set, minus 4; the
 // 16 scales are 6-bit, minus 32.

@@ -16,34 +16,34 @@ import "unsafe"
 // (floatQ8).
 
 //go:noescape
-func r8UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r8UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r8UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r8UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r8UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r8UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r8UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r8UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func r8UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func r8UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr8UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr8UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr8UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr8UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr8UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr8UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr8UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr8UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
-func kr8UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+func kr8UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 
 //go:noescape
 func kr8Dot32(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)

@@ -668,7 +668,7 @@ kr8b:; \
 
 // ---- the functions ----------------------------------------------------------
 
-// func r8UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r8UnpQ4_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r8UnpQ4_0(SB), NOSPLIT, $0-40
 	R8_UNPACK_PROLOGUE
 r8q40:
@@ -682,7 +682,7 @@ r8q40:
 	JNZ  r8q40
 	R8_SCALES(R8_NOMINS)
 
-// func r8UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r8UnpQ4_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r8UnpQ4_1(SB), NOSPLIT, $0-40
 	R8_UNPACK_PROLOGUE
 r8q41:
@@ -697,7 +697,7 @@ r8q41:
 	JNZ  r8q41
 	R8_SCALES(R8_MINS)
 
-// func r8UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r8UnpQ5_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r8UnpQ5_0(SB), NOSPLIT, $0-40
 	R8_UNPACK_PROLOGUE
 r8q50:
@@ -714,7 +714,7 @@ r8q50:
 	JNZ  r8q50
 	R8_SCALES(R8_NOMINS)
 
-// func r8UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r8UnpQ5_1(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r8UnpQ5_1(SB), NOSPLIT, $0-40
 	R8_UNPACK_PROLOGUE
 r8q51:
@@ -732,7 +732,7 @@ r8q51:
 	JNZ  r8q51
 	R8_SCALES(R8_MINS)
 
-// func r8UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func r8UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 // The E8M0 byte e scales by 2^(e-128) (the table's values are doubled):
 // float bits (e-1)<<23, or for e < 2 the subnormal 0x200000<<e.
 TEXT ·r8UnpMXFP4(SB), NOSPLIT, $0-40
@@ -783,7 +783,7 @@ TEXT ·kr8Dot16(SB), NOSPLIT, $0-64
 	KR8_DOT(KR8_SB16)
 
 
-// func kr8UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr8UnpQ4K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·kr8UnpQ4K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q4:
@@ -884,7 +884,7 @@ kr8q4:
 	JNZ  kr8q4
 	KR8_DS(16)
 
-// func kr8UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr8UnpQ5K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·kr8UnpQ5K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q5:
@@ -987,7 +987,7 @@ kr8q5:
 	JNZ  kr8q5
 	KR8_DS(16)
 
-// func kr8UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr8UnpQ6K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·kr8UnpQ6K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q6:
@@ -1115,7 +1115,7 @@ kr8q6:
 	JNZ  kr8q6
 	KR8_DS(0)
 
-// func kr8UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr8UnpQ2K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·kr8UnpQ2K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q2:
@@ -1432,7 +1432,7 @@ kr8q2:
 	JNZ  kr8q2
 	KR8_DS(16)
 
-// func kr8UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf unsafe.Pointer)
+// func kr8UnpQ3K(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·kr8UnpQ3K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q3:
