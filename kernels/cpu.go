@@ -33,8 +33,8 @@ type CPU struct {
 	qrows           qRowsFn
 	qitems          qItemsFn
 	qkind           actKind
-	qoff            int32   // for quantItems: fill mm.qsum with -qoff·Σy
-	qsum            []int32 // its storage
+	qoff            int32     // for quantItems: fill mm.qsum with -qoff·Σy
+	qsum            []int32   // its storage
 	xpk             []float32 // activations packed for the backend's tiles
 	actX            []float32
 	actCols         int

@@ -2,21 +2,18 @@
 
 #include "textflag.h"
 
-// The avx2 backend's kernels for the 32-value block formats (AVX2, FMA and
-// F16C only: no AVX-512 instruction, no VNNI), four weight rows against one
-// token of actQ8x32 activations (40-byte blocks: float32 d, float32 s, 32
-// int8), each weight block unpacked in registers and never stored.
+// The avx2 backend's IQ4_NL kernels (AVX2, FMA and F16C only: no AVX-512
+// instruction, no VNNI; the other 32-value formats run the 8-row kernels of
+// quant_r8_avx2_amd64.s), four weight rows against one token of actQ8x32
+// activations (40-byte blocks: float32 d, float32 s, 32 int8), each weight
+// block unpacked in registers and never stored.
 //
-// Per block and row: the 32 weights as bytes u (unsigned; for the grid
-// formats their magnitudes, the activations taking their signs), VPMADDUBSW
-// with the 32 int8 activations, VPMADDWD with ones: 8 int32 lane sums,
-// exact. Q4_0 and Q5_0 subtract their offset as integers first (the
-// offset's pair products with the activations, VPMADDUBSW once per block
-// for all four rows: |pair| ≤ 2·31·127, no saturation). The lanes are then
-// converted and fused-multiply-added, scaled by dw·da (float32 product),
-// into the row's 8-lane accumulator; Q4_1 and Q5_1 add mw·sa into a
-// per-row scalar accumulator (all lanes equal). At the end a row's result
-// is ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), plus the min accumulator.
+// Per block and row: the magnitudes of the 32 grid values as bytes, the
+// activations taking their signs, VPMADDUBSW with the 32 int8
+// activations, VPMADDWD with ones: 8 int32 lane sums, exact. The lanes are
+// then converted and fused-multiply-added, scaled by dw·da (float32
+// product), into the row's 8-lane accumulator. At the end a row's result
+// is ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)).
 // Every output takes these steps in this order whatever rows and tokens a
 // call covers: the results are batch-invariant.
 //
@@ -32,37 +29,11 @@ DATA qa2c0f<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA qa2c0f<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL qa2c0f<>(SB), RODATA|NOPTR, $32
 
-DATA qa2c08<>+0(SB)/8, $0x0808080808080808
-DATA qa2c08<>+8(SB)/8, $0x0808080808080808
-DATA qa2c08<>+16(SB)/8, $0x0808080808080808
-DATA qa2c08<>+24(SB)/8, $0x0808080808080808
-GLOBL qa2c08<>(SB), RODATA|NOPTR, $32
-
-DATA qa2c10<>+0(SB)/8, $0x1010101010101010
-DATA qa2c10<>+8(SB)/8, $0x1010101010101010
-DATA qa2c10<>+16(SB)/8, $0x1010101010101010
-DATA qa2c10<>+24(SB)/8, $0x1010101010101010
-GLOBL qa2c10<>(SB), RODATA|NOPTR, $32
-
 DATA qa2ones<>+0(SB)/8, $0x0001000100010001
 DATA qa2ones<>+8(SB)/8, $0x0001000100010001
 DATA qa2ones<>+16(SB)/8, $0x0001000100010001
 DATA qa2ones<>+24(SB)/8, $0x0001000100010001
 GLOBL qa2ones<>(SB), RODATA|NOPTR, $32
-
-// qa2spread: VPSHUFB index, byte i ← byte i/8 (of the broadcast fifth bits).
-DATA qa2spread<>+0(SB)/8, $0x0000000000000000
-DATA qa2spread<>+8(SB)/8, $0x0101010101010101
-DATA qa2spread<>+16(SB)/8, $0x0202020202020202
-DATA qa2spread<>+24(SB)/8, $0x0303030303030303
-GLOBL qa2spread<>(SB), RODATA|NOPTR, $32
-
-// qa2bits: byte i is 1<<(i%8).
-DATA qa2bits<>+0(SB)/8, $0x8040201008040201
-DATA qa2bits<>+8(SB)/8, $0x8040201008040201
-DATA qa2bits<>+16(SB)/8, $0x8040201008040201
-DATA qa2bits<>+24(SB)/8, $0x8040201008040201
-GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 
 #define QA_ENTER \
 	MOVQ w0+8(FP), R8; \
@@ -115,15 +86,6 @@ GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 	VINSERTI128 $1, X11, Y10, Y10; \
 	VPAND Y4, Y10, Y10
 
-// QA_HI5: the 32 fifth bits at OFF(R) (bit i for value i) ORed into Y10 as 0x10.
-#define QA_HI5(R, OFF) \
-	VPBROADCASTD OFF(R), Y11; \
-	VPSHUFB qa2spread<>(SB), Y11, Y11; \
-	VPAND qa2bits<>(SB), Y11, Y11; \
-	VPCMPEQB qa2bits<>(SB), Y11, Y11; \
-	VPAND qa2c10<>(SB), Y11, Y11; \
-	VPOR Y11, Y10, Y10
-
 // QA_FMA: ACC += float(lane sums in Y10) · (float16 d at 0(R) · da).
 #define QA_FMA(R, ACC) \
 	VPMADDWD Y6, Y10, Y10; \
@@ -132,12 +94,6 @@ GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 	VCVTPH2PS X11, Y11; \
 	VMULPS Y9, Y11, Y11; \
 	VFMADD231PS Y11, Y10, ACC
-
-// QA_MIN: MACC += float16 m at 2(R) · sa (X7).
-#define QA_MIN(R, MACC) \
-	VPBROADCASTW 2(R), X11; \
-	VCVTPH2PS X11, X11; \
-	VFMADD231PS X7, X11, MACC
 
 // Per block: the activations and da, then each row.
 #define QA_ACT \
@@ -148,40 +104,6 @@ GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 	ADDQ $40, R12; \
 	DECQ CX; \
 	JNZ  LOOP
-
-#define Q40ROW(R, ACC) \
-	PREFETCHT0 (R)(DX*1); \
-	QA_NIB(R, 2); \
-	VPMADDUBSW Y8, Y10, Y10; \
-	VPSUBW Y7, Y10, Y10; \
-	QA_FMA(R, ACC); \
-	ADDQ $18, R
-
-#define Q50ROW(R, ACC) \
-	PREFETCHT0 (R)(DX*1); \
-	QA_NIB(R, 6); \
-	QA_HI5(R, 2); \
-	VPMADDUBSW Y8, Y10, Y10; \
-	VPSUBW Y7, Y10, Y10; \
-	QA_FMA(R, ACC); \
-	ADDQ $22, R
-
-#define Q41ROW(R, ACC, MACC) \
-	PREFETCHT0 (R)(DX*1); \
-	QA_NIB(R, 4); \
-	VPMADDUBSW Y8, Y10, Y10; \
-	QA_FMA(R, ACC); \
-	QA_MIN(R, MACC); \
-	ADDQ $20, R
-
-#define Q51ROW(R, ACC, MACC) \
-	PREFETCHT0 (R)(DX*1); \
-	QA_NIB(R, 8); \
-	QA_HI5(R, 4); \
-	VPMADDUBSW Y8, Y10, Y10; \
-	QA_FMA(R, ACC); \
-	QA_MIN(R, MACC); \
-	ADDQ $24, R
 
 // QA_GRID: Y10 = |grid[u]|, Y11 = the activations with the grid values' signs.
 #define QA_GRID \
@@ -196,19 +118,6 @@ GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 	QA_GRID; \
 	QA_FMA(R, ACC); \
 	ADDQ $18, R
-
-// MXFP4: the scale is an E8M0 byte, its half's float32 from qaE8M0Tab (BX).
-#define MXROW(R, ACC) \
-	PREFETCHT0 (R)(DX*1); \
-	QA_NIB(R, 1); \
-	QA_GRID; \
-	VPMADDWD Y6, Y10, Y10; \
-	VCVTDQ2PS Y10, Y10; \
-	MOVBLZX (R), R13; \
-	VBROADCASTSS (BX)(R13*4), Y11; \
-	VMULPS Y9, Y11, Y11; \
-	VFMADD231PS Y11, Y10, ACC; \
-	ADDQ $17, R
 
 #define QB_ENTER \
 	MOVQ res+0(FP), AX; \
@@ -231,20 +140,6 @@ GLOBL qa2bits<>(SB), RODATA|NOPTR, $32
 	VCVTDQ2PS Y10, Y10; \
 	VMULPS 32(SI), Y9, Y11; \
 	VFMADD231PS Y11, Y10, ACC
-
-#define QB_OFF(ACC) \
-	VMOVDQU (SI), Y10; \
-	VPMADDUBSW Y8, Y10, Y10; \
-	VPSUBW Y7, Y10, Y10; \
-	QB_SCALE(ACC); \
-	ADDQ $64, SI
-
-#define QB_MIN(ACC, MACC) \
-	VMOVDQU (SI), Y10; \
-	VPMADDUBSW Y8, Y10, Y10; \
-	QB_SCALE(ACC); \
-	VFMADD231PS 64(SI), X7, MACC; \
-	ADDQ $80, SI
 
 #define QB_GRID(ACC) \
 	VMOVDQU (SI), Y10; \
@@ -281,92 +176,7 @@ LOOP: \
 	VCVTPH2PS X11, Y11; \
 	VMOVDQU Y11, 32(DI)
 
-// QU_M: the float16 m at 2(R) in 4 lanes at 64(DI).
-#define QU_M(R) \
-	VPBROADCASTW 2(R), X11; \
-	VCVTPH2PS X11, X11; \
-	VMOVDQU X11, 64(DI)
-
-#define QU40(R) QA_NIB(R, 2); VMOVDQU Y10, (DI); QU_D(R); ADDQ $18, R; ADDQ $64, DI
-#define QU50(R) QA_NIB(R, 6); QA_HI5(R, 2); VMOVDQU Y10, (DI); QU_D(R); ADDQ $22, R; ADDQ $64, DI
-#define QU41(R) QA_NIB(R, 4); VMOVDQU Y10, (DI); QU_D(R); QU_M(R); ADDQ $20, R; ADDQ $80, DI
-#define QU51(R) QA_NIB(R, 8); QA_HI5(R, 4); VMOVDQU Y10, (DI); QU_D(R); QU_M(R); ADDQ $24, R; ADDQ $80, DI
 #define QUIQ4(R) QA_NIB(R, 2); VPSHUFB Y10, Y5, Y10; VMOVDQU Y10, (DI); QU_D(R); ADDQ $18, R; ADDQ $64, DI
-#define QUMX(R) \
-	QA_NIB(R, 1); \
-	VPSHUFB Y10, Y5, Y10; \
-	VMOVDQU Y10, (DI); \
-	MOVBLZX (R), R13; \
-	VBROADCASTSS (BX)(R13*4), Y11; \
-	VMOVDQU Y11, 32(DI); \
-	ADDQ $17, R; \
-	ADDQ $64, DI
-
-// func qa2Q4_0Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-TEXT ·qa2Q4_0Rows4(SB), NOSPLIT, $0-64
-	QA_ENTER
-	VMOVDQU qa2c08<>(SB), Y5
-	TESTQ CX, CX
-	JZ   q40done
-q40loop:
-	QA_ACT
-	VPMADDUBSW Y8, Y5, Y7
-	Q40ROW(R8, Y0)
-	Q40ROW(R9, Y1)
-	Q40ROW(R10, Y2)
-	Q40ROW(R11, Y3)
-	QA_NEXT(q40loop)
-q40done:
-	QA_DONE
-
-// func qa2Q5_0Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-TEXT ·qa2Q5_0Rows4(SB), NOSPLIT, $0-64
-	QA_ENTER
-	VMOVDQU qa2c10<>(SB), Y5
-	TESTQ CX, CX
-	JZ   q50done
-q50loop:
-	QA_ACT
-	VPMADDUBSW Y8, Y5, Y7
-	Q50ROW(R8, Y0)
-	Q50ROW(R9, Y1)
-	Q50ROW(R10, Y2)
-	Q50ROW(R11, Y3)
-	QA_NEXT(q50loop)
-q50done:
-	QA_DONE
-
-// func qa2Q4_1Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-TEXT ·qa2Q4_1Rows4(SB), NOSPLIT, $0-64
-	QA_ENTER
-	TESTQ CX, CX
-	JZ   q41done
-q41loop:
-	QA_ACT
-	VBROADCASTSS 4(R12), X7
-	Q41ROW(R8, Y0, X12)
-	Q41ROW(R9, Y1, X13)
-	Q41ROW(R10, Y2, X14)
-	Q41ROW(R11, Y3, X15)
-	QA_NEXT(q41loop)
-q41done:
-	QA_DONE
-
-// func qa2Q5_1Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-TEXT ·qa2Q5_1Rows4(SB), NOSPLIT, $0-64
-	QA_ENTER
-	TESTQ CX, CX
-	JZ   q51done
-q51loop:
-	QA_ACT
-	VBROADCASTSS 4(R12), X7
-	Q51ROW(R8, Y0, X12)
-	Q51ROW(R9, Y1, X13)
-	Q51ROW(R10, Y2, X14)
-	Q51ROW(R11, Y3, X15)
-	QA_NEXT(q51loop)
-q51done:
-	QA_DONE
 
 // func qa2IQ4NLRows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
 TEXT ·qa2IQ4NLRows4(SB), NOSPLIT, $0-64
@@ -384,23 +194,6 @@ iq4loop:
 iq4done:
 	QA_DONE
 
-// func qa2MXFP4Rows4(res *[4]float32, w0, w1, w2, w3, x unsafe.Pointer, n, pf int)
-TEXT ·qa2MXFP4Rows4(SB), NOSPLIT, $0-64
-	QA_ENTER
-	VMOVDQU ·qaMXFP4Grid(SB), Y5
-	LEAQ ·qaE8M0Tab(SB), BX
-	TESTQ CX, CX
-	JZ   mxdone
-mxloop:
-	QA_ACT
-	MXROW(R8, Y0)
-	MXROW(R9, Y1)
-	MXROW(R10, Y2)
-	MXROW(R11, Y3)
-	QA_NEXT(mxloop)
-mxdone:
-	QA_DONE
-
 // ---- Several tokens: the four rows are unpacked once (qa2Unp*) into
 // records, block by block, rows 0-3 in turn: the 32 weights as bytes (u,
 // or the grid formats' signed values), the block scale as float32 in 8
@@ -409,62 +202,10 @@ mxdone:
 // as the single-token kernels above (products commute), so the results are
 // bit-identical to theirs.
 
-TEXT ·qa2UnpQ4_0(SB), NOSPLIT, $0-48
-	QU_ENTER
-	QU_LOOP(QU40, qu40loop)
-
-TEXT ·qa2UnpQ5_0(SB), NOSPLIT, $0-48
-	QU_ENTER
-	QU_LOOP(QU50, qu50loop)
-
-TEXT ·qa2UnpQ4_1(SB), NOSPLIT, $0-48
-	QU_ENTER
-	QU_LOOP(QU41, qu41loop)
-
-TEXT ·qa2UnpQ5_1(SB), NOSPLIT, $0-48
-	QU_ENTER
-	QU_LOOP(QU51, qu51loop)
-
 TEXT ·qa2UnpIQ4NL(SB), NOSPLIT, $0-48
 	QU_ENTER
 	VMOVDQU ·qaIQ4Grid(SB), Y5
 	QU_LOOP(QUIQ4, quiq4loop)
-
-TEXT ·qa2UnpMXFP4(SB), NOSPLIT, $0-48
-	QU_ENTER
-	VMOVDQU ·qaMXFP4Grid(SB), Y5
-	LEAQ ·qaE8M0Tab(SB), BX
-	QU_LOOP(QUMX, qumxloop)
-
-// func qa2BufOff(res *[4]float32, buf, x, off unsafe.Pointer, n int): Q4_0
-// and Q5_0 records against one token; off is 32 bytes of the offset.
-TEXT ·qa2BufOff(SB), NOSPLIT, $0-40
-	QB_ENTER
-	MOVQ off+24(FP), DX
-	VMOVDQU (DX), Y5
-qboloop:
-	QA_ACT
-	VPMADDUBSW Y8, Y5, Y7
-	QB_OFF(Y0)
-	QB_OFF(Y1)
-	QB_OFF(Y2)
-	QB_OFF(Y3)
-	QA_NEXT(qboloop)
-	QA_DONE
-
-// func qa2BufMin(res *[4]float32, buf, x, off unsafe.Pointer, n int): Q4_1
-// and Q5_1 (off unused).
-TEXT ·qa2BufMin(SB), NOSPLIT, $0-40
-	QB_ENTER
-qbmloop:
-	QA_ACT
-	VBROADCASTSS 4(R12), X7
-	QB_MIN(Y0, X12)
-	QB_MIN(Y1, X13)
-	QB_MIN(Y2, X14)
-	QB_MIN(Y3, X15)
-	QA_NEXT(qbmloop)
-	QA_DONE
 
 // func qa2BufGrid(res *[4]float32, buf, x, off unsafe.Pointer, n int):
 // IQ4_NL and MXFP4 (off unused).
