@@ -26,6 +26,7 @@ var avx2 = &backend{
 	name:        "avx2",
 	matmul:      avx2MatMul,
 	quantizeAct: genericQuantizeAct,
+	quantAct:    avx2QuantAct,
 	floatQ8:     true,
 	packAct:     avx2PackActs,
 	mmLanes:     8,

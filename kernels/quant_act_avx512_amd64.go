@@ -16,13 +16,31 @@ import (
 // (actQ8x32's s = d·Σq, actQ8K's int16 sums per 16) are integer work done
 // after VZEROUPPER from the bytes written.
 func avx512QuantAct(k actKind, dst []byte, x []float32) {
+	quantActBlocks(k, dst, x, quantActVec512)
+}
+
+// quantActBlocks quantizes x into dst in kind k with the vector pass vec
+// (over nb blocks of block values, bytes apart in dst, the int8 values at
+// qoff: it writes d and the values), then quantActSums.
+func quantActBlocks(k actKind, dst []byte, x []float32, vec func(dst, x unsafe.Pointer, nb, block, bytes, qoff int)) {
 	block, bytes, qoff := ActQ8x32Block, ActQ8x32Bytes, 8
 	if k == actQ8K {
 		block, bytes, qoff = ActQ8KBlock, ActQ8KBytes, 4
 	}
 	nb := len(x) / block
 	_ = dst[nb*bytes-1]
-	quantActVec512(bptr(dst), f32ptr(x), nb, block/16, bytes, qoff)
+	vec(bptr(dst), f32ptr(x), nb, block, bytes, qoff)
+	quantActSums(k, dst, nb)
+}
+
+// quantActSums completes nb activation blocks of kind k whose d and int8
+// values a vector pass wrote: actQ8x32's s = d·Σq, actQ8K's int16 sums per
+// 16 values, as the portable quantizers compute them.
+func quantActSums(k actKind, dst []byte, nb int) {
+	bytes := ActQ8x32Bytes
+	if k == actQ8K {
+		bytes = ActQ8KBytes
+	}
 	for b := range nb {
 		out := dst[b*bytes : (b+1)*bytes]
 		if k == actQ8K {
@@ -44,9 +62,10 @@ func avx512QuantAct(k actKind, dst []byte, x []float32) {
 	}
 }
 
-// quantActVec512 is avx512QuantAct's vector pass over nb blocks of vecs
-// 16-float vectors, bytes apart in dst, the int8 values at qoff.
-func quantActVec512(dst unsafe.Pointer, x unsafe.Pointer, nb, vecs, bytes, qoff int) {
+// quantActVec512 is avx512QuantAct's vector pass (see quantActBlocks), 16
+// floats a vector.
+func quantActVec512(dst, x unsafe.Pointer, nb, block, bytes, qoff int) {
+	vecs := block / 16
 	absMask := archsimd.BroadcastUint32x16(0x7fffffff)
 	var zero archsimd.Float32x16
 	one, c127 := archsimd.BroadcastFloat32x16(1), archsimd.BroadcastFloat32x16(127)
