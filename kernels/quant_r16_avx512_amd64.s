@@ -124,21 +124,23 @@
 	R16_BI(R8, R14, OFF, TO+12); R16_BI(R9, R14, OFF, TO+13); R16_BI(R10, R14, OFF, TO+14); R16_BI(R11, R14, OFF, TO+15)
 
 // R16_PF5 (6, 9) prefetch the lines of the next 16·bb bytes of the next
-// group of rows (DX): it is read at the same pace, one group later.
+// group of rows (DX): it is read at the same pace, one group later. Into
+// L2 (PREFETCHT1): into L1 they evict the current group's lines (one-token
+// decode of the 1.5B Q4_0 shape 20 → 22.8 tok/s here).
 #define R16_PF5 \
-	PREFETCHT0 0(DX); \
-	PREFETCHT0 64(DX); \
-	PREFETCHT0 128(DX); \
-	PREFETCHT0 192(DX); \
-	PREFETCHT0 256(DX)
+	PREFETCHT1 0(DX); \
+	PREFETCHT1 64(DX); \
+	PREFETCHT1 128(DX); \
+	PREFETCHT1 192(DX); \
+	PREFETCHT1 256(DX)
 #define R16_PF6 \
 	R16_PF5; \
-	PREFETCHT0 320(DX)
+	PREFETCHT1 320(DX)
 #define R16_PF9 \
 	R16_PF6; \
-	PREFETCHT0 384(DX); \
-	PREFETCHT0 448(DX); \
-	PREFETCHT0 512(DX)
+	PREFETCHT1 384(DX); \
+	PREFETCHT1 448(DX); \
+	PREFETCHT1 512(DX)
 
 #define R16_NEXT(BYTES, PF) \
 	PF; \
@@ -452,7 +454,7 @@ r16done:; \
 	MOVQ DX, SI; \
 	MOVQ $((16*BYTES+63)/64), AX; \
 krpf:; \
-	PREFETCHT0 (SI); \
+	PREFETCHT1 (SI); \
 	ADDQ $64, SI; \
 	DECQ AX; \
 	JNZ krpf; \

@@ -111,9 +111,9 @@
 // R8_NEXT prefetches the next group's 8·BYTES bytes (at most 192: three
 // lines) and steps to the next block.
 #define R8_NEXT(BYTES) \
-	PREFETCHT0 0(DX); \
-	PREFETCHT0 64(DX); \
-	PREFETCHT0 128(DX); \
+	PREFETCHT1 0(DX); \
+	PREFETCHT1 64(DX); \
+	PREFETCHT1 128(DX); \
 	ADDQ $(8*BYTES), DX; \
 	ADDQ $BYTES, R8; \
 	ADDQ $BYTES, R9; \
@@ -402,7 +402,7 @@ r8done:; \
 	MOVQ DX, SI; \
 	MOVQ $((8*BYTES+63)/64), AX; \
 kr8pf:; \
-	PREFETCHT0 (SI); \
+	PREFETCHT1 (SI); \
 	ADDQ $64, SI; \
 	DECQ AX; \
 	JNZ kr8pf; \
