@@ -332,16 +332,20 @@ func quantMatMul(a *mmArgs, wk *worker, tile qTileFn, rowsFn qRowsFn, items qIte
 // actBlockSums sets sums[b] = -o·Σy over activation block b of row act
 // (actQ8x32), for len(sums) blocks.
 func actBlockSums(sums []int32, act []byte, o int32) {
-	const lo = 0x00ff00ff00ff00ff
 	for b := range sums {
-		y := act[b*ActQ8x32Bytes+8:][:32]
-		// Bytes as y+128 (unsigned), summed in four 16-bit lanes.
-		var acc uint64
-		for i := 0; i < 32; i += 8 {
-			v := binary.LittleEndian.Uint64(y[i:]) ^ 0x8080808080808080
-			acc += v&lo + v>>8&lo
-		}
-		total := int32((acc * 0x0001000100010001) >> 48)
-		sums[b] = -o * (total - 32*128)
+		sums[b] = -o * int8Sum(act[b*ActQ8x32Bytes+8:][:32])
 	}
+}
+
+// int8Sum is the sum of y's bytes as int8, len(y) a multiple of 8: eight
+// bytes at a time, as y+128 (unsigned) in four 16-bit lanes, which hold up
+// to 256 bytes' worth.
+func int8Sum(y []byte) int32 {
+	const lo = 0x00ff00ff00ff00ff
+	var acc uint64
+	for i := 0; i+8 <= len(y); i += 8 {
+		v := binary.LittleEndian.Uint64(y[i:]) ^ 0x8080808080808080
+		acc += v&lo + v>>8&lo
+	}
+	return int32((acc*0x0001000100010001)>>48) - int32(len(y))*128
 }

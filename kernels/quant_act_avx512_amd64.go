@@ -37,28 +37,19 @@ func quantActBlocks(k actKind, dst []byte, x []float32, vec func(dst, x unsafe.P
 // values a vector pass wrote: actQ8x32's s = d·Σq, actQ8K's int16 sums per
 // 16 values, as the portable quantizers compute them.
 func quantActSums(k actKind, dst []byte, nb int) {
-	bytes := ActQ8x32Bytes
 	if k == actQ8K {
-		bytes = ActQ8KBytes
+		for b := range nb {
+			out := dst[b*ActQ8KBytes : (b+1)*ActQ8KBytes]
+			for g := range 16 {
+				binary.LittleEndian.PutUint16(out[260+2*g:], uint16(int16(int8Sum(out[4+16*g:][:16]))))
+			}
+		}
+		return
 	}
 	for b := range nb {
-		out := dst[b*bytes : (b+1)*bytes]
-		if k == actQ8K {
-			for g := range 16 {
-				var s int16
-				for _, q := range out[4+16*g : 4+16*(g+1)] {
-					s += int16(int8(q))
-				}
-				binary.LittleEndian.PutUint16(out[260+2*g:], uint16(s))
-			}
-			continue
-		}
-		var s int32
-		for _, q := range out[8:40] {
-			s += int32(int8(q))
-		}
+		out := dst[b*ActQ8x32Bytes : (b+1)*ActQ8x32Bytes]
 		d := math.Float32frombits(binary.LittleEndian.Uint32(out))
-		binary.LittleEndian.PutUint32(out[4:], math.Float32bits(d*float32(s)))
+		binary.LittleEndian.PutUint32(out[4:], math.Float32bits(d*float32(int8Sum(out[8:40]))))
 	}
 }
 
