@@ -148,7 +148,7 @@ type NativeConfig struct {
 	MaxBatchTokens int                  `yaml:"max_batch_tokens"`
 	MaxSeqs        int                  `yaml:"max_seqs"`
 	// Kernels is the CPU code path: auto (the fastest this CPU runs), or
-	// avx512, avx2, generic to force one; BATCHD_KERNELS overrides it.
+	// amx, avx512, avx2, generic to force one; BATCHD_KERNELS overrides it.
 	Kernels string `yaml:"kernels"`
 	// Device is where the models run: auto (GPU 0 when this binary can
 	// use one, else the CPU, logging why), cpu (the kernels above), cuda

@@ -35,6 +35,9 @@ type backend struct {
 	// none needed).
 	qitems [numDTypes]qItemsFn
 	qoff   [numDTypes]int32
+	// qItemToks, where set, is the most tokens a quant work item takes
+	// (else 64): the AMX kernels unpack a row group once for more of them.
+	qItemToks int
 	// quantAct, if set, replaces the portable activation quantizers
 	// (quantizeActRow) with ones giving the same bytes.
 	quantAct func(k actKind, dst []byte, x []float32)
@@ -153,4 +156,12 @@ func growBytes(b []byte, n int) []byte {
 		return make([]byte, n)
 	}
 	return b[:n]
+}
+
+// qToks is the most tokens a quant work item takes.
+func (b *backend) qToks() int {
+	if b.qItemToks > 0 {
+		return b.qItemToks
+	}
+	return 64
 }

@@ -255,7 +255,7 @@ func (c *CPU) quantMatMulCall(f *quantFormat, x []float32, T, rb int) {
 // 4-token tiles (whole 16-row groups for a qItemsFn), their weights within
 // L2.
 func (c *CPU) planQuant(rows, T, rb int, r16 bool) {
-	c.cutItems(rows, T, min(T, 64), (256<<10)/max(rb, 1))
+	c.cutItems(rows, T, min(T, c.be.qToks()), (256<<10)/max(rb, 1))
 	if r16 && c.mmRows%qItemRows != 0 {
 		c.mmRows = (c.mmRows + qItemRows - 1) &^ (qItemRows - 1)
 		c.mmRowItems = (rows + c.mmRows - 1) / c.mmRows

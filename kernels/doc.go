@@ -13,6 +13,10 @@
 // instruction before that choice, so the same binary runs on any x86-64 or
 // arm64 (TestNoSIMDAtInit keeps it so).
 // NewCPUBackend forces a path by name:
+//   - amx (AVX-512 with VNNI, AMX-TILE and AMX-INT8, on Linux, which grants
+//     the tile state per process: arch_prctl at start-up): avx512, with the
+//     32-value block formats' integer sums on the AMX tile unit for work
+//     items of 16 tokens or more (below).
 //   - avx512 (AVX-512 F/BW/DQ/VL): simd/archsimd for most kernels, plus Go
 //     assembly (tiles_amd64.s) for the matmul tiles archsimd cannot express
 //     well — 4×4 register tiles need all 32 vector registers, Q8_0 uses
@@ -38,7 +42,8 @@
 // tokens are in the call, how the call is split across threads or which tile
 // of the blocked kernel computed it. A token's output is therefore
 // bit-identical whether it runs alone or batched ("batch invariance"), on
-// any one code path. Across paths: avx512 and avx2 share one reduction order
+// any one code path. Across paths: amx computes bit for bit what avx512
+// does (the tiles yield the same exact integer sums); avx512 and avx2 share one reduction order
 // for everything but MatMul (see simd_amd64.go) and agree bit for bit there;
 // avx2's MatMul sums each output in 8 lanes instead of 16 and multiplies
 // Q8_0 weights with unquantized activations (see avx2_amd64.go), so it
@@ -110,6 +115,12 @@
 //     32-value formats the same 16-row path with VPMADDUBSW+VPMADDWD, the
 //     K-quants 4-row tiles, IQ4_NL and IQ4_XS the portable dot (their grid
 //     values overflow VPMADDUBSW's pair sums).
+//   - amx: avx512's kernels, except that the 32-value formats' blocks of 16
+//     tokens × 16 rows are summed by one TDPBSSD/TDPBSUD on the tile unit
+//     (quant_amx_amd64.go), which reads avx512's unpacked blocks as its B
+//     tile and yields the same exact integers; the float step is avx512's,
+//     so amx and avx512 agree bit for bit and a token's result does not
+//     depend on whether its item reached 16 tokens.
 //   - avx2: the avx512 scheme with eight rows per 256-bit register and
 //     VPMADDUBSW+VPMADDWD (quant_r8_avx2_amd64.go), for all but IQ4_NL and
 //     IQ4_XS, whose grid values as unsigned bytes would overflow

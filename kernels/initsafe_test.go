@@ -161,8 +161,9 @@ var viaTyped = (&Vec{be: &bk{dot: inner}}).Dot()
 }
 
 // asmSafeAtInit lists the assembly functions that may run at package
-// initialisation: they execute no vector instruction.
-var asmSafeAtInit = []string{"cpuid"}
+// initialisation: they execute no vector instruction (xgetbv0's XGETBV
+// runs only where CPUID has reported OSXSAVE: amxUsable checks first).
+var asmSafeAtInit = []string{"cpuid", "xgetbv0"}
 
 // findModule walks up from dir to the directory holding go.mod and returns
 // it with the module path.

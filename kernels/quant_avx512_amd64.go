@@ -56,6 +56,7 @@ const (
 
 func init() {
 	installQuant512(avx512, archsimd.X86.AVX512VNNI())
+	installAMX()
 }
 
 // installQuant512 sets b's quant tiles; vnni says the CPU has AVX512-VNNI.
@@ -67,7 +68,7 @@ func installQuant512(b *backend, vnni bool) {
 			b.qtiles[k.t], b.qrows[k.t] = (&k).kTile, (&k).kRows
 		}
 	}
-	installR16(b, vnni)
+	installR16(b, vnni, false)
 }
 
 // tiler512 holds what a format's tile needs to know: its type and block

@@ -22,6 +22,9 @@ type groupFmt struct {
 	r8     bool // avx2's 8-row kernels
 	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+	// amx, where set, is the AMX kernel for 16 tokens at a time
+	// (quant_amx_amd64.go).
+	amx func(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
 }
 
 // geometry: values per block, activation bytes per block, scratch bytes
@@ -89,8 +92,9 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 	} else {
 		c = bptr(act) // unread
 	}
-	wk.qbuf = growBytes(wk.qbuf, chunk*blockScratch+64)
+	wk.qbuf = growBytes(wk.qbuf, chunk*blockScratch+amxBuf+64)
 	s := (*byte)(alignUp64(unsafe.Pointer(&wk.qbuf[0])))
+	tiles := (*byte)(unsafe.Add(unsafe.Pointer(s), chunk*blockScratch)) // AMX's C tiles
 	wk.r16acc = growF32(wk.r16acc, nt*g)
 	acc := wk.r16acc
 	clear(acc)
@@ -103,7 +107,12 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 		// (An address, not a pointer: it may lie past w's end, where a
 		// prefetch is harmless but Go pointers may not point.)
 		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, uintptr(bptr(w))+uintptr(g*rb+b*g*k.bb))
-		k.dot(&acc[0], s, unsafe.Add(bptr(act), b*actBytes), actStride, unsafe.Add(c, 4*b), 4*nb, nt, n)
+		x, cb := unsafe.Add(bptr(act), b*actBytes), unsafe.Add(c, 4*b)
+		if k.amx != nil && nt >= amxTokens {
+			k.amxDot(acc, s, x, actStride, cb, 4*nb, nt, n, tiles)
+			continue
+		}
+		k.dot(&acc[0], s, x, actStride, cb, 4*nb, nt, n)
 	}
 	if nr == g {
 		store(&out[0], outStride, &acc[0], nt)

@@ -99,8 +99,9 @@ var r16Row = [r16Rows]int{0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15}
 
 // installR16 sets b's 16-row paths; vnni says the CPU has AVX512-VNNI.
 // Without it VPMADDUBSW's pair sums could saturate for IQ4_NL (u up to
-// 241) and Q8_0 (255): those keep their other paths.
-func installR16(b *backend, vnni bool) {
+// 241) and Q8_0 (255): those keep their other paths. amx (with vnni) adds
+// the AMX dot kernels of the 32-value formats (quant_amx_amd64.go).
+func installR16(b *backend, vnni, amx bool) {
 	for _, k := range []*groupFmt{
 		{t: Q4_0, bb: q4_0Bytes, o: 8, unpack: r16UnpQ4_0},
 		{t: Q5_0, bb: q5_0Bytes, o: 16, unpack: r16UnpQ5_0},
@@ -122,6 +123,12 @@ func installR16(b *backend, vnni bool) {
 			k.dot = r16DotV
 		default:
 			k.dot = r16DotB
+		}
+		if amx && vnni {
+			k.amx = amxDotS
+			if k.min {
+				k.amx = amxDotM
+			}
 		}
 		b.qitems[k.t], b.qoff[k.t] = k.items, k.o
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil

@@ -13,6 +13,7 @@ import (
 // CPU supports; the others force one path.
 const (
 	BackendAuto    = "auto"
+	BackendAMX     = "amx"
 	BackendAVX512  = "avx512"
 	BackendAVX2    = "avx2"
 	BackendNEON    = "neon"
@@ -47,6 +48,8 @@ var selectable = []struct {
 	name, build string
 	requires    []string
 }{
+	// amx is avx512 with the AMX tile unit for the block formats.
+	{BackendAMX, simdBuild, []string{"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "amx_tile", "amx_int8"}},
 	{BackendAVX512, simdBuild, []string{"avx512f", "avx512bw", "avx512dq", "avx512vl"}},
 	{BackendAVX2, simdBuild, []string{"avx2", "fma", "f16c"}},
 	{BackendNEON, "arm64", []string{"asimd"}}, // SDOT where asimddp, inside
@@ -99,7 +102,7 @@ func backendInfo(name string) (BackendInfo, bool) {
 
 // testBackendEnv names the environment variable that, in a test binary
 // only, forces best (what NewCPU, NewCPUBackend("auto") and the
-// package-level kernels use) to one backend: "avx512", "avx2", "neon" or
+// package-level kernels use) to one backend: "amx", "avx512", "avx2", "neon" or
 // "generic".
 // It lets every test of this package and of its users (kernels/cuda's
 // references, the engine's) run once per code path. A daemon reads the same
@@ -149,7 +152,7 @@ func resolveBackend(name string) (*backend, error) {
 	}
 	bi, ok := backendInfo(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown backend %q (want auto, avx512, avx2, neon or generic)", ErrBackendUnavailable, name)
+		return nil, fmt.Errorf("%w: unknown backend %q (want auto, amx, avx512, avx2, neon or generic)", ErrBackendUnavailable, name)
 	}
 	if !bi.Built {
 		return nil, fmt.Errorf("%w: %s: not built into this binary (it needs %s at build time)", ErrBackendUnavailable, name, bi.BuildNeeds)
@@ -162,7 +165,7 @@ func resolveBackend(name string) (*backend, error) {
 }
 
 // NewCPUBackend is NewCPU on a chosen code path: "auto" (or "") for the best
-// this CPU supports, or "avx512", "avx2", "neon", "generic". Asking for a path the
+// this CPU supports, or "amx", "avx512", "avx2", "neon", "generic". Asking for a path the
 // binary lacks or the CPU cannot run is an error wrapping
 // ErrBackendUnavailable that names the missing features.
 func NewCPUBackend(threads int, name string) (*CPU, error) {

@@ -14,7 +14,7 @@ var best = portable
 // simdBuilt lists the SIMD backends this binary has, fastest first;
 // simdBackends those of them this machine can run. Building the backend
 // values runs no vector code (only CPUID through archsimd.X86).
-var simdBuilt = []*backend{avx512, avx512Go, avx2}
+var simdBuilt = []*backend{amxBE, avx512, avx512Go, avx2}
 
 var simdBackends []*backend
 

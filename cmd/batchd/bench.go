@@ -41,7 +41,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchKL(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|avx512|avx2|neon|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]]\n       batchd bench kl [--shape SHAPE --types T1,T2 [--dequantized] | --model FILE[,FILE] --ref FILE] [--text FILE] [--tokens N]\n       batchd bench gpu [--gpu N] [--mib N]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|amx|avx512|avx2|neon|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]]\n       batchd bench kl [--shape SHAPE --types T1,T2 [--dequantized] | --model FILE[,FILE] --ref FILE] [--text FILE] [--tokens N]\n       batchd bench gpu [--gpu N] [--mib N]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -238,7 +238,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	shape := fs.String("shape", "qwen2.5-0.5b", "demo model shape when --model is not given")
 	typ := fs.String("type", "q8_0", "demo model weight type when --model is not given")
 	threads := fs.Int("threads", 0, "kernel threads (0: every core)")
-	kernelsName := fs.String("kernels", defaultKernels(), "CPU kernels: auto, avx512, avx2, neon or generic ($BATCHD_KERNELS sets the default)")
+	kernelsName := fs.String("kernels", defaultKernels(), "CPU kernels: auto, amx, avx512, avx2, neon or generic ($BATCHD_KERNELS sets the default)")
 	prompt := fs.Int("prompt", 256, "prefill length in tokens")
 	steps := fs.Int("steps", 32, "decode steps measured")
 	seqs := fs.String("seqs", "1,8,32", "sequence counts for aggregate decode")

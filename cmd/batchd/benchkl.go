@@ -39,7 +39,7 @@ func benchKL(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	textFile := fs.String("text", "", "file of the text whose every position is compared (default: a built-in passage of a few hundred tokens)")
 	tokens := fs.Int("tokens", 0, "use at most this many tokens of the text (0: all)")
 	threads := fs.Int("threads", 0, "kernel threads (0: every core)")
-	kernelsName := fs.String("kernels", defaultKernels(), "CPU kernels: auto, avx512, avx2, neon or generic ($BATCHD_KERNELS sets the default)")
+	kernelsName := fs.String("kernels", defaultKernels(), "CPU kernels: auto, amx, avx512, avx2, neon or generic ($BATCHD_KERNELS sets the default)")
 	device := fs.String("device", "", "native.device to run on (default: $BATCHD_DEVICE, else auto)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage

@@ -55,7 +55,7 @@ type SpecView struct {
 // KernelsView is the CPU code path an in-process engine runs; the zero value
 // for an engine that runs none (a remote one).
 type KernelsView struct {
-	Backend  string   // avx512, avx2, neon or generic
+	Backend  string   // amx, avx512, avx2, neon or generic
 	Arch     string   // GOARCH: amd64, arm64, ...
 	Features []string // the CPU features found, /proc/cpuinfo spelling
 }

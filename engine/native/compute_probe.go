@@ -36,7 +36,7 @@ type ProbeSeq struct {
 
 // OpenComputeProbe loads the model at path on device (native.device's
 // names; "" is the default, auto) with a KV pool of blocks blocks; the CPU
-// device runs threads threads of kernelsName (auto, avx512, avx2, generic).
+// device runs threads threads of kernelsName (auto, amx, avx512, avx2, generic).
 func OpenComputeProbe(path, device string, threads int, kernelsName string, blocks int) (*ComputeProbe, error) {
 	w, err := weights.Load(path)
 	if err != nil {

@@ -95,7 +95,7 @@ type Config struct {
 	// Threads for the kernels (0: every core).
 	Threads int
 	// Kernels names the CPU code path: auto (or ""), the fastest this CPU
-	// runs, or avx512, avx2, generic to force one (see kernels.NewCPUBackend).
+	// runs, or amx, avx512, avx2, generic to force one (see kernels.NewCPUBackend).
 	Kernels string
 	// Device is where the models run: cpu (or ""), the CPU kernels, or
 	// reference, the plain-Go reference device (slow; for tests).
@@ -188,9 +188,9 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Kernels {
-	case "", kernels.BackendAuto, kernels.BackendAVX512, kernels.BackendAVX2, kernels.BackendNEON, kernels.BackendGeneric:
+	case "", kernels.BackendAuto, kernels.BackendAMX, kernels.BackendAVX512, kernels.BackendAVX2, kernels.BackendNEON, kernels.BackendGeneric:
 	default:
-		return fmt.Errorf("native.kernels: must be auto, avx512, avx2, neon or generic, got %q", c.Kernels)
+		return fmt.Errorf("native.kernels: must be auto, amx, avx512, avx2, neon or generic, got %q", c.Kernels)
 	}
 	if _, _, err := parseDevice(c.Device); err != nil {
 		return err
@@ -319,7 +319,7 @@ func (e *Engine) Open(ctx context.Context) error {
 	return nil
 }
 
-// Kernels is the name of the CPU code path the engine runs (avx512, avx2,
+// Kernels is the name of the CPU code path the engine runs (amx, avx512, avx2,
 // generic); "" before Open.
 func (e *Engine) Kernels() string { return e.backend }
 

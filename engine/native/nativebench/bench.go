@@ -19,7 +19,7 @@ import (
 type BenchOptions struct {
 	Device       string // native.device ("": auto)
 	Threads      int
-	Kernels      string // CPU code path: auto ("" too), avx512, avx2, generic
+	Kernels      string // CPU code path: auto ("" too), amx, avx512, avx2, generic
 	PromptTokens int    // prefill length
 	DecodeSteps  int    // decode steps measured per run
 	Seqs         []int  // sequence counts for aggregate decode

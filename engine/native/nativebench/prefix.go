@@ -20,7 +20,7 @@ import (
 // OutputTokens generated tokens (greedy, EOS ignored).
 type PrefixBenchOptions struct {
 	Threads                                          int
-	Kernels                                          string // auto ("" too), avx512, avx2, generic
+	Kernels                                          string // auto ("" too), amx, avx512, avx2, generic
 	Requests, SystemTokens, UserTokens, OutputTokens int
 	MaxSeqs, MaxBatchTokens                          int   // 0: the defaults
 	KVCacheBytes                                     int64 // 0: the default

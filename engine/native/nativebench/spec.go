@@ -19,7 +19,7 @@ import (
 // the whole engine, Rounds times, the cases alternated round by round.
 type SpecBenchOptions struct {
 	Threads int
-	Kernels string   // auto ("" too), avx512, avx2, generic
+	Kernels string   // auto ("" too), amx, avx512, avx2, generic
 	Cases   []string // native.SpecOff, SpecNgram, SpecDraft; the first is the baseline
 	K       int      // native.speculative.k (0: the default)
 	// NgramMin, NgramMax: native.speculative's n-gram bounds (0: defaults).
