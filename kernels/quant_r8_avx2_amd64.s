@@ -27,7 +27,9 @@
 // scratch; BX = its staging; DX = the prefetch pointer; CX = blocks left;
 // Y15 = 0x0f bytes.
 
-#define R8_UNPACK_PROLOGUE \
+#define R8_UNPACK_PROLOGUE R8_UNPACK_PROLOGUE_B(320)
+
+#define R8_UNPACK_PROLOGUE_B(BLK) \
 	MOVQ dst+0(FP), DI; \
 	MOVQ w+8(FP), R8; \
 	MOVQ rb+16(FP), R12; \
@@ -37,7 +39,7 @@
 	LEAQ (R9)(R12*2), R10; \
 	LEAQ (R10)(R12*2), R11; \
 	MOVQ CX, BX; \
-	IMULQ $320, BX; \
+	IMULQ $BLK, BX; \
 	ADDQ DI, BX; \
 	MOVQ BX, R15; \
 	VMOVDQU r8nib<>(SB), Y15
@@ -109,17 +111,23 @@
 	R8_BI(R8, OFF, TO+4); R8_BI(R9, OFF, TO+5); R8_BI(R10, OFF, TO+6); R8_BI(R11, OFF, TO+7)
 
 // R8_NEXT prefetches the next group's 8·BYTES bytes (at most 192: three
-// lines) and steps to the next block.
-#define R8_NEXT(BYTES) \
+// lines) and steps to the next block; R8_NEXT_B with BLK scratch bytes per
+// block and the prefetches PF.
+#define R8_NEXT(BYTES) R8_NEXT_B(BYTES, 320, R8_PF3)
+
+#define R8_PF3 \
 	PREFETCHT1 0(DX); \
 	PREFETCHT1 64(DX); \
-	PREFETCHT1 128(DX); \
+	PREFETCHT1 128(DX)
+
+#define R8_NEXT_B(BYTES, BLK, PF) \
+	PF; \
 	ADDQ $(8*BYTES), DX; \
 	ADDQ $BYTES, R8; \
 	ADDQ $BYTES, R9; \
 	ADDQ $BYTES, R10; \
 	ADDQ $BYTES, R11; \
-	ADDQ $320, DI; \
+	ADDQ $BLK, DI; \
 	ADDQ $32, BX
 
 // R8_FIFTH adds 16 to the bytes of group YG whose bit 4k+i of the rows'
@@ -152,8 +160,11 @@
 	VPSHUFB Y6, Y14, Y6; \
 	VPSHUFB Y7, Y14, Y7
 
-// R8_SCALES converts the staged float16 scales (and with MIN minimums).
-#define R8_SCALES(MIN) \
+// R8_SCALES converts the staged float16 scales (and with MIN minimums);
+// R8_SCALES_B with BLK scratch bytes per block.
+#define R8_SCALES(MIN) R8_SCALES_B(MIN, 320)
+
+#define R8_SCALES_B(MIN, BLK) \
 	MOVQ dst+0(FP), DI; \
 	MOVQ n+24(FP), CX; \
 r8scales:; \
@@ -161,7 +172,7 @@ r8scales:; \
 	VMOVUPS Y8, 256(DI); \
 	MIN; \
 	ADDQ $32, R15; \
-	ADDQ $320, DI; \
+	ADDQ $BLK, DI; \
 	DECQ CX; \
 	JNZ r8scales; \
 	VZEROUPPER; \
@@ -226,7 +237,12 @@ r8scales:; \
 	VBROADCASTSS 4(X), Y14; \
 	VFMADD231PS 288(SI), Y14, ACC
 
-#define R8_DOT(TOK) \
+// R8_DOT_B is R8_DOT with BLK scratch bytes per block, INIT run first.
+#define R8_DOT(TOK) R8_DOT_B(TOK, 320, R8_NOINIT)
+#define R8_NOINIT
+
+#define R8_DOT_B(TOK, BLK, INIT) \
+	INIT; \
 	MOVQ acc+0(FP), DI; \
 	MOVQ nt+48(FP), BX; \
 r8d4:; \
@@ -258,7 +274,7 @@ r8d4b:; \
 	TOK(R9, R13, Y1); \
 	TOK(R10, R14, Y2); \
 	TOK(R11, R15, Y3); \
-	ADDQ $320, SI; \
+	ADDQ $BLK, SI; \
 	ADDQ $40, R8; \
 	ADDQ $40, R9; \
 	ADDQ $40, R10; \
@@ -293,7 +309,7 @@ r8d1:; \
 r8d1b:; \
 	R8_W; \
 	TOK(R8, R12, Y0); \
-	ADDQ $320, SI; \
+	ADDQ $BLK, SI; \
 	ADDQ $40, R8; \
 	ADDQ $4, R12; \
 	DECQ CX; \
