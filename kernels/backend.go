@@ -17,7 +17,9 @@ type backend struct {
 	quantizeAct func(qs []byte, xs []float32, x []float32)
 	// floatQ8 says matmul multiplies Q8_0 weights with the float32
 	// activations (dequantized exactly) instead of quantized ones: MatMul
-	// then skips quantizeAct.
+	// then skips quantizeAct. (A qitems path for Q8_0 comes first: avx2
+	// keeps floatQ8 for its matmul's planning but runs Q8_0 on its 8-row
+	// integer kernels.)
 	floatQ8 bool
 	// packAct, if set, lays out the T activation rows of a MatMul for the
 	// backend's multi-token tiles (T > 1), items of chunk tokens apart; it

@@ -45,13 +45,12 @@
 // any one code path. Across paths: amx computes bit for bit what avx512
 // does (the tiles yield the same exact integer sums); avx512 and avx2 share one reduction order
 // for everything but MatMul (see simd_amd64.go) and agree bit for bit there;
-// avx2's MatMul sums each output in 8 lanes instead of 16 and multiplies
-// Q8_0 weights with unquantized activations (see avx2_amd64.go), so it
-// agrees with the others within float32 rounding (and, for Q8_0, the
-// activation quantization those make). The portable path sums in another
-// order with unfused float32 arithmetic and agrees with them within float32
-// rounding, not bit for bit; its RoPE, Add and Q8_0 activation quantization
-// are bit-identical to the SIMD ones.
+// avx2's MatMul over float weights sums each output in 8 lanes instead of 16
+// (see avx2_amd64.go), so it agrees with the others within float32
+// rounding. The portable path sums in another order with unfused float32
+// arithmetic and agrees with them within float32 rounding, not bit for bit;
+// its RoPE, Add and Q8_0 activation quantization are bit-identical to the
+// SIMD ones.
 //
 // # NaN and infinities
 //
@@ -79,14 +78,11 @@
 //
 // # Q8_0
 //
-// Q8_0 products on the generic and avx512 paths quantize each activation row
-// to Q8_0 (scale kept in float32) once per call and run int8·int8 block dot
-// products with int32 sums, as llama.cpp does. They differ from a float
-// product with the dequantized weights by at most
-// Σ_blocks (max|x_block|/254)·Σ_block|w| (the activation rounding) plus
-// float32 accumulation error. The avx2 path multiplies the exactly
-// dequantized weights with the float32 activations: float32 accumulation
-// error only.
+// Q8_0 products on every path quantize each activation row to Q8_0 (scale
+// kept in float32) once per call and run int8·int8 block dot products with
+// int32 sums, as llama.cpp does. They differ from a float product with the
+// dequantized weights by at most Σ_blocks (max|x_block|/254)·Σ_block|w| (the
+// activation rounding) plus float32 accumulation error.
 //
 // # The other block quantizations
 //
@@ -124,7 +120,10 @@
 //   - avx2: the avx512 scheme with eight rows per 256-bit register and
 //     VPMADDUBSW+VPMADDWD (quant_r8_avx2_amd64.go), for all but IQ4_NL and
 //     IQ4_XS, whose grid values as unsigned bytes would overflow
-//     VPMADDUBSW's pair sums: they keep their own 4-row tiles.
+//     VPMADDUBSW's pair sums: they keep their own 4-row tiles. Q8_0 takes
+//     it too, its signed quants by the sign trick (|w| times the
+//     activations with w's signs, VPSIGNB), each group's pair sums widened
+//     before they add up.
 //   - neon: SDOT, or SMULL/SADALP without the dot-product extension.
 //
 // A backend may unpack a tile's weight rows once for every token of a work
@@ -132,7 +131,6 @@
 // unpacking once per item whatever the batch, which is where batched decode
 // and prefill gain. The
 // F32-activation route (float weights times float activations) stays for
-// F32, F16, BF16 and avx2's Q8_0, where it is the more accurate one at no
-// loss of speed; a NaN or Inf activation has no defined result in the
-// integer route.
+// F32, F16 and BF16, where it is the more accurate one at no loss of speed;
+// a NaN or Inf activation has no defined result in the integer route.
 package kernels

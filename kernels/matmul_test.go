@@ -142,7 +142,8 @@ func TestMatMulBatchInvariance(t *testing.T) {
 // with fused multiply-adds, so not bit for bit; the Q8_0 activations are
 // quantized identically), and bit for bit with the backends of the same
 // reduction order (avx512 and its archsimd twin). Q8_0 on a backend that
-// multiplies float activations (avx2) is checked against the exact product.
+// multiplies float activations (floatQ8 without a qitems path for Q8_0) is
+// checked against the exact product.
 func TestMatMulSIMDMatchesPortable(t *testing.T) {
 	skipWithoutSIMD(t)
 	r := rand.New(rand.NewPCG(9, 10))
@@ -167,7 +168,7 @@ func TestMatMulSIMDMatchesPortable(t *testing.T) {
 				tol := 2 * float64(tc.cols+32) * 0x1p-24 * sumAbsProd(wr, xt)
 				ref := float64(want[i])
 				switch {
-				case tc.dt == Q8_0 && be.floatQ8:
+				case tc.dt == Q8_0 && be.floatQ8 && be.qitems[Q8_0] == nil:
 					// Unquantized activations: compare with the exact
 					// product of the dequantized weights.
 					ref = 0

@@ -256,7 +256,7 @@ const qaPrefetchRows = 8
 
 func init() {
 	avx2.qtiles[IQ4_NL], avx2.qrows[IQ4_NL] = avx2IQ4NLTile, avx2IQ4NLRows
-	// The 8-row kernels take the other block formats but IQ4_XS
+	// The 8-row kernels take the other block formats but IQ4_XS, and Q8_0
 	// (quant_r8_avx2_amd64.go).
 	installR8(avx2)
 }

@@ -26,6 +26,18 @@ var avx2QF16At = map[DType][]int{
 	Q5_1:   {0, 2},
 	IQ4_NL: {0},
 	MXFP4:  {},
+	Q8_0:   {0},
+}
+
+// q8TileFormat is Q8_0 as TestAVX2QuantTiles reads a format: its blocks,
+// activation kind and exact dequantization.
+var q8TileFormat = quantFormat{
+	block: Q8BlockSize, blockBytes: Q8BlockBytes, act: actQ8x32,
+	dequant: func(dst []float32, src []byte) {
+		if err := DequantizeQ8_0(dst, src); err != nil {
+			panic(err)
+		}
+	},
 }
 
 // TestAVX2QuantTiles runs each avx2 quant tile on random blocks (every bit
@@ -43,6 +55,9 @@ func TestAVX2QuantTiles(t *testing.T) {
 			continue
 		}
 		q := quantFormatOf(DType(dt))
+		if DType(dt) == Q8_0 {
+			q = &q8TileFormat // random bytes: every int8 quant, -128 included
+		}
 		f16At, ok := avx2QF16At[DType(dt)]
 		if q == nil || !ok {
 			t.Errorf("%v: avx2 tile without a format or a test", DType(dt))

@@ -16,10 +16,11 @@ import "unsafe"
 type groupFmt struct {
 	t      DType
 	bb     int   // block bytes
-	o      int32 // 32-value formats: the value is u - o (0: with a minimum)
+	o      int32 // 32-value formats: the value is u - o (0: with a minimum, or avx2's signed Q8_0)
 	min    bool
 	k      bool // a K format: 256-value blocks, actQ8K activations
 	r8     bool // avx2's 8-row kernels
+	q8     bool // r8 Q8_0: r8QBlock scratch bytes per block, r8QChunk blocks
 	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
 	// amx, where set, is the AMX kernel for 16 tokens at a time
@@ -35,6 +36,8 @@ func (k *groupFmt) geometry() (block, actBytes, scratch, chunk int) {
 		return ActQ8KBlock, ActQ8KBytes, r8KBlock + r8KStage, r8KChunk
 	case k.k:
 		return ActQ8KBlock, ActQ8KBytes, r16KBlock + r16Stage, r16KChunk
+	case k.q8:
+		return ActQ8x32Block, ActQ8x32Bytes, r8QBlock + r16Stage, r8QChunk
 	case k.r8:
 		return ActQ8x32Block, ActQ8x32Bytes, r8Block + r16Stage, r8Chunk
 	}

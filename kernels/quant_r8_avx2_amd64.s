@@ -12,14 +12,17 @@
 //   256: dw    8 float32: lane p = row P(p)'s scale d
 //   288: mv    8 float32: lane p = row P(p)'s minimum m (those types)
 // where P(p) = 2·(p mod 4) + p/4; after the n blocks, 32 bytes per block
-// stage the rows' float16 scales (and minimums).
+// stage the rows' float16 scales (and minimums). Q8_0 lays out 544 bytes
+// per block, |w| in g and the signed quants in a second plane at 288 (see
+// R8_TOKS).
 //
 // A dot kernel then takes every token over those blocks: per token and
 // block, each activation dword is broadcast to the 8 rows, VPMADDUBSW
 // multiplies and adds pairs, four groups add up in int16 (|u| ≤ 31, so
 // |Σ| ≤ 4·2·31·127 fits) and VPMADDWD widens; with the token's -o·Σy the
 // block's exact integer sum Σ(u-o)·y for all 8 rows, converted once:
-// acc += float(Σ)·(d·dx) (then + m·s), in block order.
+// acc += float(Σ)·(d·dx) (then + m·s), in block order. (Q8_0's sum Σw·y,
+// exact the same way, widens every group: R8_TOKS.)
 
 // ---- unpacking --------------------------------------------------------------
 //
@@ -27,7 +30,9 @@
 // scratch; BX = its staging; DX = the prefetch pointer; CX = blocks left;
 // Y15 = 0x0f bytes.
 
-#define R8_UNPACK_PROLOGUE \
+#define R8_UNPACK_PROLOGUE R8_UNPACK_PROLOGUE_B(320)
+
+#define R8_UNPACK_PROLOGUE_B(BLK) \
 	MOVQ dst+0(FP), DI; \
 	MOVQ w+8(FP), R8; \
 	MOVQ rb+16(FP), R12; \
@@ -37,7 +42,7 @@
 	LEAQ (R9)(R12*2), R10; \
 	LEAQ (R10)(R12*2), R11; \
 	MOVQ CX, BX; \
-	IMULQ $320, BX; \
+	IMULQ $BLK, BX; \
 	ADDQ DI, BX; \
 	MOVQ BX, R15; \
 	VMOVDQU r8nib<>(SB), Y15
@@ -109,17 +114,29 @@
 	R8_BI(R8, OFF, TO+4); R8_BI(R9, OFF, TO+5); R8_BI(R10, OFF, TO+6); R8_BI(R11, OFF, TO+7)
 
 // R8_NEXT prefetches the next group's 8·BYTES bytes (at most 192: three
-// lines) and steps to the next block.
-#define R8_NEXT(BYTES) \
+// lines) and steps to the next block; R8_NEXT_B with BLK scratch bytes per
+// block and the prefetches PF.
+#define R8_NEXT(BYTES) R8_NEXT_B(BYTES, 320, R8_PF3)
+
+#define R8_PF3 \
 	PREFETCHT1 0(DX); \
 	PREFETCHT1 64(DX); \
-	PREFETCHT1 128(DX); \
+	PREFETCHT1 128(DX)
+
+// R8_PF5: five lines, for Q8_0's 8·34 bytes.
+#define R8_PF5 \
+	R8_PF3; \
+	PREFETCHT1 192(DX); \
+	PREFETCHT1 256(DX)
+
+#define R8_NEXT_B(BYTES, BLK, PF) \
+	PF; \
 	ADDQ $(8*BYTES), DX; \
 	ADDQ $BYTES, R8; \
 	ADDQ $BYTES, R9; \
 	ADDQ $BYTES, R10; \
 	ADDQ $BYTES, R11; \
-	ADDQ $320, DI; \
+	ADDQ $BLK, DI; \
 	ADDQ $32, BX
 
 // R8_FIFTH adds 16 to the bytes of group YG whose bit 4k+i of the rows'
@@ -152,8 +169,11 @@
 	VPSHUFB Y6, Y14, Y6; \
 	VPSHUFB Y7, Y14, Y7
 
-// R8_SCALES converts the staged float16 scales (and with MIN minimums).
-#define R8_SCALES(MIN) \
+// R8_SCALES converts the staged float16 scales (and with MIN minimums);
+// R8_SCALES_B with BLK scratch bytes per block.
+#define R8_SCALES(MIN) R8_SCALES_B(MIN, 320)
+
+#define R8_SCALES_B(MIN, BLK) \
 	MOVQ dst+0(FP), DI; \
 	MOVQ n+24(FP), CX; \
 r8scales:; \
@@ -161,7 +181,7 @@ r8scales:; \
 	VMOVUPS Y8, 256(DI); \
 	MIN; \
 	ADDQ $32, R15; \
-	ADDQ $320, DI; \
+	ADDQ $BLK, DI; \
 	DECQ CX; \
 	JNZ r8scales; \
 	VZEROUPPER; \
@@ -226,7 +246,55 @@ r8scales:; \
 	VBROADCASTSS 4(X), Y14; \
 	VFMADD231PS 288(SI), Y14, ACC
 
-#define R8_DOT(TOK) \
+// -- Q8_0 (r8DotS), 544 bytes per block: g[8] = |w| at 0 (as unsigned
+// bytes: -128 gives 128), dw at 256, sw[8] = the signed w at 288.
+//
+// Its bytes as u = w+128 would saturate VPMADDUBSW's pair sums (2·255·127
+// > 32767), so the sum takes the sign trick: each broadcast activation
+// dword takes w's signs (VPSIGNB: y·sign(w), 0 where w is 0) and
+// VPMADDUBSW multiplies |w| ≤ 128 by that, Σ|w|·y·sign(w) = Σw·y. A pair
+// sum, ≤ 2·128·127 = 32512, fits int16 but two do not, so each group
+// widens (VPMADDWD by ones, Y15) before the int32 add; the block's sum is
+// exact with no offset term. |y| ≤ 127 (the quantizer's d = max|x|/127), so
+// y·sign(w) never wraps. A nibble split (u = 16h+l, two planes of VPMADDUBSW
+// adding up in int16) is exact too but measured ~8% slower (avx2 forced on
+// an AVX-512 Xeon).
+// R8S_G: YS (int32) += group G's sums, |w| in YW; R8S_G0 sets YS. R8_TOKS
+// leaves C unread (no offset).
+#define R8S_G(X, G, YW, YS) \
+	VPBROADCASTD (8+4*(G))(X), Y12; \
+	VPSIGNB (288+32*(G))(SI), Y12, Y12; \
+	VPMADDUBSW Y12, YW, Y12; \
+	VPMADDWD Y15, Y12, Y12; \
+	VPADDD Y12, YS, YS
+
+#define R8S_G0(X, G, YW, YS) \
+	VPBROADCASTD (8+4*(G))(X), Y12; \
+	VPSIGNB (288+32*(G))(SI), Y12, Y12; \
+	VPMADDUBSW Y12, YW, Y12; \
+	VPMADDWD Y15, Y12, YS
+
+#define R8_TOKS(X, C, ACC) \
+	R8S_G0(X, 0, Y4, Y13); \
+	R8S_G0(X, 4, Y8, Y14); \
+	R8S_G(X, 1, Y5, Y13); \
+	R8S_G(X, 5, Y9, Y14); \
+	R8S_G(X, 2, Y6, Y13); \
+	R8S_G(X, 6, Y10, Y14); \
+	R8S_G(X, 3, Y7, Y13); \
+	R8S_G(X, 7, Y11, Y14); \
+	VPADDD Y14, Y13, Y13; \
+	VCVTDQ2PS Y13, Y13; \
+	VBROADCASTSS 0(X), Y14; \
+	VMULPS 256(SI), Y14, Y14; \
+	VFMADD231PS Y14, Y13, ACC
+
+// R8_DOT_B is R8_DOT with BLK scratch bytes per block, INIT run first.
+#define R8_DOT(TOK) R8_DOT_B(TOK, 320, R8_NOINIT)
+#define R8_NOINIT
+
+#define R8_DOT_B(TOK, BLK, INIT) \
+	INIT; \
 	MOVQ acc+0(FP), DI; \
 	MOVQ nt+48(FP), BX; \
 r8d4:; \
@@ -258,7 +326,7 @@ r8d4b:; \
 	TOK(R9, R13, Y1); \
 	TOK(R10, R14, Y2); \
 	TOK(R11, R15, Y3); \
-	ADDQ $320, SI; \
+	ADDQ $BLK, SI; \
 	ADDQ $40, R8; \
 	ADDQ $40, R9; \
 	ADDQ $40, R10; \
@@ -293,7 +361,7 @@ r8d1:; \
 r8d1b:; \
 	R8_W; \
 	TOK(R8, R12, Y0); \
-	ADDQ $320, SI; \
+	ADDQ $BLK, SI; \
 	ADDQ $40, R8; \
 	ADDQ $4, R12; \
 	DECQ CX; \
@@ -901,6 +969,52 @@ r8mxs:
 	JNZ  r8mxs
 	VZEROUPPER
 	RET
+
+// func r8UnpQ8_0(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
+// Q8_0: d, qs[32]; |w| to g, w to sw (r8DotS's layout).
+TEXT ·r8UnpQ8_0(SB), NOSPLIT, $0-40
+	R8_UNPACK_PROLOGUE_B(544)
+r8q80:
+	R8_LOAD(2)
+	R8_T4
+	VPABSB Y0, Y8
+	VPABSB Y1, Y9
+	VPABSB Y2, Y10
+	VPABSB Y3, Y11
+	VMOVDQU Y8, 0(DI)
+	VMOVDQU Y9, 32(DI)
+	VMOVDQU Y10, 64(DI)
+	VMOVDQU Y11, 96(DI)
+	VMOVDQU Y0, 288(DI)
+	VMOVDQU Y1, 320(DI)
+	VMOVDQU Y2, 352(DI)
+	VMOVDQU Y3, 384(DI)
+	R8_LOAD(18)
+	R8_T4
+	VPABSB Y0, Y8
+	VPABSB Y1, Y9
+	VPABSB Y2, Y10
+	VPABSB Y3, Y11
+	VMOVDQU Y8, 128(DI)
+	VMOVDQU Y9, 160(DI)
+	VMOVDQU Y10, 192(DI)
+	VMOVDQU Y11, 224(DI)
+	VMOVDQU Y0, 416(DI)
+	VMOVDQU Y1, 448(DI)
+	VMOVDQU Y2, 480(DI)
+	VMOVDQU Y3, 512(DI)
+	R8_HALVES(0, 0)
+	R8_NEXT_B(34, 544, R8_PF5)
+	DECQ CX
+	JNZ  r8q80
+	R8_SCALES_B(R8_NOMINS, 544)
+
+// R8_ONES: r8DotS keeps the int16 ones in Y15.
+#define R8_ONES VMOVDQU r8ones<>(SB), Y15
+
+// func r8DotS(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+TEXT ·r8DotS(SB), NOSPLIT, $0-64
+	R8_DOT_B(R8_TOKS, 544, R8_ONES)
 
 TEXT ·r8DotB(SB), NOSPLIT, $0-64
 	R8_DOT(R8_TOK)

@@ -200,8 +200,13 @@ func TestQuantDot(t *testing.T) {
 // weights and activations, and bit-identical alone or batched.
 func TestQuantMatMul(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, dt := range quantTypesWanted {
+	for _, dt := range append([]DType{Q8_0}, quantTypesWanted...) {
 		f := quantFormatOf(dt)
+		if dt == Q8_0 {
+			// Only its activation kind is read here; the paths that
+			// quantize Q8_0's activations make the same actQ8x32 values.
+			f = &q8x32Format
+		}
 		if f == nil {
 			continue
 		}
@@ -247,8 +252,9 @@ func TestQuantMatMul(t *testing.T) {
 					t.Fatalf("tokens 2..8, element %d: %v, want %v", i, part[i], out[2*rows+i])
 				}
 				// A backend's whole-item path (qrows) and its tiles agree
-				// bit for bit.
-				if (be.qrows[dt] != nil || be.qitems[dt] != nil) && be.qtiles[dt] != nil {
+				// bit for bit. (Not Q8_0: without qitems it leaves the quant
+				// format route for the backend's own Q8_0 kernels.)
+				if (be.qrows[dt] != nil || be.qitems[dt] != nil) && be.qtiles[dt] != nil && dt != Q8_0 {
 					tilesOnly := *be
 					tilesOnly.qrows = [numDTypes]qRowsFn{}
 					tilesOnly.qitems = [numDTypes]qItemsFn{}
@@ -320,5 +326,101 @@ func TestQuantActBackends(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestQuantQ8_0Exact holds every backend's Q8_0 MatMul to exact integer
+// block sums, extremes included: weights of scale 1 with quants over the
+// whole int8 range (-128, which the quantizers never write but a file may
+// hold, and 127 in every position) times integer activations that quantize
+// to themselves (each block reaches ±127, so d = 1), every prefix sum below
+// 2^24 so that float32 holds it exactly: each output must be the integer
+// Σ w·y, the same on every path. 37 rows (a partial row group), 11 tokens
+// (four-token groups and a tail), 37 blocks (several unpacked chunks and a
+// partial one).
+func TestQuantQ8_0Exact(t *testing.T) {
+	const rows, T, nb = 37, 11, 37
+	const cols = nb * Q8BlockSize
+	r := rand.New(rand.NewPCG(17, 18))
+	// Per block, a weight pattern and an activation pattern.
+	wPat := []func(i int) int8{
+		func(int) int8 { return -128 },
+		func(int) int8 { return 127 },
+		func(i int) int8 { return [2]int8{-128, 127}[i%2] },
+		func(i int) int8 { return [2]int8{127, -128}[i%2] },
+		func(int) int8 { return 0 },
+		func(int) int8 { return int8(r.Uint32()) },
+		func(int) int8 { return int8(r.Uint32()) },
+	}
+	xPat := []func(i int) int8{
+		func(int) int8 { return 127 },
+		func(int) int8 { return -127 },
+		func(i int) int8 { return [2]int8{-127, 127}[i%2] },
+		func(i int) int8 { return [2]int8{127, -127}[i%2] },
+		func(i int) int8 {
+			if i == 0 {
+				return -127
+			}
+			return int8(r.IntN(255) - 127)
+		},
+	}
+	rb := nb * Q8BlockBytes
+	data := make([]byte, rows*rb)
+	wq := make([]int8, rows*cols)
+	for row := range rows {
+		for b := range nb {
+			blk := data[row*rb+b*Q8BlockBytes:]
+			binary.LittleEndian.PutUint16(blk, 0x3c00) // float16 1
+			p := wPat[r.IntN(len(wPat))]
+			for i := range Q8BlockSize {
+				v := p(i)
+				blk[2+i] = byte(v)
+				wq[row*cols+b*Q8BlockSize+i] = v
+			}
+		}
+	}
+	m, err := NewMatrix(Q8_0, rows, cols, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, T*cols)
+	for tok := range T {
+		for b := range nb {
+			p := xPat[r.IntN(len(xPat))]
+			for i := range Q8BlockSize {
+				x[tok*cols+b*Q8BlockSize+i] = float32(p(i))
+			}
+		}
+	}
+	want := make([]float32, T*rows)
+	for tok := range T {
+		for row := range rows {
+			var sum int64
+			for c := range cols {
+				sum += int64(wq[row*cols+c]) * int64(x[tok*cols+c])
+				if c%Q8BlockSize == Q8BlockSize-1 && (sum >= 1<<24 || sum <= -1<<24) {
+					t.Fatalf("token %d row %d: prefix sum %d is not exact in float32", tok, row, sum)
+				}
+			}
+			want[tok*rows+row] = float32(sum)
+		}
+	}
+	for _, be := range backendsUnderTest(t) {
+		c := newCPU(2, be)
+		out := make([]float32, T*rows)
+		c.MatMul(out, x, T, m)
+		one := make([]float32, rows)
+		for tok := range T {
+			for row := range rows {
+				if got := out[tok*rows+row]; got != want[tok*rows+row] {
+					t.Errorf("%s token %d row %d: %v, want %v", be.name, tok, row, got, want[tok*rows+row])
+				}
+			}
+			c.MatMul(one, x[tok*cols:(tok+1)*cols], 1, m)
+			if i := bitsEqual(one, out[tok*rows:(tok+1)*rows]); i >= 0 {
+				t.Errorf("%s token %d row %d: %v alone, %v batched", be.name, tok, i, one[i], out[tok*rows+i])
+			}
+		}
+		c.Close()
 	}
 }
