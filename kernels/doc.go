@@ -43,8 +43,9 @@
 // of the blocked kernel computed it. A token's output is therefore
 // bit-identical whether it runs alone or batched ("batch invariance"), on
 // any one code path. Across paths: amx computes bit for bit what avx512
-// does (the tiles yield the same exact integer sums); avx512 and avx2 share one reduction order
-// for everything but MatMul (see simd_amd64.go) and agree bit for bit there;
+// does (the tiles yield the same exact integer sums); avx512 and avx2 share
+// one reduction order for everything but MatMul (see simd_amd64.go) and
+// agree bit for bit there;
 // avx2's MatMul over float weights sums each output in 8 lanes instead of 16
 // (see avx2_amd64.go), so it agrees with the others within float32
 // rounding. The portable path sums in another order with unfused float32
