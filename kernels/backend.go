@@ -37,6 +37,9 @@ type backend struct {
 	// none needed).
 	qitems [numDTypes]qItemsFn
 	qoff   [numDTypes]int32
+	// qpack, where set, lays a matrix of the type out for the backend's
+	// kernels (CPU.Pack).
+	qpack [numDTypes]func(m *Matrix) *packedMatrix
 	// qItemToks, where set, is the most tokens a quant work item takes
 	// (else 64): the AMX kernels unpack a row group once for more of them.
 	qItemToks int

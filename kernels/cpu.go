@@ -214,6 +214,25 @@ func (c *CPU) cutItems(rows, T, toks, per int) {
 	c.mmRowItems = (rows + per - 1) / per
 }
 
+// Pack lays m's rows out for this CPU's kernels where they have a layout of
+// their own for its type (the block formats of 32 values on avx512 and amx:
+// 16 rows' blocks side by side), so that MatMul streams the weights in one
+// run instead of gathering them from 16 rows at every call; MatMul on m then
+// reads the packed copy, with the same results to the bit, and everything
+// else (row lookups, other devices) still reads Data. It returns the bytes
+// the copy takes (as many as Data's), 0 where there is no layout or m is
+// packed already. Call it before m is shared: it sets m's packed copy
+// without locking.
+func (c *CPU) Pack(m *Matrix) int {
+	m.check()
+	p := c.be.qpack[m.Type]
+	if p == nil || m.pk != nil || m.Rows == 0 {
+		return 0
+	}
+	m.pk = p(m)
+	return len(m.pk.data)
+}
+
 // quantMatMulCall runs c.mm over a registered quant format: each x row is
 // quantized to the format's activation kind once, then the backend's tiles
 // (or the portable ones) take items of rows × tokens.

@@ -17,7 +17,7 @@ func NewCPUDevice(cpu *CPU) *CPUDevice { return &CPUDevice{cpu: cpu} }
 // cpuMem is a CPUDevice allocation.
 type cpuMem []float32
 
-// cpuWeight is a CPUDevice weight: the host Matrix, not copied.
+// cpuWeight is a CPUDevice weight: the host Matrix, its data not copied.
 type cpuWeight struct{ m *Matrix }
 
 func (w cpuWeight) Shape() (DType, int, int) { return w.m.Type, w.m.Rows, w.m.Cols }
@@ -71,8 +71,13 @@ func (d *CPUDevice) UploadMatrix(m *Matrix) (Weight, error) {
 	if _, err := NewMatrix(m.Type, m.Rows, m.Cols, m.Data); err != nil {
 		return nil, err
 	}
-	return cpuWeight{m}, nil
+	mm := *m // the data is shared; PackWeight sets the device's copy only
+	return cpuWeight{&mm}, nil
 }
+
+// PackWeight lays w out for the CPU's kernels (CPU.Pack) and returns the
+// bytes the packed copy takes (0: none made).
+func (d *CPUDevice) PackWeight(w Weight) int { return d.cpu.Pack(d.weight(w)) }
 
 func (d *CPUDevice) weight(w Weight) *Matrix {
 	cw, ok := w.(cpuWeight)

@@ -133,6 +133,14 @@ func (b Buf) Slice(off, n int) Buf {
 	return Buf{mem: b.mem, off: b.off + off, n: n}
 }
 
+// WeightPacker is a Device that can lay an uploaded weight out for its own
+// kernels (the CPU device: CPU.Pack); PackWeight returns the bytes the
+// packed copy takes, 0 when it made none. Call it before the weight is in
+// use.
+type WeightPacker interface {
+	PackWeight(w Weight) int
+}
+
 // Weight is a matrix uploaded by Device.UploadMatrix.
 type Weight interface {
 	Shape() (t DType, rows, cols int)

@@ -113,6 +113,18 @@ type Matrix struct {
 	Type       DType
 	Rows, Cols int
 	Data       []byte
+
+	// pk, when set (CPU.Pack), is a copy of Data laid out for one family
+	// of kernels, which read it instead of Data.
+	pk *packedMatrix
+}
+
+// packedMatrix is a matrix's rows rearranged for a family of kernels:
+// groups of rows (16 for the avx512 and amx kernels) with their blocks
+// side by side (quant_pack_amd64.go).
+type packedMatrix struct {
+	group int
+	data  []byte
 }
 
 // NewMatrix wraps data as a rows×cols matrix of type t. len(data) must be

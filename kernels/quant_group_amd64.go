@@ -23,6 +23,8 @@ type groupFmt struct {
 	q8     bool // r8 Q8_0: r8QBlock scratch bytes per block, r8QChunk blocks
 	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
+	// punpack, where set, unpacks the packed layout (quant_pack_amd64.go).
+	punpack func(dst *byte, w unsafe.Pointer, n int)
 	// amx, where set, is the AMX kernel for 16 tokens at a time
 	// (quant_amx_amd64.go).
 	amx func(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
@@ -64,19 +66,30 @@ func (k *groupFmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 		sums = a.qsum[t0*nb:]
 	}
 	g, _, _ := k.group()
+	if pk := m.pk; pk != nil && pk.group == g && k.punpack != nil {
+		gb := nb * g * k.bb // bytes per packed group
+		for r := r0; r < r1; r += g {
+			k.rows(wk, a.out[t0*m.Rows+r:], m.Rows, pk.data[r/g*gb:(r/g+1)*gb], -1, min(g, r1-r), act, a.qactStride, sums, t1-t0, nb)
+		}
+		return
+	}
 	for r := r0; r < r1; r += g {
 		k.rows(wk, a.out[t0*m.Rows+r:], m.Rows, m.Data[r*a.rb:], a.rb, min(g, r1-r), act, a.qactStride, sums, t1-t0, nb)
 	}
 }
 
-// rows computes nr ≤ one group of rows (w, rb bytes apart) × nt tokens (act,
-// actStride bytes apart; sums: their -o·Σy, nb per token) into out (token
-// j, row i at out[j*outStride+i]).
+// rows computes nr ≤ one group of rows (w, rb bytes apart; rb < 0: w is
+// the group packed, quant_pack_amd64.go) × nt tokens (act, actStride bytes
+// apart; sums: their -o·Σy, nb per token) into out (token j, row i at
+// out[j*outStride+i]).
 func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, nr int, act []byte, actStride int, sums []int32, nt, nb int) {
 	_, actBytes, blockScratch, chunk := k.geometry()
 	g, lanes, store := k.group()
 	rowBytes := nb * k.bb
-	if nr < g {
+	packed := rb < 0
+	if packed {
+		_ = w[g*rowBytes-1]
+	} else if nr < g {
 		// The kernels read whole groups: copy the nr rows into zeroed ones.
 		wk.r16pad = growBytes(wk.r16pad, g*rowBytes)
 		clear(wk.r16pad)
@@ -85,7 +98,9 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 		}
 		w, rb = wk.r16pad, rowBytes
 	}
-	_ = w[(g-1)*rb+rowBytes-1]
+	if !packed {
+		_ = w[(g-1)*rb+rowBytes-1]
+	}
 	_ = act[(nt-1)*actStride+nb*actBytes-1]
 	_ = out[(nt-1)*outStride+nr-1]
 	var c unsafe.Pointer
@@ -109,7 +124,11 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 		// the hardware prefetchers follow.
 		// (An address, not a pointer: it may lie past w's end, where a
 		// prefetch is harmless but Go pointers may not point.)
-		k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, uintptr(bptr(w))+uintptr(g*rb+b*g*k.bb))
+		if packed {
+			k.punpack(s, unsafe.Add(bptr(w), b*g*k.bb), n)
+		} else {
+			k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, uintptr(bptr(w))+uintptr(g*rb+b*g*k.bb))
+		}
 		x, cb := unsafe.Add(bptr(act), b*actBytes), unsafe.Add(c, 4*b)
 		if k.amx != nil && nt >= amxTokens {
 			k.amxDot(acc, s, x, actStride, cb, 4*nb, nt, n, tiles)

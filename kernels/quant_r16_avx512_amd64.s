@@ -1,6 +1,7 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "quant_r16_avx512_amd64.h"
 
 // Sixteen-row kernels for the 32-value block formats on AVX-512 (see
 // quant_r16_avx512_amd64.go).
@@ -82,28 +83,8 @@
 	VPUNPCKLDQ Z3, Z2, Z6; \
 	VPUNPCKLQDQ Z6, Z4, Z0
 
-// R16_NIBS splits each Zk (k = 0..3) into its low nibbles (quants 4k..,
-// into ZLk) and high ones (quants 16+4k.., into ZHk).
-#define R16_NIBS(ZT, ZL, ZH) \
-	VPSRLW $4, ZT, ZH; \
-	VPANDD Z30, ZT, ZL; \
-	VPANDD Z30, ZH, ZH
 
-#define R16_NIBS4 \
-	R16_NIBS(Z0, Z16, Z20); \
-	R16_NIBS(Z1, Z17, Z21); \
-	R16_NIBS(Z2, Z18, Z22); \
-	R16_NIBS(Z3, Z19, Z23)
 
-#define R16_STORE8 \
-	VMOVDQU64 Z16, 0(DI); \
-	VMOVDQU64 Z17, 64(DI); \
-	VMOVDQU64 Z18, 128(DI); \
-	VMOVDQU64 Z19, 192(DI); \
-	VMOVDQU64 Z20, 256(DI); \
-	VMOVDQU64 Z21, 320(DI); \
-	VMOVDQU64 Z22, 384(DI); \
-	VMOVDQU64 Z23, 448(DI)
 
 // R16_HALVES copies the 16 rows' 2 bytes at OFF to TO(BX), lane order.
 #define R16_H(P, OFF, TO) MOVWLZX OFF(P), AX; MOVW AX, TO(BX)
@@ -152,46 +133,9 @@
 	ADDQ $640, DI; \
 	ADDQ $64, BX
 
-// R16_FIFTH adds 16 to the bytes of Z16-Z23 whose fifth bit is set in the
-// rows' 32-bit qh (Z0, lane order): quant j takes bit j, and g[k]'s four
-// bytes take bits 4k..4k+3. Z24-Z27 broadcast byte k/2 of each dword to
-// its four bytes, Z28/Z29 pick the bits of even/odd k, Z31 = 0x10 bytes.
-#define R16_BIT(ZG, CTL, MASK) \
-	VPSHUFB CTL, Z0, Z8; \
-	VPTESTMB MASK, Z8, K1; \
-	VPADDB Z31, ZG, K1, ZG
 
-#define R16_FIFTH \
-	R16_BIT(Z16, Z24, Z28); \
-	R16_BIT(Z17, Z24, Z29); \
-	R16_BIT(Z18, Z25, Z28); \
-	R16_BIT(Z19, Z25, Z29); \
-	R16_BIT(Z20, Z26, Z28); \
-	R16_BIT(Z21, Z26, Z29); \
-	R16_BIT(Z22, Z27, Z28); \
-	R16_BIT(Z23, Z27, Z29)
 
-#define R16_FIFTH_CONSTS \
-	VMOVDQU64 r16qhctl<>+0(SB), Z24; \
-	VMOVDQU64 r16qhctl<>+64(SB), Z25; \
-	VMOVDQU64 r16qhctl<>+128(SB), Z26; \
-	VMOVDQU64 r16qhctl<>+192(SB), Z27; \
-	VMOVDQU64 r16qhmask<>+0(SB), Z28; \
-	VMOVDQU64 r16qhmask<>+64(SB), Z29; \
-	MOVL $0x10101010, AX; \
-	VPBROADCASTD AX, Z31
 
-// R16_LOOKUP maps the nibbles of Z16-Z23 through the 16-byte table in
-// each lane of Z29.
-#define R16_LOOKUP \
-	VPSHUFB Z16, Z29, Z16; \
-	VPSHUFB Z17, Z29, Z17; \
-	VPSHUFB Z18, Z29, Z18; \
-	VPSHUFB Z19, Z29, Z19; \
-	VPSHUFB Z20, Z29, Z20; \
-	VPSHUFB Z21, Z29, Z21; \
-	VPSHUFB Z22, Z29, Z22; \
-	VPSHUFB Z23, Z29, Z23
 
 // R16_SCALES converts the staged float16 scales (and, with MIN, minimums)
 // of the n blocks: R15 = the staging, DI = the first block.
@@ -932,7 +876,7 @@ r16q51:
 // func r16UnpIQ4NL(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 TEXT ·r16UnpIQ4NL(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
-	VBROADCASTI32X4 r16iq4nl<>(SB), Z29
+	VBROADCASTI32X4 ·r16iq4nl(SB), Z29
 r16iq4:
 	R16_LOAD(2)
 	R16_T4
@@ -974,7 +918,7 @@ r16q80:
 // e < 2 the subnormal 0x200000<<e.
 TEXT ·r16UnpMXFP4(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
-	VBROADCASTI32X4 r16mxfp4<>(SB), Z29
+	VBROADCASTI32X4 ·r16mxfp4(SB), Z29
 r16mx:
 	R16_LOAD(1)
 	R16_T4
@@ -1116,7 +1060,7 @@ krq6:
 // nibbles of qs[16j:16j+16], then the high ones, through kvaluesIQ4NL+128.
 TEXT ·kr16UnpIQ4XS(SB), NOSPLIT, $0-40
 	KR_UNPACK_PROLOGUE
-	VBROADCASTI32X4 r16iq4nl<>(SB), Z25
+	VBROADCASTI32X4 ·r16iq4nl(SB), Z25
 	MOVL $32, AX
 	VPBROADCASTD AX, Z24
 krxs:
@@ -1262,65 +1206,65 @@ DATA r16perm<>+56(SB)/8, $0x0000000f0000000b
 GLOBL r16perm<>(SB), RODATA|NOPTR, $64
 
 // r16qhctl: per k/2, VPSHUFB controls giving each dword byte k/2 of itself ×4.
-DATA r16qhctl<>+0(SB)/8, $0x0404040400000000
-DATA r16qhctl<>+8(SB)/8, $0x0c0c0c0c08080808
-DATA r16qhctl<>+16(SB)/8, $0x0404040400000000
-DATA r16qhctl<>+24(SB)/8, $0x0c0c0c0c08080808
-DATA r16qhctl<>+32(SB)/8, $0x0404040400000000
-DATA r16qhctl<>+40(SB)/8, $0x0c0c0c0c08080808
-DATA r16qhctl<>+48(SB)/8, $0x0404040400000000
-DATA r16qhctl<>+56(SB)/8, $0x0c0c0c0c08080808
-DATA r16qhctl<>+64(SB)/8, $0x0505050501010101
-DATA r16qhctl<>+72(SB)/8, $0x0d0d0d0d09090909
-DATA r16qhctl<>+80(SB)/8, $0x0505050501010101
-DATA r16qhctl<>+88(SB)/8, $0x0d0d0d0d09090909
-DATA r16qhctl<>+96(SB)/8, $0x0505050501010101
-DATA r16qhctl<>+104(SB)/8, $0x0d0d0d0d09090909
-DATA r16qhctl<>+112(SB)/8, $0x0505050501010101
-DATA r16qhctl<>+120(SB)/8, $0x0d0d0d0d09090909
-DATA r16qhctl<>+128(SB)/8, $0x0606060602020202
-DATA r16qhctl<>+136(SB)/8, $0x0e0e0e0e0a0a0a0a
-DATA r16qhctl<>+144(SB)/8, $0x0606060602020202
-DATA r16qhctl<>+152(SB)/8, $0x0e0e0e0e0a0a0a0a
-DATA r16qhctl<>+160(SB)/8, $0x0606060602020202
-DATA r16qhctl<>+168(SB)/8, $0x0e0e0e0e0a0a0a0a
-DATA r16qhctl<>+176(SB)/8, $0x0606060602020202
-DATA r16qhctl<>+184(SB)/8, $0x0e0e0e0e0a0a0a0a
-DATA r16qhctl<>+192(SB)/8, $0x0707070703030303
-DATA r16qhctl<>+200(SB)/8, $0x0f0f0f0f0b0b0b0b
-DATA r16qhctl<>+208(SB)/8, $0x0707070703030303
-DATA r16qhctl<>+216(SB)/8, $0x0f0f0f0f0b0b0b0b
-DATA r16qhctl<>+224(SB)/8, $0x0707070703030303
-DATA r16qhctl<>+232(SB)/8, $0x0f0f0f0f0b0b0b0b
-DATA r16qhctl<>+240(SB)/8, $0x0707070703030303
-DATA r16qhctl<>+248(SB)/8, $0x0f0f0f0f0b0b0b0b
-GLOBL r16qhctl<>(SB), RODATA|NOPTR, $256
+DATA ·r16qhctl+0(SB)/8, $0x0404040400000000
+DATA ·r16qhctl+8(SB)/8, $0x0c0c0c0c08080808
+DATA ·r16qhctl+16(SB)/8, $0x0404040400000000
+DATA ·r16qhctl+24(SB)/8, $0x0c0c0c0c08080808
+DATA ·r16qhctl+32(SB)/8, $0x0404040400000000
+DATA ·r16qhctl+40(SB)/8, $0x0c0c0c0c08080808
+DATA ·r16qhctl+48(SB)/8, $0x0404040400000000
+DATA ·r16qhctl+56(SB)/8, $0x0c0c0c0c08080808
+DATA ·r16qhctl+64(SB)/8, $0x0505050501010101
+DATA ·r16qhctl+72(SB)/8, $0x0d0d0d0d09090909
+DATA ·r16qhctl+80(SB)/8, $0x0505050501010101
+DATA ·r16qhctl+88(SB)/8, $0x0d0d0d0d09090909
+DATA ·r16qhctl+96(SB)/8, $0x0505050501010101
+DATA ·r16qhctl+104(SB)/8, $0x0d0d0d0d09090909
+DATA ·r16qhctl+112(SB)/8, $0x0505050501010101
+DATA ·r16qhctl+120(SB)/8, $0x0d0d0d0d09090909
+DATA ·r16qhctl+128(SB)/8, $0x0606060602020202
+DATA ·r16qhctl+136(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA ·r16qhctl+144(SB)/8, $0x0606060602020202
+DATA ·r16qhctl+152(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA ·r16qhctl+160(SB)/8, $0x0606060602020202
+DATA ·r16qhctl+168(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA ·r16qhctl+176(SB)/8, $0x0606060602020202
+DATA ·r16qhctl+184(SB)/8, $0x0e0e0e0e0a0a0a0a
+DATA ·r16qhctl+192(SB)/8, $0x0707070703030303
+DATA ·r16qhctl+200(SB)/8, $0x0f0f0f0f0b0b0b0b
+DATA ·r16qhctl+208(SB)/8, $0x0707070703030303
+DATA ·r16qhctl+216(SB)/8, $0x0f0f0f0f0b0b0b0b
+DATA ·r16qhctl+224(SB)/8, $0x0707070703030303
+DATA ·r16qhctl+232(SB)/8, $0x0f0f0f0f0b0b0b0b
+DATA ·r16qhctl+240(SB)/8, $0x0707070703030303
+DATA ·r16qhctl+248(SB)/8, $0x0f0f0f0f0b0b0b0b
+GLOBL ·r16qhctl(SB), RODATA|NOPTR, $256
 
 // r16qhmask: per k mod 2, each dword's bytes i pick bit 4·(k mod 2)+i.
-DATA r16qhmask<>+0(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+8(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+16(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+24(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+32(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+40(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+48(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+56(SB)/8, $0x0804020108040201
-DATA r16qhmask<>+64(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+72(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+80(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+88(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+96(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+104(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+112(SB)/8, $0x8040201080402010
-DATA r16qhmask<>+120(SB)/8, $0x8040201080402010
-GLOBL r16qhmask<>(SB), RODATA|NOPTR, $128
+DATA ·r16qhmask+0(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+8(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+16(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+24(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+32(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+40(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+48(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+56(SB)/8, $0x0804020108040201
+DATA ·r16qhmask+64(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+72(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+80(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+88(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+96(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+104(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+112(SB)/8, $0x8040201080402010
+DATA ·r16qhmask+120(SB)/8, $0x8040201080402010
+GLOBL ·r16qhmask(SB), RODATA|NOPTR, $128
 
 // r16iq4nl: kvaluesIQ4NL + 128.
-DATA r16iq4nl<>+0(SB)/8, $0x766a5d4f3f2d1801
-DATA r16iq4nl<>+8(SB)/8, $0xf1d9c5b5a6998d81
-GLOBL r16iq4nl<>(SB), RODATA|NOPTR, $16
+DATA ·r16iq4nl+0(SB)/8, $0x766a5d4f3f2d1801
+DATA ·r16iq4nl+8(SB)/8, $0xf1d9c5b5a6998d81
+GLOBL ·r16iq4nl(SB), RODATA|NOPTR, $16
 
 // r16mxfp4: kvaluesMXFP4 + 12.
-DATA r16mxfp4<>+0(SB)/8, $0x181412100f0e0d0c
-DATA r16mxfp4<>+8(SB)/8, $0x00040608090a0b0c
-GLOBL r16mxfp4<>(SB), RODATA|NOPTR, $16
+DATA ·r16mxfp4+0(SB)/8, $0x181412100f0e0d0c
+DATA ·r16mxfp4+8(SB)/8, $0x00040608090a0b0c
+GLOBL ·r16mxfp4(SB), RODATA|NOPTR, $16

@@ -399,7 +399,7 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	}
 	c := w.Config
 	e.log.Info("model loaded", "name", mc.modelName(), "arch", c.Arch, "layers", c.Layers, "dim", c.Dim,
-		"vocab", c.VocabSize, "context", c.ContextLength, "chat_template", tmpl != nil)
+		"vocab", c.VocabSize, "context", c.ContextLength, "chat_template", tmpl != nil, "packed_mib", m.packed>>20)
 	r, err := newRunner(e, mc.modelName(), m, tok, tmpl)
 	if err != nil {
 		w.Close()

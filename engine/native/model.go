@@ -30,6 +30,9 @@ type Model struct {
 	layers  []layer
 	invFreq []float32
 	src     *weights.Model
+	// packed is the bytes of the device's packed copies of the weights
+	// (kernels.WeightPacker).
+	packed int64
 }
 
 // NewModel binds loaded weights to the default device over cpu (the CPU
@@ -53,6 +56,7 @@ func NewModelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
 	}
 	m := &Model{cfg: c, dev: dev, src: w}
 	var err error
+	raw := map[kernels.Weight][]byte{} // each weight's bytes in the file
 	mat := func(name string, rows, cols int) kernels.Weight {
 		if err != nil {
 			return nil
@@ -69,7 +73,9 @@ func NewModelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
 		dw, uerr := dev.UploadMatrix(x)
 		if uerr != nil {
 			err = fmt.Errorf("model: upload %s to %s: %w", name, dev.Name(), uerr)
+			return nil
 		}
+		raw[dw] = x.Data
 		return dw
 	}
 	vec := func(name string, n int, optional bool) kernels.Buf {
@@ -129,6 +135,24 @@ func NewModelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// A device with a layout of its own for the matrices it multiplies
+	// (the CPU's packed block formats) lays them out now; the embedding
+	// table, when only looked up, stays as it is. The file's pages of a
+	// packed matrix are handed back to the kernel as it goes (they are
+	// clean: a lookup of a tied embedding row reads it again), so memory
+	// holds the packed copy, not both.
+	if p, ok := dev.(kernels.WeightPacker); ok {
+		ws := []kernels.Weight{m.out}
+		for _, l := range m.layers {
+			ws = append(ws, l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown)
+		}
+		for _, x := range ws {
+			if n := p.PackWeight(x); n > 0 {
+				m.packed += int64(n)
+				releasePages(raw[x])
+			}
+		}
 	}
 	for _, f := range w.RopeFrequencies() {
 		m.invFreq = append(m.invFreq, float32(f))
