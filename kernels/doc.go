@@ -15,8 +15,8 @@
 // NewCPUBackend forces a path by name:
 //   - amx (AVX-512 with VNNI, AMX-TILE and AMX-INT8, on Linux, which grants
 //     the tile state per process: arch_prctl at start-up): avx512, with the
-//     32-value block formats' integer sums on the AMX tile unit for work
-//     items of 16 tokens or more (below).
+//     block formats' integer sums on the AMX tile unit for work items of 16
+//     tokens or more (below).
 //   - avx512 (AVX-512 F/BW/DQ/VL): simd/archsimd for most kernels, plus Go
 //     assembly (tiles_amd64.s) for the matmul tiles archsimd cannot express
 //     well — 4×4 register tiles need all 32 vector registers, Q8_0 uses
@@ -118,8 +118,9 @@
 //     32-value formats the same 16-row path with VPMADDUBSW+VPMADDWD, the
 //     K-quants 4-row tiles, IQ4_NL and IQ4_XS the portable dot (their grid
 //     values overflow VPMADDUBSW's pair sums).
-//   - amx: avx512's kernels, except that the 32-value formats' blocks of 16
-//     tokens × 16 rows are summed by one TDPBSSD/TDPBSUD on the tile unit
+//   - amx: avx512's kernels, except that every block format's blocks (the
+//     K formats' sub-blocks) of 16 tokens × 16 rows are summed by one
+//     TDPBSSD/TDPBSUD on the tile unit
 //     (quant_amx_amd64.go), which reads avx512's unpacked blocks as its B
 //     tile and yields the same exact integers; the float step is avx512's,
 //     so amx and avx512 agree bit for bit and a token's result does not

@@ -12,7 +12,8 @@ import "unsafe"
 // integer sums, scaled by the same float operations in the same order, so
 // amx computes bit for bit what avx512 does: the tokens past the last whole
 // 16 of an item, and items under 16 tokens (decode), run avx512's kernels.
-// The K formats keep avx512's kernels.
+// The K formats the same per sub-block of 32 (16) values, the tile's sums
+// then scaled by the sub-block scales in int32 as avx512's kernels do.
 
 //go:noescape
 func amxDotS(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
@@ -22,6 +23,12 @@ func amxDotM(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *by
 
 //go:noescape
 func r16Sign(s *byte, n, o int)
+
+//go:noescape
+func kamxDot32(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
+
+//go:noescape
+func kamxDot16(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
 
 const (
 	amxTokens = 16   // tokens per A tile, the fewest an item needs for AMX

@@ -278,3 +278,350 @@ r16sign:
 	JNZ  r16sign
 	VZEROUPPER
 	RET
+
+// ---- K formats ----------------------------------------------------------------
+//
+// The same tiles over the 16-row K kernels' unpacked super-blocks
+// (quant_r16_avx512_amd64.s, "K formats"): per sub-block of 32 values
+// (Q4_K, Q5_K, IQ4_XS) or 16 (Q6_K, Q2_K, Q3_K), g[] of that sub-block is a
+// B tile of K = 32 (16) and the tokens' y of it an A tile, so one TDPBSUD
+// gives each (token, row) its exact Σu·y; the int32 sub-block scale
+// multiplies it (VPMULLD) into the token's isum, as VNNI's kernel does
+// after its VPDPBUSDs. Then per token the mins (VPDPWSSD over the bsums)
+// and the float step of KR_FLOAT, operation for operation.
+//
+// Registers: as the 32-value kernel (R8-R13 the tokens, DX = xs, SI the
+// super-block, R14 = 64, DI the C buffer), R15 = acc, Z0-Z15 the 16 tokens'
+// isum; the accumulators stay in memory (acc, read and written once per
+// super-block).
+
+// tileloadd 0x4(%r8,%rdx,1),%tmm0
+#define KAMX32_A0 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x44; BYTE $0x10; BYTE $0x04
+// tileloadd (%rsi,%r14,1),%tmm1
+#define KAMX32_B0 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x36
+// tileloadd 0x24(%r8,%rdx,1),%tmm2
+#define KAMX32_A1 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x54; BYTE $0x10; BYTE $0x24
+// tileloadd 0x200(%rsi,%r14,1),%tmm3
+#define KAMX32_B1 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x02; BYTE $0x00; BYTE $0x00
+// tileloadd 0x44(%r8,%rdx,1),%tmm0
+#define KAMX32_A2 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x44; BYTE $0x10; BYTE $0x44
+// tileloadd 0x400(%rsi,%r14,1),%tmm1
+#define KAMX32_B2 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00
+// tileloadd 0x64(%r8,%rdx,1),%tmm2
+#define KAMX32_A3 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x54; BYTE $0x10; BYTE $0x64
+// tileloadd 0x600(%rsi,%r14,1),%tmm3
+#define KAMX32_B3 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00
+// tileloadd 0x84(%r8,%rdx,1),%tmm0
+#define KAMX32_A4 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x10; BYTE $0x84; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0x800(%rsi,%r14,1),%tmm1
+#define KAMX32_B4 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00
+// tileloadd 0xa4(%r8,%rdx,1),%tmm2
+#define KAMX32_A5 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0xa4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xa00(%rsi,%r14,1),%tmm3
+#define KAMX32_B5 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x0a; BYTE $0x00; BYTE $0x00
+// tileloadd 0xc4(%r8,%rdx,1),%tmm0
+#define KAMX32_A6 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x10; BYTE $0xc4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xc00(%rsi,%r14,1),%tmm1
+#define KAMX32_B6 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00
+// tileloadd 0xe4(%r8,%rdx,1),%tmm2
+#define KAMX32_A7 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0xe4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xe00(%rsi,%r14,1),%tmm3
+#define KAMX32_B7 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x0e; BYTE $0x00; BYTE $0x00
+// tileloadd 0x4(%r8,%rdx,1),%tmm0
+#define KAMX16_A0 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x44; BYTE $0x10; BYTE $0x04
+// tileloadd (%rsi,%r14,1),%tmm1
+#define KAMX16_B0 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x0c; BYTE $0x36
+// tileloadd 0x14(%r8,%rdx,1),%tmm2
+#define KAMX16_A1 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x54; BYTE $0x10; BYTE $0x14
+// tileloadd 0x100(%rsi,%r14,1),%tmm3
+#define KAMX16_B1 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x01; BYTE $0x00; BYTE $0x00
+// tileloadd 0x24(%r8,%rdx,1),%tmm0
+#define KAMX16_A2 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x44; BYTE $0x10; BYTE $0x24
+// tileloadd 0x200(%rsi,%r14,1),%tmm1
+#define KAMX16_B2 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x02; BYTE $0x00; BYTE $0x00
+// tileloadd 0x34(%r8,%rdx,1),%tmm2
+#define KAMX16_A3 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x54; BYTE $0x10; BYTE $0x34
+// tileloadd 0x300(%rsi,%r14,1),%tmm3
+#define KAMX16_B3 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x03; BYTE $0x00; BYTE $0x00
+// tileloadd 0x44(%r8,%rdx,1),%tmm0
+#define KAMX16_A4 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x44; BYTE $0x10; BYTE $0x44
+// tileloadd 0x400(%rsi,%r14,1),%tmm1
+#define KAMX16_B4 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00
+// tileloadd 0x54(%r8,%rdx,1),%tmm2
+#define KAMX16_A5 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x54; BYTE $0x10; BYTE $0x54
+// tileloadd 0x500(%rsi,%r14,1),%tmm3
+#define KAMX16_B5 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x05; BYTE $0x00; BYTE $0x00
+// tileloadd 0x64(%r8,%rdx,1),%tmm0
+#define KAMX16_A6 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x44; BYTE $0x10; BYTE $0x64
+// tileloadd 0x600(%rsi,%r14,1),%tmm1
+#define KAMX16_B6 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x06; BYTE $0x00; BYTE $0x00
+// tileloadd 0x74(%r8,%rdx,1),%tmm2
+#define KAMX16_A7 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x54; BYTE $0x10; BYTE $0x74
+// tileloadd 0x700(%rsi,%r14,1),%tmm3
+#define KAMX16_B7 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x07; BYTE $0x00; BYTE $0x00
+// tileloadd 0x84(%r8,%rdx,1),%tmm0
+#define KAMX16_A8 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x10; BYTE $0x84; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0x800(%rsi,%r14,1),%tmm1
+#define KAMX16_B8 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x08; BYTE $0x00; BYTE $0x00
+// tileloadd 0x94(%r8,%rdx,1),%tmm2
+#define KAMX16_A9 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0x94; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0x900(%rsi,%r14,1),%tmm3
+#define KAMX16_B9 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x09; BYTE $0x00; BYTE $0x00
+// tileloadd 0xa4(%r8,%rdx,1),%tmm0
+#define KAMX16_A10 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x10; BYTE $0xa4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xa00(%rsi,%r14,1),%tmm1
+#define KAMX16_B10 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x0a; BYTE $0x00; BYTE $0x00
+// tileloadd 0xb4(%r8,%rdx,1),%tmm2
+#define KAMX16_A11 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0xb4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xb00(%rsi,%r14,1),%tmm3
+#define KAMX16_B11 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x0b; BYTE $0x00; BYTE $0x00
+// tileloadd 0xc4(%r8,%rdx,1),%tmm0
+#define KAMX16_A12 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x10; BYTE $0xc4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xc00(%rsi,%r14,1),%tmm1
+#define KAMX16_B12 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x0c; BYTE $0x00; BYTE $0x00
+// tileloadd 0xd4(%r8,%rdx,1),%tmm2
+#define KAMX16_A13 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0xd4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xd00(%rsi,%r14,1),%tmm3
+#define KAMX16_B13 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x0d; BYTE $0x00; BYTE $0x00
+// tileloadd 0xe4(%r8,%rdx,1),%tmm0
+#define KAMX16_A14 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x84; BYTE $0x10; BYTE $0xe4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xe00(%rsi,%r14,1),%tmm1
+#define KAMX16_B14 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x8c; BYTE $0x36; BYTE $0x00; BYTE $0x0e; BYTE $0x00; BYTE $0x00
+// tileloadd 0xf4(%r8,%rdx,1),%tmm2
+#define KAMX16_A15 BYTE $0xc4; BYTE $0xc2; BYTE $0x7b; BYTE $0x4b; BYTE $0x94; BYTE $0x10; BYTE $0xf4; BYTE $0x00; BYTE $0x00; BYTE $0x00
+// tileloadd 0xf00(%rsi,%r14,1),%tmm3
+#define KAMX16_B15 BYTE $0xc4; BYTE $0xa2; BYTE $0x7b; BYTE $0x4b; BYTE $0x9c; BYTE $0x36; BYTE $0x00; BYTE $0x0f; BYTE $0x00; BYTE $0x00
+
+// Tile configurations: A 16 × 32 bytes and B 8 × 64 (sub-blocks of 32),
+// A 16 × 16 and B 4 × 64 (of 16); C 16 × 64 in tmm4-7.
+DATA kamxcfg32<>+0(SB)/1, $1
+DATA kamxcfg32<>+16(SB)/2, $32
+DATA kamxcfg32<>+18(SB)/2, $64
+DATA kamxcfg32<>+20(SB)/2, $32
+DATA kamxcfg32<>+22(SB)/2, $64
+DATA kamxcfg32<>+24(SB)/2, $64
+DATA kamxcfg32<>+26(SB)/2, $64
+DATA kamxcfg32<>+28(SB)/2, $64
+DATA kamxcfg32<>+30(SB)/2, $64
+DATA kamxcfg32<>+48(SB)/1, $16
+DATA kamxcfg32<>+49(SB)/1, $8
+DATA kamxcfg32<>+50(SB)/1, $16
+DATA kamxcfg32<>+51(SB)/1, $8
+DATA kamxcfg32<>+52(SB)/1, $16
+DATA kamxcfg32<>+53(SB)/1, $16
+DATA kamxcfg32<>+54(SB)/1, $16
+DATA kamxcfg32<>+55(SB)/1, $16
+GLOBL kamxcfg32<>(SB), RODATA|NOPTR, $64
+
+DATA kamxcfg16<>+0(SB)/1, $1
+DATA kamxcfg16<>+16(SB)/2, $16
+DATA kamxcfg16<>+18(SB)/2, $64
+DATA kamxcfg16<>+20(SB)/2, $16
+DATA kamxcfg16<>+22(SB)/2, $64
+DATA kamxcfg16<>+24(SB)/2, $64
+DATA kamxcfg16<>+26(SB)/2, $64
+DATA kamxcfg16<>+28(SB)/2, $64
+DATA kamxcfg16<>+30(SB)/2, $64
+DATA kamxcfg16<>+48(SB)/1, $16
+DATA kamxcfg16<>+49(SB)/1, $4
+DATA kamxcfg16<>+50(SB)/1, $16
+DATA kamxcfg16<>+51(SB)/1, $4
+DATA kamxcfg16<>+52(SB)/1, $16
+DATA kamxcfg16<>+53(SB)/1, $16
+DATA kamxcfg16<>+54(SB)/1, $16
+DATA kamxcfg16<>+55(SB)/1, $16
+GLOBL kamxcfg16<>(SB), RODATA|NOPTR, $64
+
+// KAMX_SUB: sub-block J's product into C tile C (A, B: its tile loads).
+#define KAMX_SUB(A, B, Z, DP) \
+	A; \
+	B; \
+	Z; \
+	DP
+
+// KAMX_SCALE: the tokens' isum += sc_J · C tile C (stored at 1024·C(DI)).
+#define KAMX_SCALE(C, J) \
+	VMOVDQU64 (4096+64*(J))(SI), Z24; \
+	VPMULLD (1024*C+0)(DI), Z24, Z27; \
+	VPADDD Z27, Z0, Z0; \
+	VPMULLD (1024*C+64)(DI), Z24, Z28; \
+	VPADDD Z28, Z1, Z1; \
+	VPMULLD (1024*C+128)(DI), Z24, Z29; \
+	VPADDD Z29, Z2, Z2; \
+	VPMULLD (1024*C+192)(DI), Z24, Z30; \
+	VPADDD Z30, Z3, Z3; \
+	VPMULLD (1024*C+256)(DI), Z24, Z27; \
+	VPADDD Z27, Z4, Z4; \
+	VPMULLD (1024*C+320)(DI), Z24, Z28; \
+	VPADDD Z28, Z5, Z5; \
+	VPMULLD (1024*C+384)(DI), Z24, Z29; \
+	VPADDD Z29, Z6, Z6; \
+	VPMULLD (1024*C+448)(DI), Z24, Z30; \
+	VPADDD Z30, Z7, Z7; \
+	VPMULLD (1024*C+512)(DI), Z24, Z27; \
+	VPADDD Z27, Z8, Z8; \
+	VPMULLD (1024*C+576)(DI), Z24, Z28; \
+	VPADDD Z28, Z9, Z9; \
+	VPMULLD (1024*C+640)(DI), Z24, Z29; \
+	VPADDD Z29, Z10, Z10; \
+	VPMULLD (1024*C+704)(DI), Z24, Z30; \
+	VPADDD Z30, Z11, Z11; \
+	VPMULLD (1024*C+768)(DI), Z24, Z27; \
+	VPADDD Z27, Z12, Z12; \
+	VPMULLD (1024*C+832)(DI), Z24, Z28; \
+	VPADDD Z28, Z13, Z13; \
+	VPMULLD (1024*C+896)(DI), Z24, Z29; \
+	VPADDD Z29, Z14, Z14; \
+	VPMULLD (1024*C+960)(DI), Z24, Z30; \
+	VPADDD Z30, Z15, Z15
+
+// KAMX_BATCH: sub-blocks J0..J0+3 (their tile loads A0.., B0..) on the
+// tiles, stored, and scaled into isum.
+#define KAMX_BATCH(A0, B0, A1, B1, A2, B2, A3, B3, J0) \
+	KAMX_SUB(A0, B0, AMX_ZERO0, AMX_SU0); \
+	KAMX_SUB(A1, B1, AMX_ZERO1, AMX_SU1); \
+	KAMX_SUB(A2, B2, AMX_ZERO2, AMX_SU2); \
+	KAMX_SUB(A3, B3, AMX_ZERO3, AMX_SU3); \
+	AMX_STORE0; \
+	AMX_STORE1; \
+	AMX_STORE2; \
+	AMX_STORE3; \
+	KAMX_SCALE(0, J0); \
+	KAMX_SCALE(1, J0+1); \
+	KAMX_SCALE(2, J0+2); \
+	KAMX_SCALE(3, J0+3)
+
+// KAMX_TOK: token M (its activation at ADDR): msum over the bsums (mp in
+// Z16-Z23), then KR_FLOAT into its accumulator in memory (d Z25, dmin
+// Z26).
+#define KAMX_TOK(M, ADDR, IS) \
+	VPXORD Z24, Z24, Z24; \
+	VPDPWSSD.BCST 260 ADDR, Z16, Z24; \
+	VPDPWSSD.BCST 264 ADDR, Z17, Z24; \
+	VPDPWSSD.BCST 268 ADDR, Z18, Z24; \
+	VPDPWSSD.BCST 272 ADDR, Z19, Z24; \
+	VPDPWSSD.BCST 276 ADDR, Z20, Z24; \
+	VPDPWSSD.BCST 280 ADDR, Z21, Z24; \
+	VPDPWSSD.BCST 284 ADDR, Z22, Z24; \
+	VPDPWSSD.BCST 288 ADDR, Z23, Z24; \
+	VMOVUPS (64*M)(R15), Z27; \
+	VCVTDQ2PS IS, IS; \
+	VMULPS.BCST 0 ADDR, Z25, Z28; \
+	VFMADD231PS Z28, IS, Z27; \
+	VCVTDQ2PS Z24, Z24; \
+	VMULPS.BCST 0 ADDR, Z26, Z29; \
+	VFNMADD231PS Z29, Z24, Z27; \
+	VMOVUPS Z27, (64*M)(R15)
+
+#define KAMX_TOKS \
+	KAMX_TOK(0, (R8), Z0); \
+	KAMX_TOK(1, (R8)(DX*1), Z1); \
+	KAMX_TOK(2, (R8)(DX*2), Z2); \
+	KAMX_TOK(3, (R9), Z3); \
+	KAMX_TOK(4, (R8)(DX*4), Z4); \
+	KAMX_TOK(5, (R9)(DX*2), Z5); \
+	KAMX_TOK(6, (R10), Z6); \
+	KAMX_TOK(7, (R9)(DX*4), Z7); \
+	KAMX_TOK(8, (R8)(DX*8), Z8); \
+	KAMX_TOK(9, (R11), Z9); \
+	KAMX_TOK(10, (R10)(DX*4), Z10); \
+	KAMX_TOK(11, (R9)(DX*8), Z11); \
+	KAMX_TOK(12, (R12), Z12); \
+	KAMX_TOK(13, (R11)(DX*4), Z13); \
+	KAMX_TOK(14, (R10)(DX*8), Z14); \
+	KAMX_TOK(15, (R13), Z15)
+
+#define KAMX_ZERO16 \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPXORD Z10, Z10, Z10; \
+	VPXORD Z11, Z11, Z11; \
+	VPXORD Z12, Z12, Z12; \
+	VPXORD Z13, Z13, Z13; \
+	VPXORD Z14, Z14, Z14; \
+	VPXORD Z15, Z15, Z15
+
+#define KAMX_MP \
+	VMOVDQU64 5120(SI), Z16; \
+	VMOVDQU64 5184(SI), Z17; \
+	VMOVDQU64 5248(SI), Z18; \
+	VMOVDQU64 5312(SI), Z19; \
+	VMOVDQU64 5376(SI), Z20; \
+	VMOVDQU64 5440(SI), Z21; \
+	VMOVDQU64 5504(SI), Z22; \
+	VMOVDQU64 5568(SI), Z23; \
+	VMOVUPS 5632(SI), Z25; \
+	VMOVUPS 5696(SI), Z26
+
+// func kamxDot*(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
+// As amxDot*, over n unpacked super-blocks and actQ8K activations.
+#define KAMX_DOT(CFG, BATCHES) \
+	LEAQ CFG(SB), AX; \
+	LDTILECFG_AX; \
+	MOVQ acc+0(FP), R15; \
+	MOVQ xs+24(FP), DX; \
+	MOVQ buf+48(FP), DI; \
+	MOVQ $64, R14; \
+	MOVQ nt+32(FP), BX; \
+kamxtile:; \
+	MOVQ x+16(FP), R8; \
+	LEAQ (R8)(DX*2), R9; \
+	ADDQ DX, R9; \
+	LEAQ (R9)(DX*2), R10; \
+	ADDQ DX, R10; \
+	LEAQ (R10)(DX*2), R11; \
+	ADDQ DX, R11; \
+	LEAQ (R11)(DX*2), R12; \
+	ADDQ DX, R12; \
+	LEAQ (R12)(DX*2), R13; \
+	ADDQ DX, R13; \
+	LEAQ (R13)(DX*1), AX; \
+	MOVQ AX, x+16(FP); \
+	MOVQ s+8(FP), SI; \
+	MOVQ n+40(FP), CX; \
+kamxsb:; \
+	KAMX_ZERO16; \
+	BATCHES; \
+	KAMX_MP; \
+	KAMX_TOKS; \
+	ADDQ $5760, SI; \
+	ADDQ $292, R8; \
+	ADDQ $292, R9; \
+	ADDQ $292, R10; \
+	ADDQ $292, R11; \
+	ADDQ $292, R12; \
+	ADDQ $292, R13; \
+	DECQ CX; \
+	JNZ kamxsb; \
+	ADDQ $1024, R15; \
+	SUBQ $16, BX; \
+	JNZ kamxtile; \
+	TILERELEASE; \
+	VZEROUPPER; \
+	RET
+
+#define KAMX_BATCHES32 \
+	KAMX_BATCH(KAMX32_A0, KAMX32_B0, KAMX32_A1, KAMX32_B1, KAMX32_A2, KAMX32_B2, KAMX32_A3, KAMX32_B3, 0); \
+	KAMX_BATCH(KAMX32_A4, KAMX32_B4, KAMX32_A5, KAMX32_B5, KAMX32_A6, KAMX32_B6, KAMX32_A7, KAMX32_B7, 4)
+
+#define KAMX_BATCHES16 \
+	KAMX_BATCH(KAMX16_A0, KAMX16_B0, KAMX16_A1, KAMX16_B1, KAMX16_A2, KAMX16_B2, KAMX16_A3, KAMX16_B3, 0); \
+	KAMX_BATCH(KAMX16_A4, KAMX16_B4, KAMX16_A5, KAMX16_B5, KAMX16_A6, KAMX16_B6, KAMX16_A7, KAMX16_B7, 4); \
+	KAMX_BATCH(KAMX16_A8, KAMX16_B8, KAMX16_A9, KAMX16_B9, KAMX16_A10, KAMX16_B10, KAMX16_A11, KAMX16_B11, 8); \
+	KAMX_BATCH(KAMX16_A12, KAMX16_B12, KAMX16_A13, KAMX16_B13, KAMX16_A14, KAMX16_B14, KAMX16_A15, KAMX16_B15, 12)
+
+// func kamxDot32(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
+TEXT ·kamxDot32(SB), NOSPLIT, $0-56
+	KAMX_DOT(kamxcfg32<>, KAMX_BATCHES32)
+
+// func kamxDot16(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
+TEXT ·kamxDot16(SB), NOSPLIT, $0-56
+	KAMX_DOT(kamxcfg16<>, KAMX_BATCHES16)

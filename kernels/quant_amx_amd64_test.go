@@ -10,7 +10,7 @@ import (
 )
 
 // amxTypes are the formats amx runs on the tile unit.
-var amxTypes = []DType{Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q8_0}
+var amxTypes = []DType{Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K, Q3_K}
 
 // TestAMXMatchesAVX512: the amx backend computes bit for bit what avx512
 // does, for token counts on the tiles (whole 16s), past them (the rest on
@@ -23,9 +23,14 @@ func TestAMXMatchesAVX512(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(21, 22))
 	// 37 rows: two 16-row groups and a partial one; 75 blocks: four
-	// unpacked chunks and 11 blocks (two four-block batches and 3 alone).
-	rows, cols := 37, 75*32
+	// unpacked chunks and 11 blocks (two four-block batches and 3 alone);
+	// 9 super-blocks of the K formats: four chunks and a partial one.
+	rows := 37
 	for _, dt := range amxTypes {
+		cols := 75 * 32
+		if f := quantFormatOf(dt); f != nil && f.block == 256 {
+			cols = 9 * 256
+		}
 		m := encodeMatrix(t, dt, rows, cols, randF32(r, rows*cols, 0.3))
 		const T = 53
 		x := randF32(r, T*cols, 1)
@@ -68,15 +73,21 @@ func TestAMXKernel(t *testing.T) {
 		{t: Q4_0, bb: q4_0Bytes, o: 8, unpack: r16UnpQ4_0, dot: r16DotV, amx: amxDotS},
 		{t: Q4_1, bb: q4_1Bytes, min: true, unpack: r16UnpQ4_1, dot: r16DotMV, amx: amxDotM},
 		{t: Q8_0, bb: Q8BlockBytes, o: 128, unpack: r16UnpQ8_0, dot: r16DotV, amx: amxDotS},
+		{t: Q4_K, bb: q4KBytes, k: true, unpack: kr16UnpQ4K, dot: kr16Dot32, amx: kamxDot32},
+		{t: Q6_K, bb: q6KBytes, k: true, unpack: kr16UnpQ6K, dot: kr16Dot16, amx: kamxDot16},
 	} {
 		rows, nb, nt := 16, 23, 32
-		cols := nb * 32
+		block, kind := 32, actQ8x32
+		if k.k {
+			nb, block, kind = 5, 256, actQ8K
+		}
+		cols := nb * block
 		m := encodeMatrix(t, k.t, rows, cols, randF32(r, rows*cols, 0.3))
-		stride := actRowBytes(actQ8x32, cols)
+		stride := actRowBytes(kind, cols)
 		act := make([]byte, nt*stride)
 		sums := make([]int32, nt*nb)
 		for j := range nt {
-			quantizeActRow(actQ8x32, act[j*stride:(j+1)*stride], randF32(r, cols, 1))
+			quantizeActRow(kind, act[j*stride:(j+1)*stride], randF32(r, cols, 1))
 			if k.o != 0 {
 				actBlockSums(sums[j*nb:(j+1)*nb], act[j*stride:], k.o)
 			}

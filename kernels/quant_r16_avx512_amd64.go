@@ -149,7 +149,16 @@ func installR16(b *backend, vnni, amx bool) {
 		{t: Q2_K, bb: q2KBytes, k: true, unpack: kr16UnpQ2K, dot: kr16Dot16},
 		{t: Q3_K, bb: q3KBytes, k: true, unpack: kr16UnpQ3K, dot: kr16Dot16},
 	} {
+		if amx {
+			k.amx = kamxDot32
+			if r16KSub16[k.t] {
+				k.amx = kamxDot16
+			}
+		}
 		b.qitems[k.t], b.qoff[k.t] = k.items, 0
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}
 }
+
+// r16KSub16 are the K formats whose scales cover 16 values, not 32.
+var r16KSub16 = map[DType]bool{Q6_K: true, Q2_K: true, Q3_K: true}
