@@ -162,19 +162,20 @@ GLOBL amxcfg<>(SB), RODATA|NOPTR, $64
 	Z; \
 	DP
 
-// func amxDot*(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
-// acc: nt × 16 float32 (token t's at 64·t, lane order), nt a multiple of
-// 16; s: n unpacked blocks; x: token 0's activation block (actQ8x32: d, s,
-// y[32]), tokens xs bytes apart; buf: 2 KiB for the C tiles.
-#define AMX_DOT(DP0, DP1, DP2, DP3, TOK, SCALES) \
-	LEAQ amxcfg<>(SB), AX; \
+// AMX_SETUP: the tile configuration (at AX) loaded and the registers
+// every AMX kernel keeps: R15 = acc, DX = xs, DI = the C buffer, R14 = 64
+// (the B and C row stride), BX = tokens left.
+#define AMX_SETUP \
 	LDTILECFG_AX; \
 	MOVQ acc+0(FP), R15; \
 	MOVQ xs+24(FP), DX; \
 	MOVQ buf+48(FP), DI; \
 	MOVQ $64, R14; \
-	MOVQ nt+32(FP), BX; \
-amxtile:; \
+	MOVQ nt+32(FP), BX
+
+// AMX_BASES: R8-R13 = tokens 0, 3, 6, 9, 12, 15 of the next 16 (from x),
+// and x moved past them.
+#define AMX_BASES \
 	MOVQ x+16(FP), R8; \
 	LEAQ (R8)(DX*2), R9; \
 	ADDQ DX, R9; \
@@ -187,7 +188,17 @@ amxtile:; \
 	LEAQ (R12)(DX*2), R13; \
 	ADDQ DX, R13; \
 	LEAQ (R13)(DX*1), AX; \
-	MOVQ AX, x+16(FP); \
+	MOVQ AX, x+16(FP)
+
+// func amxDot*(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
+// acc: nt × 16 float32 (token t's at 64·t, lane order), nt a multiple of
+// 16; s: n unpacked blocks; x: token 0's activation block (actQ8x32: d, s,
+// y[32]), tokens xs bytes apart; buf: 4 KiB for the C tiles.
+#define AMX_DOT(DP0, DP1, DP2, DP3, TOK, SCALES) \
+	LEAQ amxcfg<>(SB), AX; \
+	AMX_SETUP; \
+amxtile:; \
+	AMX_BASES; \
 	AMX_ACC(VMOVUPS); \
 	MOVQ s+8(FP), SI; \
 	MOVQ n+40(FP), CX; \
@@ -565,26 +576,9 @@ GLOBL kamxcfg16<>(SB), RODATA|NOPTR, $64
 // As amxDot*, over n unpacked super-blocks and actQ8K activations.
 #define KAMX_DOT(CFG, BATCHES) \
 	LEAQ CFG(SB), AX; \
-	LDTILECFG_AX; \
-	MOVQ acc+0(FP), R15; \
-	MOVQ xs+24(FP), DX; \
-	MOVQ buf+48(FP), DI; \
-	MOVQ $64, R14; \
-	MOVQ nt+32(FP), BX; \
+	AMX_SETUP; \
 kamxtile:; \
-	MOVQ x+16(FP), R8; \
-	LEAQ (R8)(DX*2), R9; \
-	ADDQ DX, R9; \
-	LEAQ (R9)(DX*2), R10; \
-	ADDQ DX, R10; \
-	LEAQ (R10)(DX*2), R11; \
-	ADDQ DX, R11; \
-	LEAQ (R11)(DX*2), R12; \
-	ADDQ DX, R12; \
-	LEAQ (R12)(DX*2), R13; \
-	ADDQ DX, R13; \
-	LEAQ (R13)(DX*1), AX; \
-	MOVQ AX, x+16(FP); \
+	AMX_BASES; \
 	MOVQ s+8(FP), SI; \
 	MOVQ n+40(FP), CX; \
 kamxsb:; \
