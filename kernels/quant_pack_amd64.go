@@ -76,6 +76,7 @@ func (k *groupFmt) pack16(m *Matrix) *packedMatrix {
 	groups := (m.Rows + r16Rows - 1) / r16Rows
 	gb := nb * r16Rows * k.bb // bytes per packed group
 	out := make([]byte, groups*gb)
+	adviseHuge(out)
 	var wg sync.WaitGroup
 	workers := min(runtime.GOMAXPROCS(0), groups)
 	for w := range workers {
