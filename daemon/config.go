@@ -160,6 +160,10 @@ type NativeConfig struct {
 	// most 4 GiB); DisablePrefixCache turns off reuse of cached prompt blocks.
 	KVCacheBytes       int64 `yaml:"kv_cache_bytes"`
 	DisablePrefixCache bool  `yaml:"disable_prefix_cache"`
+	// KeepWeightsMapped leaves the weights as the file maps them instead
+	// of packing the block formats' matrices for the CPU kernels at load:
+	// slower, but the weights stay page cache the kernel can evict.
+	KeepWeightsMapped bool `yaml:"keep_weights_mapped"`
 	// StrictModel makes a request naming an unknown model a model_not_found
 	// line instead of running on the only model.
 	StrictModel bool `yaml:"strict_model"`

@@ -137,6 +137,7 @@ func (c Config) nativeConfig() native.Config {
 	nc.StrictModel = c.Native.StrictModel
 	nc.KVCacheBytes = c.Native.KVCacheBytes
 	nc.DisablePrefixCache = c.Native.DisablePrefixCache
+	nc.KeepWeightsMapped = c.Native.KeepWeightsMapped
 	nc.AdapterRoot = c.Native.AdapterRoot
 	nc.MaxAdapters = c.Native.MaxAdapters
 	nc.Speculative = c.Native.Speculative

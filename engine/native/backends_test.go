@@ -125,3 +125,64 @@ func TestQuantizedModelsOnEveryBackend(t *testing.T) {
 		})
 	}
 }
+
+// TestPackedWeights: a model whose block-quantized matrices the CPU device
+// packed at load gives bit for bit the logits of the same weights kept as
+// the file maps them (native.keep_weights_mapped), on every backend, for
+// a prompt long enough for the AMX tiles; and the backends with a packed
+// layout (avx512, amx) do pack.
+func TestPackedWeights(t *testing.T) {
+	dir := t.TempDir()
+	for _, dt := range []kernels.DType{kernels.Q4_0, kernels.Q8_0, kernels.Q5_1} {
+		path := filepath.Join(dir, dt.String()+".gguf")
+		shape := demomodel.Shapes["tiny-k"]
+		shape.Layers = 2
+		if err := demomodel.WriteFile(path, shape, dt, 11); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(dt.String(), func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, cpu *kernels.CPU) {
+				w, err := weights.Load(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				packed, err := NewModelOn(w, kernels.NewCPUDevice(cpu))
+				if err != nil {
+					t.Fatal(err)
+				}
+				mapped, err := newModelOn(w, kernels.NewCPUDevice(cpu), false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantPacked := cpu.Backend() == kernels.BackendAMX || cpu.Backend() == kernels.BackendAVX512
+				if (packed.packed > 0) != wantPacked || mapped.packed != 0 {
+					t.Fatalf("%s: %d bytes packed, %d kept mapped (packing wanted: %v)", cpu.Backend(), packed.packed, mapped.packed, wantPacked)
+				}
+				seq := make([]int32, 37)
+				for i := range seq {
+					seq[i] = int32((i*7919 + 13) % packed.cfg.VocabSize)
+				}
+				a, b := allLogits(packed, seq), allLogits(mapped, seq)
+				for i := range a {
+					if a[i] != b[i] {
+						t.Fatalf("logit %d: %g packed, %g mapped", i, a[i], b[i])
+					}
+				}
+			})
+		})
+	}
+}
+
+// allLogits runs seq as one prefill and returns the logits of every
+// position.
+func allLogits(m *Model, seq []int32) []float32 {
+	kv, table := m.scratchKV(len(seq))
+	var s scratch
+	b := batch{kv: kv, tokens: seq, segs: []segment{{blocks: table, n: len(seq)}}}
+	for i := range seq {
+		b.pos = append(b.pos, int32(i))
+		b.logitRows = append(b.logitRows, i)
+	}
+	return append([]float32(nil), m.forward(&b, &s)[:len(seq)*m.cfg.VocabSize]...)
+}

@@ -115,6 +115,10 @@ type Config struct {
 	// DisablePrefixCache turns off reuse of cached prompt blocks (tests,
 	// benchmarks).
 	DisablePrefixCache bool
+	// KeepWeightsMapped leaves the weights as the file maps them: no packed
+	// copy for the CPU kernels (kernels.WeightPacker), which is faster but
+	// lives in memory rather than in the page cache.
+	KeepWeightsMapped bool
 	// AdapterRoot is the directory a request's lora_path is read under
 	// (relative paths are relative to it; symlinks leading out are
 	// refused); "" : adapters load only from Models[].Adapters.
@@ -382,7 +386,7 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)
 	}
-	m, err := NewModelOn(w, dev)
+	m, err := newModelOn(w, dev, !e.cfg.KeepWeightsMapped)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)

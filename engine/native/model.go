@@ -45,8 +45,14 @@ func NewModel(w *weights.Model, cpu *kernels.CPU) (*Model, error) {
 	return NewModelOn(w, dev)
 }
 
-// NewModelOn uploads loaded weights to dev, checking every shape.
+// NewModelOn uploads loaded weights to dev, checking every shape, and lets a
+// device with a layout of its own lay out the matrices it multiplies.
 func NewModelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
+	return newModelOn(w, dev, true)
+}
+
+// newModelOn is NewModelOn; pack false keeps the weights as uploaded.
+func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error) {
 	c := w.Config
 	if c.Dim <= 0 || c.Layers <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.VocabSize <= 0 {
 		return nil, fmt.Errorf("model config: non-positive dimension in %+v", c)
@@ -142,7 +148,7 @@ func NewModelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
 	// packed matrix are handed back to the kernel as it goes (they are
 	// clean: a lookup of a tied embedding row reads it again), so memory
 	// holds the packed copy, not both.
-	if p, ok := dev.(kernels.WeightPacker); ok {
+	if p, ok := dev.(kernels.WeightPacker); ok && pack {
 		ws := []kernels.Weight{m.out}
 		for _, l := range m.layers {
 			ws = append(ws, l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown)
