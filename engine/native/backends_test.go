@@ -52,15 +52,9 @@ func loadOn(t *testing.T, path string, cpu *kernels.CPU) *Model {
 // position, then token by token, and requires equal logits bit for bit.
 func checkPrefillMatchesDecode(t *testing.T, m *Model, seq []int32) {
 	t.Helper()
-	kv, table := m.scratchKV(len(seq))
 	var s scratch
-	all := batch{kv: kv, tokens: seq, segs: []segment{{blocks: table, n: len(seq)}}}
-	for i := range seq {
-		all.pos = append(all.pos, int32(i))
-		all.logitRows = append(all.logitRows, i)
-	}
 	vocab := m.cfg.VocabSize
-	prefill := append([]float32(nil), m.forward(&all, &s)[:len(seq)*vocab]...)
+	prefill := allLogits(m, seq)
 	kv2, table2 := m.scratchKV(len(seq))
 	for i, tok := range seq {
 		one := batch{kv: kv2, tokens: []int32{tok}, pos: []int32{int32(i)}, segs: []segment{{blocks: table2, n: 1, start: i}}, logitRows: []int{0}}
