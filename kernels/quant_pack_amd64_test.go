@@ -60,19 +60,15 @@ func BenchmarkPackedMatMul(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, dt := range []DType{Q4_0, Q8_0} {
 		rows, cols := 896, 4864
-		rb, _ := dt.RowBytes(cols)
-		data := make([]byte, rows*rb)
-		for row := range rows {
-			if err := Quantize(dt, data[row*rb:(row+1)*rb], randF32(r, cols, 0.3)); err != nil {
-				b.Fatal(err)
-			}
-		}
+		base := encodeMatrix(b, dt, rows, cols, randF32(r, rows*cols, 0.3))
+		data := base.Data
 		for _, be := range backendsUnderTest(b) {
 			if be.qpack[dt] == nil {
 				continue
 			}
 			for _, packed := range []bool{false, true} {
-				m, _ := NewMatrix(dt, rows, cols, data)
+				m := new(Matrix)
+				*m = *base // Pack sets the copy's layout only
 				c := newCPU(1, be)
 				if packed {
 					c.Pack(m)

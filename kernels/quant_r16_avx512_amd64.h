@@ -65,3 +65,24 @@
 	VPSHUFB Z21, Z29, Z21; \
 	VPSHUFB Z22, Z29, Z22; \
 	VPSHUFB Z23, Z29, Z23
+
+// R16_E8M0 converts the 16 rows' MXFP4 E8M0 exponent bytes at SRC (lane
+// order) to their float32 scales at 512(DI): e scales by 2^(e-128), and
+// ggml halves the table instead, so the values are doubled and the
+// exponent is e-1: float bits (e-1)<<23, or for e < 2 the subnormal
+// 0x200000<<e. R16_E8M0_CONSTS sets Z10-Z12 for it.
+#define R16_E8M0_CONSTS \
+	MOVL $1, AX; \
+	VPBROADCASTD AX, Z10; \
+	MOVL $2, AX; \
+	VPBROADCASTD AX, Z11; \
+	MOVL $0x200000, AX; \
+	VPBROADCASTD AX, Z12
+
+#define R16_E8M0(SRC) \
+	VPMOVZXBD SRC, Z8; \
+	VPSUBD Z10, Z8, Z9; \
+	VPSLLD $23, Z9, Z9; \
+	VPCMPUD $1, Z11, Z8, K1; \
+	VPSLLVD Z8, Z12, K1, Z9; \
+	VMOVUPS Z9, 512(DI)

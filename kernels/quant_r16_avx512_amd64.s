@@ -913,9 +913,7 @@ r16q80:
 	R16_SCALES(R16_NOMINS)
 
 // func r16UnpMXFP4(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
-// The E8M0 byte e scales by 2^(e-128) (ggml halves the table instead: its
-// values ×2 here, e-1 for the exponent): float bits (e-1)<<23, or for
-// e < 2 the subnormal 0x200000<<e.
+// The E8M0 exponents are staged, then scaled by R16_E8M0.
 TEXT ·r16UnpMXFP4(SB), NOSPLIT, $0-40
 	R16_UNPACK_PROLOGUE
 	VBROADCASTI32X4 ·r16mxfp4(SB), Z29
@@ -931,19 +929,9 @@ r16mx:
 	JNZ  r16mx
 	MOVQ dst+0(FP), DI
 	MOVQ n+24(FP), CX
-	MOVL $1, AX
-	VPBROADCASTD AX, Z10
-	MOVL $2, AX
-	VPBROADCASTD AX, Z11
-	MOVL $0x200000, AX
-	VPBROADCASTD AX, Z12
+	R16_E8M0_CONSTS
 r16mxs:
-	VPMOVZXBD 0(R15), Z8
-	VPSUBD Z10, Z8, Z9
-	VPSLLD $23, Z9, Z9
-	VPCMPUD $1, Z11, Z8, K1
-	VPSLLVD Z8, Z12, K1, Z9
-	VMOVUPS Z9, 512(DI)
+	R16_E8M0(0(R15))
 	ADDQ $64, R15
 	ADDQ $640, DI
 	DECQ CX

@@ -278,14 +278,8 @@ func BenchmarkQuantMatMul(b *testing.B) {
 			continue
 		}
 		rows, cols := 896, 4864
-		rb, _ := dt.RowBytes(cols)
-		data := make([]byte, rows*rb)
-		for row := range rows {
-			if err := Quantize(dt, data[row*rb:(row+1)*rb], randF32(r, cols, 0.3)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		m, _ := NewMatrix(dt, rows, cols, data)
+		m := encodeMatrix(b, dt, rows, cols, randF32(r, rows*cols, 0.3))
+		data := m.Data
 		for _, be := range backendsUnderTest(b) {
 			for _, T := range []int{1, 8, 32} {
 				b.Run(fmt.Sprintf("%v/%s/T%d", dt, be.name, T), func(b *testing.B) {

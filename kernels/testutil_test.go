@@ -58,7 +58,7 @@ func randF32(r *rand.Rand, n int, scale float32) []float32 {
 
 // encodeMatrix builds a rows×cols matrix of type t from float values
 // (quantized or rounded as the type requires).
-func encodeMatrix(t *testing.T, dt DType, rows, cols int, vals []float32) *Matrix {
+func encodeMatrix(t testing.TB, dt DType, rows, cols int, vals []float32) *Matrix {
 	t.Helper()
 	rb, err := dt.RowBytes(cols)
 	if err != nil {
