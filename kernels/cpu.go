@@ -216,11 +216,13 @@ func (c *CPU) cutItems(rows, T, toks, per int) {
 
 // Pack lays m's rows out for this CPU's kernels where they have a layout of
 // their own for its type (the block formats of 32 values on avx512 and amx:
-// 16 rows' blocks side by side), so that MatMul streams the weights in one
-// run instead of gathering them from 16 rows at every call; MatMul on m then
+// 16 rows' blocks side by side; on avx2 those and Q4_K, Q5_K and Q6_K, 8
+// rows), so that MatMul streams the weights in one run instead of gathering
+// them from a group's rows at every call; MatMul on m then
 // reads the packed copy, with the same results to the bit, and everything
 // else (row lookups, other devices) still reads Data. It returns the bytes
-// the copy takes (as many as Data's), 0 where there is no layout or m is
+// the copy takes (as many as Data's; Q6_K's blocks of 210 bytes take 212),
+// 0 where there is no layout or m is
 // packed already. Call it before m is shared: it sets m's packed copy
 // without locking.
 func (c *CPU) Pack(m *Matrix) int {

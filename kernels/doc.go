@@ -91,10 +91,11 @@
 // MXFP4 are read byte for byte as llama.cpp writes them, memory-mapped, or
 // (CPU.Pack, which the native engine calls at load) copied once into a
 // packed layout of the same size: on avx512 and amx the 32-value formats'
-// rows in groups of 16, each block's 16 rows side by side as the kernels
-// unpack them (quant_pack_amd64.go), so that a MatMul streams its weights
-// in one run and unpacks them with a nibble split, bit for bit as from the
-// file's layout; the engine then hands the file's pages back. No
+// rows in groups of 16, on avx2 those and Q4_K, Q5_K and Q6_K in groups of
+// 8, each block's rows side by side as the kernels unpack them
+// (quant_pack_amd64.go), so that a MatMul streams its weights in one run
+// and unpacks them with a nibble split, bit for bit as from the file's
+// layout; the engine then hands the file's pages back. No
 // dequantized copy of the weights exists on the CPU (quant.go, and
 // quant_legacy.go, quant_k.go per family: exact dequantization, a reference
 // quantizer, the portable dot). Every path multiplies them in integer

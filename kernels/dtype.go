@@ -120,7 +120,7 @@ type Matrix struct {
 }
 
 // packedMatrix is a matrix's rows rearranged for a family of kernels:
-// groups of rows (16 for the avx512 and amx kernels) with their blocks
+// groups of rows (16 for the avx512 and amx kernels, 8 for avx2) with their blocks
 // side by side (quant_pack_amd64.go).
 type packedMatrix struct {
 	group int

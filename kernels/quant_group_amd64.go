@@ -23,8 +23,10 @@ type groupFmt struct {
 	q8     bool // r8 Q8_0: r8QBlock scratch bytes per block, r8QChunk blocks
 	unpack func(dst *byte, w unsafe.Pointer, rb, n int, pf uintptr)
 	dot    func(acc *float32, s *byte, x unsafe.Pointer, xs int, c unsafe.Pointer, cs int, nt, n int)
-	// punpack, where set, unpacks the packed layout (quant_pack_amd64.go).
+	// punpack, where set, unpacks the packed layout (quant_pack_amd64.go),
+	// pbb bytes per row's block there.
 	punpack func(dst *byte, w unsafe.Pointer, n int)
+	pbb     int
 	// amx, where set, is the AMX kernel for 16 tokens at a time
 	// (quant_amx_amd64.go).
 	amx func(acc *float32, s *byte, x unsafe.Pointer, xs int, nt, n int, buf *byte)
@@ -67,7 +69,7 @@ func (k *groupFmt) items(a *mmArgs, wk *worker, r0, r1, t0, t1 int) {
 	}
 	g, _, _ := k.group()
 	if pk := m.pk; pk != nil && pk.group == g && k.punpack != nil {
-		gb := nb * g * k.bb // bytes per packed group
+		gb := nb * g * k.pbb // bytes per packed group
 		for r := r0; r < r1; r += g {
 			k.rows(wk, a.out[t0*m.Rows+r:], m.Rows, pk.data[r/g*gb:(r/g+1)*gb], -1, min(g, r1-r), act, a.qactStride, sums, t1-t0, nb)
 		}
@@ -88,7 +90,7 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 	rowBytes := nb * k.bb
 	packed := rb < 0
 	if packed {
-		_ = w[g*rowBytes-1]
+		_ = w[g*nb*k.pbb-1]
 	} else if nr < g {
 		// The kernels read whole groups: copy the nr rows into zeroed ones.
 		wk.r16pad = growBytes(wk.r16pad, g*rowBytes)
@@ -125,7 +127,7 @@ func (k *groupFmt) rows(wk *worker, out []float32, outStride int, w []byte, rb, 
 		// (An address, not a pointer: it may lie past w's end, where a
 		// prefetch is harmless but Go pointers may not point.)
 		if packed {
-			k.punpack(s, unsafe.Add(bptr(w), b*g*k.bb), n)
+			k.punpack(s, unsafe.Add(bptr(w), b*g*k.pbb), n)
 		} else {
 			k.unpack(s, unsafe.Add(bptr(w), b*k.bb), rb, n, uintptr(bptr(w))+uintptr(g*rb+b*g*k.bb))
 		}

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,15 +11,16 @@ import (
 )
 
 // TestPackedMatMul: a packed matrix multiplies bit for bit as its raw
-// layout does on every backend that packs, for one token (decode), a few,
-// and enough for the AMX tiles, over a partial row group, unpacked chunks
+// layout does on every backend that packs (groups of 8 rows on avx2, 16 on
+// avx512 and amx), for one token (decode), a few, and enough for the AMX
+// tiles, over a partial row group, unpacked chunks
 // and a partial chunk; Pack leaves Data as it was, refuses to pack twice,
 // and a backend without a layout packs nothing.
 func TestPackedMatMul(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
-	rows, cols := 37, 75*32
+	rows, cols := 37, 11*256 // 88 blocks of 32, 11 of 256: a partial last chunk on every path
 	for _, be := range backendsUnderTest(t) {
-		for dt := range r16Packed {
+		for dt := range packedFormats {
 			m := encodeMatrix(t, dt, rows, cols, randF32(r, rows*cols, 0.3))
 			raw := slices.Clone(m.Data)
 			c := newCPU(2, be)
@@ -31,7 +33,15 @@ func TestPackedMatMul(t *testing.T) {
 				c.Close()
 				continue
 			}
-			if want := (rows + 15) / 16 * 16 * len(m.Data) / rows; n != want {
+			g := packed.pk.group
+			if want := map[string]int{"avx2": 8}[be.name]; g != cmp.Or(want, 16) {
+				t.Fatalf("%s/%v: groups of %d rows", be.name, dt, g)
+			}
+			bb := len(m.Data) / rows / (cols / dt.BlockSize())
+			if dt.BlockSize() == 256 {
+				bb = (bb + 3) &^ 3 // K formats: whole dwords (Q6_K's 210 bytes as 212)
+			}
+			if want := (rows + g - 1) / g * g * (cols / dt.BlockSize()) * bb; n != want {
 				t.Fatalf("%s/%v: Pack took %d bytes, want %d", be.name, dt, n, want)
 			}
 			if again := c.Pack(&packed); again != 0 {
@@ -59,7 +69,7 @@ func TestPackedMatMul(t *testing.T) {
 func BenchmarkPackedMatMul(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, dt := range []DType{Q4_0, Q8_0} {
-		rows, cols := 896, 4864
+		rows, cols := 896, 4864 // a 0.5B model's FFN
 		base := encodeMatrix(b, dt, rows, cols, randF32(r, rows*cols, 0.3))
 		data := base.Data
 		for _, be := range backendsUnderTest(b) {

@@ -130,10 +130,7 @@ func installR16(b *backend, vnni, amx bool) {
 				k.amx = amxDotM
 			}
 		}
-		if p, ok := r16Packed[k.t]; ok {
-			k.punpack = p.unpack
-			b.qpack[k.t] = k.pack16
-		}
+		k.setPacked(b)
 		b.qitems[k.t], b.qoff[k.t] = k.items, k.o
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}

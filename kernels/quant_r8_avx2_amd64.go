@@ -99,6 +99,7 @@ func installR8(b *backend) {
 		{t: Q8_0, bb: Q8BlockBytes, q8: true, unpack: r8UnpQ8_0, dot: r8DotS},
 	} {
 		k.r8 = true
+		k.setPacked(b)
 		b.qitems[k.t], b.qoff[k.t] = k.items, k.o
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}
@@ -112,6 +113,7 @@ func installR8(b *backend) {
 		{t: Q3_K, bb: q3KBytes, k: true, unpack: kr8UnpQ3K, dot: kr8Dot16},
 	} {
 		k.r8 = true
+		k.setPacked(b)
 		b.qitems[k.t], b.qoff[k.t] = k.items, 0
 		b.qtiles[k.t], b.qrows[k.t] = k.tile, nil
 	}

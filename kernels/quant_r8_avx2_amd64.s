@@ -409,6 +409,13 @@ r8done:; \
 	MOVQ BX, R15; \
 	VMOVDQU r8nib<>(SB), Y15
 
+// KR8_LT: Y0-Y3 = the 16 bytes at OFF of each of the 8 rows, transposed
+// (R8_T4); the packed unpackers (the end of this file) redefine it as four
+// plain loads.
+#define KR8_LT(OFF) \
+	R8_LOAD(OFF); \
+	R8_T4
+
 #define KR8_STORE4(A, B, C, D, G) \
 	VMOVDQU A, (32*(G))(DI); \
 	VMOVDQU B, (32*(G)+32)(DI); \
@@ -418,8 +425,7 @@ r8done:; \
 // KR8_SEG: the 16 bytes at OFF of each row: low nibbles to g[GLO..GLO+3],
 // high ones to g[GHI..GHI+3].
 #define KR8_SEG(OFF, GLO, GHI) \
-	R8_LOAD(OFF); \
-	R8_T4; \
+	KR8_LT(OFF); \
 	R8_NIBS; \
 	KR8_STORE4(Y8, Y9, Y10, Y11, GLO); \
 	KR8_STORE4(Y4, Y5, Y6, Y7, GHI)
@@ -427,8 +433,7 @@ r8done:; \
 // KR8_QH: the 16 bytes at OFF of each row, transposed, to the staging
 // area's 128 bytes at 32(BX).
 #define KR8_QH(OFF) \
-	R8_LOAD(OFF); \
-	R8_T4; \
+	KR8_LT(OFF); \
 	VMOVDQU Y0, 32(BX); \
 	VMOVDQU Y1, 64(BX); \
 	VMOVDQU Y2, 96(BX); \
@@ -449,8 +454,7 @@ r8done:; \
 
 // KR8_SEGX: KR8_SEG with high bits from the staged qh: LOX/HIX by LOS/HIS.
 #define KR8_SEGX(OFF, GLO, GHI, LOX, LOS, HIX, HIS, MASK) \
-	R8_LOAD(OFF); \
-	R8_T4; \
+	KR8_LT(OFF); \
 	R8_NIBS; \
 	LOX(LOS, 0, MASK, Y8); LOX(LOS, 1, MASK, Y9); LOX(LOS, 2, MASK, Y10); LOX(LOS, 3, MASK, Y11); \
 	HIX(HIS, 0, MASK, Y4); HIX(HIS, 1, MASK, Y5); HIX(HIS, 2, MASK, Y6); HIX(HIS, 3, MASK, Y7); \
@@ -763,8 +767,7 @@ kr8b:; \
 	KR8_PAIR(Y8, (2560+32*(4+J)))
 
 #define KR8_SCALEMINS \
-	R8_LOAD(4); \
-	R8_T4; \
+	KR8_LT(4); \
 	KR8_SM4(0); KR8_SM4(1); KR8_SM4(2); KR8_SM4(3)
 
 #define KR8_S6(YQ, B0, B1, I) \
@@ -783,8 +786,7 @@ kr8b:; \
 	VMOVDQU Y8, (2560+32*(I))(DI)
 
 #define KR8_SCALES6 \
-	R8_LOAD(192); \
-	R8_T4; \
+	KR8_LT(192); \
 	KR8_S6(Y0, 0, 1, 0); KR8_S6(Y0, 2, 3, 1); KR8_S6(Y1, 0, 1, 2); KR8_S6(Y1, 2, 3, 3); \
 	KR8_S6(Y2, 0, 1, 4); KR8_S6(Y2, 2, 3, 5); KR8_S6(Y3, 0, 1, 6); KR8_S6(Y3, 2, 3, 7)
 
@@ -867,6 +869,148 @@ kr8b:; \
 	KR8_F3(Y1, 2*(F), 1, SH, HS, G+1); \
 	KR8_F3(Y2, 2*(F), 2, SH, HS, G+2); \
 	KR8_F3(Y3, 2*(F), 3, SH, HS, G+3)
+
+// KR8_Q4K, KR8_Q5K, KR8_Q6K: a super-block of 8 rows unpacked but for d and
+// dmin, through KR8_LT (raw or packed, whichever is defined where they are used).
+#define KR8_Q4K \
+	KR8_SCALEMINS \
+	KR8_SEG(16, 0, 8) \
+	KR8_SEG(32, 4, 12) \
+	KR8_SEG(48, 16, 24) \
+	KR8_SEG(64, 20, 28) \
+	KR8_SEG(80, 32, 40) \
+	KR8_SEG(96, 36, 44) \
+	KR8_SEG(112, 48, 56) \
+	KR8_SEG(128, 52, 60)
+
+#define KR8_Q5K \
+	KR8_SCALEMINS \
+	KR8_QH(16) \
+	KR8_SEGX(48, 0, 8, KR8_BITS_L, 4, KR8_BITS_L, 3, r8x10<>(SB)) \
+	KR8_SEGX(80, 16, 24, KR8_BITS_L, 2, KR8_BITS_L, 1, r8x10<>(SB)) \
+	KR8_SEGX(112, 32, 40, KR8_BITS_L, 0, KR8_BITS_R, 1, r8x10<>(SB)) \
+	KR8_SEGX(144, 48, 56, KR8_BITS_R, 2, KR8_BITS_R, 3, r8x10<>(SB)) \
+	KR8_QH(32) \
+	KR8_SEGX(64, 4, 12, KR8_BITS_L, 4, KR8_BITS_L, 3, r8x10<>(SB)) \
+	KR8_SEGX(96, 20, 28, KR8_BITS_L, 2, KR8_BITS_L, 1, r8x10<>(SB)) \
+	KR8_SEGX(128, 36, 44, KR8_BITS_L, 0, KR8_BITS_R, 1, r8x10<>(SB)) \
+	KR8_SEGX(160, 52, 60, KR8_BITS_R, 2, KR8_BITS_R, 3, r8x10<>(SB))
+
+#define KR8_Q6K \
+	KR8_SCALES6 \
+	KR8_QH(128) \
+	KR8_SEGX(0, 0, 16, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB)) \
+	KR8_SEGX(32, 8, 24, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB)) \
+	KR8_QH(144) \
+	KR8_SEGX(16, 4, 20, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB)) \
+	KR8_SEGX(48, 12, 28, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB)) \
+	KR8_QH(160) \
+	KR8_SEGX(64, 32, 48, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB)) \
+	KR8_SEGX(96, 40, 56, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB)) \
+	KR8_QH(176) \
+	KR8_SEGX(80, 36, 52, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB)) \
+	KR8_SEGX(112, 44, 60, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB))
+
+// ---- the packed 8-row layout --------------------------------------------------
+//
+// Unpackers of the packed layout (quant_pack_amd64.go) into the same scratch
+// as the raw unpackers above, so the dot kernels run unchanged. A packed
+// block holds its 8 rows transposed (quant bytes 4k..4k+3 of row P(p) at
+// 32k + 4p: R8_T4's output as it is) and each header field in lane order,
+// so unpacking is the nibble split (or VPABSB) and one scale conversion.
+//
+// func r8PUnp*(dst *byte, w unsafe.Pointer, n int)
+// w: the group's first packed block to unpack; n blocks, each the format's
+// 8·bb bytes after the last. SI = the block; DI = its scratch; CX = blocks
+// left; Y15 = 0x0f bytes.
+
+#define P8_PROLOGUE \
+	MOVQ dst+0(FP), DI; \
+	MOVQ w+8(FP), SI; \
+	MOVQ n+16(FP), CX; \
+	VMOVDQU r8nib<>(SB), Y15
+
+// P8_LOAD4: Y0-Y3 = the 128 transposed quant bytes at OFF(SI).
+#define P8_LOAD4(OFF) \
+	VMOVDQU (OFF)(SI), Y0; \
+	VMOVDQU (OFF+32)(SI), Y1; \
+	VMOVDQU (OFF+64)(SI), Y2; \
+	VMOVDQU (OFF+96)(SI), Y3
+
+// P8_HALF: the 8 float16 at OFF(SI), lane order, as float32 at TO(DI).
+#define P8_HALF(OFF, TO) \
+	VCVTPH2PS OFF(SI), Y8; \
+	VMOVUPS Y8, TO(DI)
+
+// P8_PF3 (5): prefetch the block's lines P8_AHEAD bytes on, into L2: the
+// hardware prefetchers stop at each 4 KiB page (as P16_PF5).
+#define P8_AHEAD 8192
+#define P8_PF3 \
+	PREFETCHT1 P8_AHEAD(SI); \
+	PREFETCHT1 P8_AHEAD+64(SI); \
+	PREFETCHT1 P8_AHEAD+128(SI)
+#define P8_PF5 \
+	P8_PF3; \
+	PREFETCHT1 P8_AHEAD+192(SI); \
+	PREFETCHT1 P8_AHEAD+256(SI)
+
+#define P8_NEXT(BYTES, BLK) \
+	ADDQ $BYTES, SI; \
+	ADDQ $BLK, DI; \
+	DECQ CX
+
+// The packed K formats' unpackers (at the end of this file, after KR8_LT is
+// redefined): KP8_PROLOGUE, KP8_HALVES, KP8_NEXT, KP8_DS.
+
+#define KP8_PROLOGUE \
+	MOVQ dst+0(FP), DI; \
+	MOVQ w+8(FP), SI; \
+	MOVQ n+16(FP), CX; \
+	MOVQ CX, BX; \
+	IMULQ $2880, BX; \
+	ADDQ DI, BX; \
+	MOVQ BX, R15; \
+	VMOVDQU r8nib<>(SB), Y15
+
+// KP8_HALVES: the 8 rows' float16 in the high (SHIFT 16) or low (0) half of
+// their dword at DW·4 to TO(BX), lane order (R8_HALVES's staging).
+#define KP8_HALVES(DW, SHIFT, TO) \
+	VMOVDQU (32*(DW))(SI), Y8; \
+	VPSRLD $SHIFT, Y8, Y8; \
+	VPAND r8lo16<>(SB), Y8, Y8; \
+	VPACKUSDW Y8, Y8, Y8; \
+	VPERMQ $0x08, Y8, Y8; \
+	VMOVDQU X8, TO(BX)
+
+// KP8_NEXT: prefetch the lines P8_AHEAD bytes on, then step the block, the
+// scratch and the staging.
+#define KP8_NEXT(BYTES) \
+	LEAQ P8_AHEAD(SI), DX; \
+	MOVQ $((8*BYTES+63)/64), AX; \
+kp8pf:; \
+	PREFETCHT1 (DX); \
+	ADDQ $64, DX; \
+	DECQ AX; \
+	JNZ kp8pf; \
+	ADDQ $(8*BYTES), SI; \
+	ADDQ $2880, DI; \
+	ADDQ $160, BX
+
+// KP8_DS: KR8_DS with this signature's n.
+#define KP8_DS(DMIN) \
+	MOVQ dst+0(FP), DI; \
+	MOVQ n+16(FP), CX; \
+kp8ds:; \
+	VCVTPH2PS 0(R15), Y8; \
+	VMOVUPS Y8, 2816(DI); \
+	VCVTPH2PS DMIN(R15), Y8; \
+	VMOVUPS Y8, 2848(DI); \
+	ADDQ $160, R15; \
+	ADDQ $2880, DI; \
+	DECQ CX; \
+	JNZ kp8ds; \
+	VZEROUPPER; \
+	RET
 
 // ---- the functions ----------------------------------------------------------
 
@@ -1009,6 +1153,123 @@ r8q80:
 	JNZ  r8q80
 	R8_SCALES_B(R8_NOMINS, 544)
 
+// Q4_0 packed: quants 0..127, d 128..143.
+TEXT ·r8PUnpQ4_0(SB), NOSPLIT, $0-24
+	P8_PROLOGUE
+p8q40:
+	P8_PF3
+	P8_LOAD4(0)
+	R8_NIBS
+	R8_STORE8
+	P8_HALF(128, 256)
+	P8_NEXT(144, 320)
+	JNZ  p8q40
+	VZEROUPPER
+	RET
+
+// Q4_1 packed: quants 0..127, d 128..143, m 144..159.
+TEXT ·r8PUnpQ4_1(SB), NOSPLIT, $0-24
+	P8_PROLOGUE
+p8q41:
+	P8_PF3
+	P8_LOAD4(0)
+	R8_NIBS
+	R8_STORE8
+	P8_HALF(128, 256)
+	P8_HALF(144, 288)
+	P8_NEXT(160, 320)
+	JNZ  p8q41
+	VZEROUPPER
+	RET
+
+// Q5_0 packed: quants 0..127, d 128..143, qh 144..175.
+TEXT ·r8PUnpQ5_0(SB), NOSPLIT, $0-24
+	P8_PROLOGUE
+p8q50:
+	P8_PF3
+	P8_LOAD4(0)
+	R8_NIBS
+	VMOVDQU 144(SI), Y0
+	R8_FIFTH
+	R8_STORE8
+	P8_HALF(128, 256)
+	P8_NEXT(176, 320)
+	JNZ  p8q50
+	VZEROUPPER
+	RET
+
+// Q5_1 packed: quants 0..127, d 128..143, m 144..159, qh 160..191.
+TEXT ·r8PUnpQ5_1(SB), NOSPLIT, $0-24
+	P8_PROLOGUE
+p8q51:
+	P8_PF3
+	P8_LOAD4(0)
+	R8_NIBS
+	VMOVDQU 160(SI), Y0
+	R8_FIFTH
+	R8_STORE8
+	P8_HALF(128, 256)
+	P8_HALF(144, 288)
+	P8_NEXT(192, 320)
+	JNZ  p8q51
+	VZEROUPPER
+	RET
+
+// MXFP4 packed: quants 0..127, e 128..135. The scale first (r8UnpMXFP4's
+// conversion, in the registers the nibbles do not use yet), then the
+// quants through the value table (Y14).
+TEXT ·r8PUnpMXFP4(SB), NOSPLIT, $0-24
+	P8_PROLOGUE
+	VBROADCASTI128 r8mxfp4<>(SB), Y14
+p8mx:
+	P8_PF3
+	VPMOVZXBD 128(SI), Y8
+	VPSUBD r8mxc<>+0(SB), Y8, Y9
+	VPSLLD $23, Y9, Y9
+	VMOVDQU r8mxc<>+64(SB), Y13
+	VPSLLVD Y8, Y13, Y13
+	VMOVDQU r8mxc<>+32(SB), Y10
+	VPCMPGTD Y8, Y10, Y12
+	VPBLENDVB Y12, Y13, Y9, Y9
+	VMOVUPS Y9, 256(DI)
+	P8_LOAD4(0)
+	R8_NIBS
+	R8_LOOKUP
+	R8_STORE8
+	P8_NEXT(136, 320)
+	JNZ  p8mx
+	VZEROUPPER
+	RET
+
+// Q8_0 packed: quants 0..255, d 256..271; |w| to g, w to sw (r8UnpQ8_0's
+// 544-byte layout).
+#define P8_Q8HALF(OFF, G, SW) \
+	P8_LOAD4(OFF); \
+	VPABSB Y0, Y8; \
+	VPABSB Y1, Y9; \
+	VPABSB Y2, Y10; \
+	VPABSB Y3, Y11; \
+	VMOVDQU Y8, G+0(DI); \
+	VMOVDQU Y9, G+32(DI); \
+	VMOVDQU Y10, G+64(DI); \
+	VMOVDQU Y11, G+96(DI); \
+	VMOVDQU Y0, SW+0(DI); \
+	VMOVDQU Y1, SW+32(DI); \
+	VMOVDQU Y2, SW+64(DI); \
+	VMOVDQU Y3, SW+96(DI)
+
+TEXT ·r8PUnpQ8_0(SB), NOSPLIT, $0-24
+	P8_PROLOGUE
+p8q80:
+	P8_PF5
+	P8_Q8HALF(0, 0, 288)
+	P8_Q8HALF(128, 128, 416)
+	P8_HALF(256, 256)
+	P8_NEXT(272, 544)
+	JNZ  p8q80
+	VZEROUPPER
+	RET
+
 // R8_ONES: r8DotS keeps the int16 ones in Y15.
 #define R8_ONES VMOVDQU r8ones<>(SB), Y15
 
@@ -1037,15 +1298,7 @@ TEXT ·kr8Dot16(SB), NOSPLIT, $0-64
 TEXT ·kr8UnpQ4K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q4:
-	KR8_SCALEMINS
-	KR8_SEG(16, 0, 8)
-	KR8_SEG(32, 4, 12)
-	KR8_SEG(48, 16, 24)
-	KR8_SEG(64, 20, 28)
-	KR8_SEG(80, 32, 40)
-	KR8_SEG(96, 36, 44)
-	KR8_SEG(112, 48, 56)
-	KR8_SEG(128, 52, 60)
+	KR8_Q4K
 	R8_HALVES(0, 0)
 	R8_HALVES(2, 16)
 	KR8_NEXT(144)
@@ -1059,17 +1312,7 @@ kr8q4:
 TEXT ·kr8UnpQ5K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q5:
-	KR8_SCALEMINS
-	KR8_QH(16)
-	KR8_SEGX(48, 0, 8, KR8_BITS_L, 4, KR8_BITS_L, 3, r8x10<>(SB))
-	KR8_SEGX(80, 16, 24, KR8_BITS_L, 2, KR8_BITS_L, 1, r8x10<>(SB))
-	KR8_SEGX(112, 32, 40, KR8_BITS_L, 0, KR8_BITS_R, 1, r8x10<>(SB))
-	KR8_SEGX(144, 48, 56, KR8_BITS_R, 2, KR8_BITS_R, 3, r8x10<>(SB))
-	KR8_QH(32)
-	KR8_SEGX(64, 4, 12, KR8_BITS_L, 4, KR8_BITS_L, 3, r8x10<>(SB))
-	KR8_SEGX(96, 20, 28, KR8_BITS_L, 2, KR8_BITS_L, 1, r8x10<>(SB))
-	KR8_SEGX(128, 36, 44, KR8_BITS_L, 0, KR8_BITS_R, 1, r8x10<>(SB))
-	KR8_SEGX(160, 52, 60, KR8_BITS_R, 2, KR8_BITS_R, 3, r8x10<>(SB))
+	KR8_Q5K
 	R8_HALVES(0, 0)
 	R8_HALVES(2, 16)
 	KR8_NEXT(176)
@@ -1085,19 +1328,7 @@ kr8q5:
 TEXT ·kr8UnpQ6K(SB), NOSPLIT, $0-40
 	KR8_UNPACK_PROLOGUE
 kr8q6:
-	KR8_SCALES6
-	KR8_QH(128)
-	KR8_SEGX(0, 0, 16, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB))
-	KR8_SEGX(32, 8, 24, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB))
-	KR8_QH(144)
-	KR8_SEGX(16, 4, 20, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB))
-	KR8_SEGX(48, 12, 28, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB))
-	KR8_QH(160)
-	KR8_SEGX(64, 32, 48, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB))
-	KR8_SEGX(96, 40, 56, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB))
-	KR8_QH(176)
-	KR8_SEGX(80, 36, 52, KR8_BITS_L, 4, KR8_BITS_L, 0, r8x30<>(SB))
-	KR8_SEGX(112, 44, 60, KR8_BITS_L, 2, KR8_BITS_R, 2, r8x30<>(SB))
+	KR8_Q6K
 	R8_HALVES(208, 0)
 	KR8_NEXT(210)
 	DECQ CX
@@ -1326,3 +1557,60 @@ DATA r8x04<>+8(SB)/8, $0x0404040404040404
 DATA r8x04<>+16(SB)/8, $0x0404040404040404
 DATA r8x04<>+24(SB)/8, $0x0404040404040404
 GLOBL r8x04<>(SB), RODATA|NOPTR, $32
+
+// ---- the packed 8-row layout of the K formats ---------------------------------
+//
+// Q4_K, Q5_K and Q6_K packed (quant_pack_amd64.go): each super-block of the
+// 8 rows dword-transposed whole, bytes 4k..4k+3 of row P(p) at 32k + 4p
+// (Q6_K's 210 bytes padded to 212), so the 16 bytes at OFF of every row,
+// transposed, are the 128 at 8·OFF: the raw unpackers' bodies run on four
+// plain loads (KR8_LT redefined) and the scales' float16 come out of their
+// dwords (KP8_HALVES). Same scratch, same results.
+//
+// func kr8PUnp*(dst *byte, w unsafe.Pointer, n int)
+// SI = the super-block; DI = its scratch; BX = its staging; CX = left.
+
+#undef KR8_LT
+#define KR8_LT(OFF) P8_LOAD4(8*(OFF))
+
+// func kr8PUnpQ4K(dst *byte, w unsafe.Pointer, n int)
+TEXT ·kr8PUnpQ4K(SB), NOSPLIT, $0-24
+	KP8_PROLOGUE
+kp8q4:
+	KR8_Q4K
+	KP8_HALVES(0, 0, 0)
+	KP8_HALVES(0, 16, 16)
+	KP8_NEXT(144)
+	DECQ CX
+	JNZ  kp8q4
+	KP8_DS(16)
+
+// func kr8PUnpQ5K(dst *byte, w unsafe.Pointer, n int)
+TEXT ·kr8PUnpQ5K(SB), NOSPLIT, $0-24
+	KP8_PROLOGUE
+kp8q5:
+	KR8_Q5K
+	KP8_HALVES(0, 0, 0)
+	KP8_HALVES(0, 16, 16)
+	KP8_NEXT(176)
+	DECQ CX
+	JNZ  kp8q5
+	KP8_DS(16)
+
+// func kr8PUnpQ6K(dst *byte, w unsafe.Pointer, n int)
+TEXT ·kr8PUnpQ6K(SB), NOSPLIT, $0-24
+	KP8_PROLOGUE
+kp8q6:
+	KR8_Q6K
+	KP8_HALVES(52, 0, 0)
+	KP8_NEXT(212)
+	DECQ CX
+	JNZ  kp8q6
+	KP8_DS(0)
+
+// r8lo16: the low 16 bits of each dword.
+DATA r8lo16<>+0(SB)/8, $0x0000ffff0000ffff
+DATA r8lo16<>+8(SB)/8, $0x0000ffff0000ffff
+DATA r8lo16<>+16(SB)/8, $0x0000ffff0000ffff
+DATA r8lo16<>+24(SB)/8, $0x0000ffff0000ffff
+GLOBL r8lo16<>(SB), RODATA|NOPTR, $32
