@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +39,7 @@ func benchKL(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dequantized := fs.Bool("dequantized", false, "load each type's weights decoded to F32: their rounding error alone, without the quantized kernels' int8 activations")
 	textFile := fs.String("text", "", "file of the text whose every position is compared (default: a built-in passage of a few hundred tokens)")
 	tokens := fs.Int("tokens", 0, "use at most this many tokens of the text (0: all)")
+	tokensOut := fs.String("tokens-out", "", "write the token ids compared, as a JSON array, to this file (for another engine to run the same sequence: scripts/llamacpp/kl.sh)")
 	threads := fs.Int("threads", 0, "kernel threads (0: every core)")
 	kernelsName := fs.String("kernels", defaultKernels(), "CPU kernels: auto, amx, avx512, avx2, neon or generic ($BATCHD_KERNELS sets the default)")
 	device := fs.String("device", "", "native.device to run on (default: $BATCHD_DEVICE, else auto)")
@@ -70,6 +72,15 @@ func benchKL(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	refs, err := nativebench.NewKLRef(refPath, o)
 	if err != nil {
 		return errorf(stderr, exitFailure, "bench kl: %v", err)
+	}
+	if *tokensOut != "" {
+		b, err := json.Marshal(refs.Tokens)
+		if err == nil {
+			err = os.WriteFile(*tokensOut, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench kl: --tokens-out: %v", err)
+		}
 	}
 	tab := &nativebench.KLTable{Ref: refPath}
 	for _, c := range cases {

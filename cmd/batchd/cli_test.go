@@ -671,9 +671,16 @@ func TestBenchKL(t *testing.T) {
 		}
 	}
 	ref := filepath.Join(data, "models", "demo-tiny-f32.gguf")
-	code, stdout, stderr = cli(t, "bench", "kl", "--model", ref, "--ref", ref, "--threads", "1", "--tokens", "10")
+	toks := filepath.Join(data, "tokens.json")
+	code, stdout, stderr = cli(t, "bench", "kl", "--model", ref, "--ref", ref, "--threads", "1", "--tokens", "10", "--tokens-out", toks)
 	if code != exitOK || !strings.Contains(stdout, "demo-tiny-f32.gguf          32.00   0.000e+00") {
 		t.Errorf("--model --ref: exit %d, stderr %s, stdout:\n%s", code, stderr, stdout)
+	}
+	var ids []int32
+	if b, err := os.ReadFile(toks); err != nil {
+		t.Errorf("--tokens-out: %v", err)
+	} else if err := json.Unmarshal(b, &ids); err != nil || len(ids) != 10 {
+		t.Errorf("--tokens-out wrote %q (%v): want the 10 token ids compared", b, err)
 	}
 	for _, c := range []struct {
 		args []string
