@@ -8,7 +8,9 @@
 // checking every tensor's presence, type and shape against the config, and
 // the safetensors format (parser, mmap, writer for tests and tools). Weight
 // matrices stay memory-mapped where the stored type is one the kernels run
-// on (F32, F16, BF16, Q8_0); 1-D weights are converted to float32.
+// on (F32, F16, BF16 and every GGUF block format the kernels read); FP8
+// checkpoints' F8_E4M3 matrices are dequantized to BF16 with their block
+// scales (fp8.go); 1-D weights are converted to float32.
 //
 // It must import only engine/native/gguf and kernels from batchd.
 package weights

@@ -58,6 +58,7 @@ type hfConfig struct {
 	HiddenAct             string          `json:"hidden_act"`
 	SlidingWindow         *int            `json:"sliding_window"`
 	UseSlidingWindow      *bool           `json:"use_sliding_window"`
+	QuantizationConfig    json.RawMessage `json:"quantization_config"`
 }
 
 // hfRope is rope_scaling (or rope_parameters).
@@ -118,6 +119,10 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
+	fp8, err := fp8Blocks(cfg.QuantizationConfig)
+	if err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
 	tok, template, err := tokenizerFromHF(dir, c)
 	if err != nil {
 		return nil, err
@@ -132,6 +137,12 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	raw, err := m.openShards(dir)
 	if err != nil {
 		return nil, err
+	}
+	if fp8 != nil {
+		if err := dequantFP8(raw, *fp8); err != nil {
+			return nil, err
+		}
+		log.Info("FP8 weights dequantized to BF16 at load", "path", dir, "weight_block_size", fmt.Sprint(fp8[:]))
 	}
 	if c.VocabSize == 0 {
 		if emb, ok := raw[nameTokenEmbd]; ok && len(emb.shape) == 2 && emb.shape[0] <= maxDimension {
@@ -559,7 +570,7 @@ func (m *Model) openShards(dir string) (map[string]*rawTensor, error) {
 			if prev, dup := raw[canon]; dup {
 				return nil, invalid("tensor %q appears twice (%s and %s in %s)", canon, prev.source, name, shard)
 			}
-			rt := &rawTensor{source: name, typeName: e.DType, accepts: "F32, F16, BF16", shape: e.Shape, data: e.Data}
+			rt := &rawTensor{source: name, typeName: e.DType, accepts: "F32, F16, BF16, and F8_E4M3 with block scales (quantization_config fp8)", shape: e.Shape, data: e.Data}
 			rt.dtype, rt.ok = safeDTypes[e.DType]
 			raw[canon] = rt
 		}

@@ -262,7 +262,7 @@ func TestHFRejects(t *testing.T) {
 		{"shape", nil, with("model.layers.0.self_attn.k_proj.weight", SafeTensor{DType: "F32", Shape: []int{16, 8}, Data: encF32(values(128, 1))}),
 			ErrInvalid, []string{`tensor "blk.0.attn_k.weight" (model.layers.0.self_attn.k_proj.weight): shape [16 8] (rows × cols), want [16 16] (rows × cols)`}},
 		{"dtype", nil, with("model.norm.weight", SafeTensor{DType: "F64", Shape: []int{16}, Data: make([]byte, 128)}),
-			ErrUnsupported, []string{`tensor "output_norm.weight" (model.norm.weight): type F64 is not supported (batchd reads F32, F16, BF16)`}},
+			ErrUnsupported, []string{`tensor "output_norm.weight" (model.norm.weight): type F64 is not supported (batchd reads F32, F16, BF16, and F8_E4M3 with block scales`}},
 		{"o_proj bias", nil, with("model.layers.0.self_attn.o_proj.bias", SafeTensor{DType: "F32", Shape: []int{16}, Data: encF32(values(16, 1))}),
 			ErrUnsupported, []string{`tensor "blk.0.attn_output.bias" (model.layers.0.self_attn.o_proj.bias) is not used by arch llama`}},
 		{"unknown tensor", nil, with("model.vision.weight", SafeTensor{DType: "F32", Shape: []int{1}, Data: encF32(values(1, 1))}),
