@@ -32,12 +32,20 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "seed of the random weights")
 	dequantized := fs.Bool("dequantized", false, "store each matrix as F32 holding its --type values decoded: the --type model's weight rounding, for an engine that cannot run the type")
 	force := fs.Bool("force", false, "overwrite an existing file")
+	layers := fs.Int("layers", 0, "keep only this many of the shape's layers (0: all): a big shape's layer at a size this machine holds")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage
 	}
 	shape, ok := demomodel.Shapes[*shapeName]
 	if !ok {
 		return errorf(stderr, exitUsage, "unknown shape %q (known: %s)", *shapeName, strings.Join(shapes, ", "))
+	}
+	if *layers < 0 || *layers > shape.Layers {
+		return errorf(stderr, exitUsage, "--layers %d: want 1 to the shape's %d (0: all)", *layers, shape.Layers)
+	}
+	if *layers > 0 && *layers != shape.Layers {
+		shape.Layers = *layers
+		shape.Name += fmt.Sprintf("-%dl", *layers)
 	}
 	q, err := demomodel.ParseDType(*typeName)
 	if err != nil {

@@ -102,13 +102,21 @@ func (p *ComputeProbe) Encode(text string) ([]int32, error) {
 func (p *ComputeProbe) BlockSize() int { return kvBlockSize }
 
 // WeightBytes is the bytes of weights read per token (the embedding table
-// only when it is also the output matrix).
+// only when it is also the output matrix; of a mixture of experts, the
+// ExpertsUsed experts a token runs, at their average size).
 func (p *ComputeProbe) WeightBytes() int64 {
 	var n int64
 	for _, x := range p.w.Matrices {
 		if x != p.w.Matrices["token_embd.weight"] || p.m.cfg.TiedEmbeddings {
 			n += int64(len(x.Data))
 		}
+	}
+	for _, exps := range p.w.Experts {
+		var all int64
+		for _, x := range exps {
+			all += int64(len(x.Data))
+		}
+		n += all * int64(p.m.cfg.ExpertsUsed) / int64(len(exps))
 	}
 	return n
 }

@@ -382,6 +382,12 @@ func TestEmbeddingPoolingOverride(t *testing.T) {
 // give identical tokens and logprobs alone, all together, and after a
 // restart.
 func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
+	checkBatchInvariance64(t, demoPath(t))
+}
+
+// checkBatchInvariance64 is TestBatchInvarianceSixtyFourMixed on the
+// model at path.
+func checkBatchInvariance64(t *testing.T, path string) {
 	bodies := make([]struct{ endpoint, body string }, 64)
 	words := strings.Fields(demomodel.Corpus)
 	for i := range bodies {
@@ -402,7 +408,7 @@ func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
 		b, _ := json.Marshal(m["choices"])
 		return string(b)
 	}
-	e := openEngine(t, ModelConfig{Path: demoPath(t)})
+	e := openEngine(t, ModelConfig{Path: path})
 	alone := make([]string, len(bodies))
 	for i := range bodies {
 		alone[i] = choices(e, i)
@@ -413,7 +419,7 @@ func TestBatchInvarianceSixtyFourMixed(t *testing.T) {
 		wg.Go(func() { together[i] = choices(e, i) })
 	}
 	wg.Wait()
-	restarted := openEngine(t, ModelConfig{Path: demoPath(t)})
+	restarted := openEngine(t, ModelConfig{Path: path})
 	for i := range bodies {
 		if together[i] != alone[i] {
 			t.Errorf("request %d batched differs from alone:\n%s\n%s", i, together[i], alone[i])

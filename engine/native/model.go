@@ -16,6 +16,10 @@ type layer struct {
 	bq, bk, bv        kernels.Buf // qwen2 biases (empty otherwise)
 	qNorm, kNorm      kernels.Buf // qwen3 per-head norms (empty otherwise)
 	wGate, wUp, wDown kernels.Weight
+	// A mixture-of-experts layer has a router and per-expert FFNs instead
+	// of wGate, wUp, wDown (moe.go).
+	router            kernels.Weight
+	gateE, upE, downE []kernels.Weight
 }
 
 // Model is a Llama-family decoder (llama, qwen2, qwen3) ready to run. Its
@@ -107,6 +111,33 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 		dev.Upload(b, x)
 		return b
 	}
+	experts := func(name string, rows, cols int) []kernels.Weight {
+		xs := w.Experts[name]
+		if len(xs) != c.Experts && err == nil {
+			err = fmt.Errorf("model: tensor %s holds %d experts, want %d", name, len(xs), c.Experts)
+		}
+		out := make([]kernels.Weight, len(xs))
+		for e, x := range xs {
+			if err != nil {
+				return nil
+			}
+			if x.Rows != rows || x.Cols != cols {
+				err = fmt.Errorf("model: tensor %s expert %d is %dx%d, want %dx%d", name, e, x.Rows, x.Cols, rows, cols)
+				return nil
+			}
+			dw, uerr := dev.UploadMatrix(x)
+			if uerr != nil {
+				err = fmt.Errorf("model: upload %s expert %d to %s: %w", name, e, dev.Name(), uerr)
+				return nil
+			}
+			raw[dw] = x.Data
+			out[e] = dw
+		}
+		return out
+	}
+	if _, graphs := dev.(kernels.PassDevice); c.Experts > 0 && graphs {
+		return nil, fmt.Errorf("model: %s is a mixture of experts, which runs on the CPU and reference devices so far, not on %s", c.Arch, dev.Name())
+	}
 	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	m.embd = mat("token_embd.weight", c.VocabSize, c.Dim)
 	m.norm = vec("output_norm.weight", c.Dim, false)
@@ -124,9 +155,16 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 			wk:       mat(p+"attn_k.weight", kvDim, c.Dim),
 			wv:       mat(p+"attn_v.weight", kvDim, c.Dim),
 			wo:       mat(p+"attn_output.weight", c.Dim, qDim),
-			wGate:    mat(p+"ffn_gate.weight", c.FFNDim, c.Dim),
-			wUp:      mat(p+"ffn_up.weight", c.FFNDim, c.Dim),
-			wDown:    mat(p+"ffn_down.weight", c.Dim, c.FFNDim),
+		}
+		if c.Experts > 0 {
+			l.router = mat(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
+			l.gateE = experts(p+"ffn_gate_exps.weight", c.ExpertFFNDim, c.Dim)
+			l.upE = experts(p+"ffn_up_exps.weight", c.ExpertFFNDim, c.Dim)
+			l.downE = experts(p+"ffn_down_exps.weight", c.Dim, c.ExpertFFNDim)
+		} else {
+			l.wGate = mat(p+"ffn_gate.weight", c.FFNDim, c.Dim)
+			l.wUp = mat(p+"ffn_up.weight", c.FFNDim, c.Dim)
+			l.wDown = mat(p+"ffn_down.weight", c.Dim, c.FFNDim)
 		}
 		if c.QKVBias {
 			l.bq = vec(p+"attn_q.bias", qDim, false)
@@ -151,7 +189,13 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 	if p, ok := dev.(kernels.WeightPacker); ok && pack {
 		ws := []kernels.Weight{m.out}
 		for _, l := range m.layers {
-			ws = append(ws, l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown)
+			ws = append(ws, l.wq, l.wk, l.wv, l.wo)
+			if l.router != nil {
+				ws = append(ws, l.router)
+				ws = append(append(append(ws, l.gateE...), l.upE...), l.downE...)
+			} else {
+				ws = append(ws, l.wGate, l.wUp, l.wDown)
+			}
 		}
 		for _, x := range ws {
 			if n := p.PackWeight(x); n > 0 {
@@ -223,7 +267,8 @@ type scratch struct {
 	loraIn, loraMid, loraMidOne, loraOut  kernels.Buf // applyLoRA's gathered x, x·Aᵀ, one projection's part of it, its ·Bᵀ
 	lora                                  []loraRows  // the batch's rows by adapter (planLoRA)
 	loraIdx                               []int32
-	rows                                  []int32           // b.logitRows
+	rows                                  []int32 // b.logitRows
+	moe                                   moeScratch
 	segs                                  []kernels.Segment // b.segs, for a SegmentDevice
 	logits                                []float32
 }
@@ -369,15 +414,19 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 			dev.Add(x, o)
 			dev.RMSNorm(h, x, L.ffnNorm, T, dim, c.RMSEps)
 		}
-		dev.MatMul(gate, h, T, L.wGate)
-		dev.MatMul(up, h, T, L.wUp)
-		if b.lora {
-			m.applyLoRA(s, li, loraGateUp, h, dim, gate, up)
-		}
-		dev.SiLUMul(gate, up)
-		dev.MatMul(down, gate, T, L.wDown)
-		if b.lora {
-			m.applyLoRA(s, li, loraFFNOut, gate, c.FFNDim, down)
+		if L.router != nil {
+			m.moe(li, h, down, T, s) // adapters have no target in it: LoadLoRA refuses FFN ones
+		} else {
+			dev.MatMul(gate, h, T, L.wGate)
+			dev.MatMul(up, h, T, L.wUp)
+			if b.lora {
+				m.applyLoRA(s, li, loraGateUp, h, dim, gate, up)
+			}
+			dev.SiLUMul(gate, up)
+			dev.MatMul(down, gate, T, L.wDown)
+			if b.lora {
+				m.applyLoRA(s, li, loraFFNOut, gate, c.FFNDim, down)
+			}
 		}
 		if fused != nil && li+1 < len(m.layers) {
 			fused.AddRMSNorm(h, x, down, m.layers[li+1].attnNorm, T, dim, c.RMSEps)

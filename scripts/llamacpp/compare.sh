@@ -21,6 +21,7 @@ rounds=${1:-2}
 types=${2:-"q8_0 f16 bf16"}
 threads=${THREADS:-2}
 shape=${SHAPE:-qwen2.5-0.5b}
+layers=${LAYERS:-} # LAYERS=N: only N of the shape's layers (demo-model --layers), in SHAPE-Nl-TYPE.gguf
 
 make build >/dev/null
 nlc=.cache/llamacpp
@@ -47,14 +48,15 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //');
 echo "batchd kernels: $kernels; llama.cpp CPU variant: ${LLAMA_CPU:-best for this CPU}"
 
 mkdir -p .cache/bench
+file=$shape${layers:+-${layers}l}
 for t in $types; do
-  f=.cache/bench/$shape-$t.gguf
-  [ -f "$f" ] || bin/batchd demo-model --shape "$shape" --type "$t" --out "$f" >/dev/null
+  f=.cache/bench/$file-$t.gguf
+  [ -f "$f" ] || bin/batchd demo-model --shape "$shape" ${layers:+--layers "$layers"} --type "$t" --out "$f" >/dev/null
 done
 
 for r in $(seq 1 "$rounds"); do
   for t in $types; do
-    f=$PWD/.cache/bench/$shape-$t.gguf
+    f=$PWD/.cache/bench/$file-$t.gguf
     echo "== round $r, $t"
     (cd "$nlc" && UV_THREADPOOL_SIZE=1 node bench.mjs "$f" 2 "$threads" 2>&1 | grep -E "system info|SUMMARY|peak RSS" | sed 's/^/llama.cpp: /')
     bin/batchd bench engine --model "$f" --threads "$threads" --kernels "$kernels" 2>/dev/null | sed 's/^/batchd:    /'

@@ -182,6 +182,9 @@ type Shape struct {
 	// Vocab pads the trained vocabulary with unused tokens up to this size
 	// (0: the trained size), to match a real model's output layer.
 	Vocab int
+	// Experts, ExpertsUsed and ExpertFFN shape the qwen3moe arch's
+	// mixture of experts (FFNDim is then unused).
+	Experts, ExpertsUsed, ExpertFFN int
 }
 
 // Shapes are the shapes `batchd demo-model --shape` knows.
@@ -200,6 +203,11 @@ var Shapes = map[string]Shape{
 	// one's), for benchmarks: its rows are whole 256-value blocks, so a
 	// K mixture runs K-quants where the 0.5B shape falls back to Q5_0.
 	"qwen2.5-1.5b": {Name: "qwen2.5-1.5b", Dim: 1536, Layers: 28, Heads: 12, KVHeads: 2, FFNDim: 8960, Context: 32768, Vocab: 151936},
+	// tiny-moe: a qwen3moe mixture of experts, 8 experts, 2 per token.
+	"tiny-moe": {Name: "tiny-moe", Arch: "qwen3moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, Context: 2048, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96},
+	// qwen3-30b-a3b: Qwen3-30B-A3B's shape (48 layers, 128 experts of
+	// which 8 per token, 3.3B parameters active of 30.5B), for benchmarks.
+	"qwen3-30b-a3b": {Name: "qwen3-30b-a3b", Arch: "qwen3moe", Dim: 2048, Layers: 48, Heads: 32, KVHeads: 4, Context: 40960, Vocab: 151936, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768},
 	// llama-3.1-8b: Llama-3.1-8B's shape (16 GB in bf16), for GPU benchmarks.
 	"llama-3.1-8b": {Name: "llama-3.1-8b", Arch: "llama", Dim: 4096, Layers: 32, Heads: 32, KVHeads: 8, FFNDim: 14336, Context: 131072, Vocab: 128256},
 }
@@ -234,6 +242,9 @@ func (s *Rand) NormalF32(k int, scale float32) []byte {
 }
 
 func (d Shape) String() string {
+	if d.Experts > 0 {
+		return fmt.Sprintf("%s (dim %d, %d layers, %d/%d heads, %d experts of ffn %d, %d per token)", d.Name, d.Dim, d.Layers, d.Heads, d.KVHeads, d.Experts, d.ExpertFFN, d.ExpertsUsed)
+	}
 	return fmt.Sprintf("%s (dim %d, %d layers, %d/%d heads, ffn %d)", d.Name, d.Dim, d.Layers, d.Heads, d.KVHeads, d.FFNDim)
 }
 
@@ -291,13 +302,21 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		{Key: arch + ".context_length", Value: gguf.MustValue(uint32(shape.Context))},
 		{Key: arch + ".embedding_length", Value: gguf.MustValue(uint32(shape.Dim))},
 		{Key: arch + ".block_count", Value: gguf.MustValue(uint32(shape.Layers))},
-		{Key: arch + ".feed_forward_length", Value: gguf.MustValue(uint32(shape.FFNDim))},
+		{Key: arch + ".feed_forward_length", Value: gguf.MustValue(uint32(cmp.Or(shape.FFNDim, shape.ExpertFFN)))},
 		{Key: arch + ".attention.head_count", Value: gguf.MustValue(uint32(shape.Heads))},
 		{Key: arch + ".attention.head_count_kv", Value: gguf.MustValue(uint32(shape.KVHeads))},
 		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-6))},
 		{Key: arch + ".rope.freq_base", Value: gguf.MustValue(float32(1e6))},
 		{Key: arch + ".attention.key_length", Value: gguf.MustValue(uint32(headDim))},
 		{Key: arch + ".attention.value_length", Value: gguf.MustValue(uint32(headDim))},
+	}
+	if shape.Experts > 0 {
+		meta = append(meta,
+			gguf.KV{Key: arch + ".expert_count", Value: gguf.MustValue(uint32(shape.Experts))},
+			gguf.KV{Key: arch + ".expert_used_count", Value: gguf.MustValue(uint32(shape.ExpertsUsed))},
+			gguf.KV{Key: arch + ".expert_feed_forward_length", Value: gguf.MustValue(uint32(shape.ExpertFFN))})
+	}
+	meta = append(meta, []gguf.KV{
 		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("gpt2")},
 		{Key: "tokenizer.ggml.pre", Value: gguf.MustValue("qwen2")},
 		{Key: "tokenizer.ggml.tokens", Value: gguf.MustValue(tokens)},
@@ -308,7 +327,7 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.MustValue(uint32(endoftext))},
 		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.MustValue(false)},
 		{Key: "tokenizer.chat_template", Value: gguf.MustValue(chat.ChatMLTemplate)},
-	}
+	}...)
 	rng := Rand(seed)
 	tensors := make([]gguf.TensorData, 0, len(plan))
 	for _, p := range plan {
@@ -328,6 +347,9 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		dims := []uint64{uint64(p.Cols), uint64(p.Rows)}
 		if p.fill != fillWeights {
 			dims = dims[:1]
+		}
+		if p.Experts > 0 {
+			dims = []uint64{uint64(p.Cols), uint64(p.Rows / p.Experts), uint64(p.Experts)}
 		}
 		tensors = append(tensors, gguf.TensorData{Name: p.Name, Type: typ, Dims: dims, Data: data})
 	}
@@ -379,7 +401,7 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		return nil, fmt.Errorf("weight type %v is not supported for demo models", q.Base)
 	}
 	arch := shape.arch()
-	tied := arch != "llama"
+	tied := arch == "qwen2" || arch == "qwen3" // like the real ones: Qwen3-30B-A3B has its own output layer
 	headDim := shape.Dim / shape.Heads
 	qDim, kvDim := shape.Heads*headDim, shape.KVHeads*headDim
 	var out []planned
@@ -403,24 +425,39 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		p := fmt.Sprintf("blk.%d.", l)
 		vector(p+"attn_norm.weight", shape.Dim, fillOnes)
 		vector(p+"ffn_norm.weight", shape.Dim, fillOnes)
-		for _, m := range []struct {
+		type mat struct {
 			name       string
 			r          role
 			rows, cols int
-		}{
+		}
+		mats := []mat{
 			{"attn_q.weight", roleAttnQ, qDim, shape.Dim}, {"attn_k.weight", roleAttnK, kvDim, shape.Dim},
 			{"attn_v.weight", roleAttnV, kvDim, shape.Dim}, {"attn_output.weight", roleAttnOut, shape.Dim, qDim},
-			{"ffn_gate.weight", roleFFNGate, shape.FFNDim, shape.Dim}, {"ffn_up.weight", roleFFNUp, shape.FFNDim, shape.Dim},
-			{"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim},
-		} {
+		}
+		if shape.Experts == 0 {
+			mats = append(mats, mat{"ffn_gate.weight", roleFFNGate, shape.FFNDim, shape.Dim},
+				mat{"ffn_up.weight", roleFFNUp, shape.FFNDim, shape.Dim}, mat{"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim})
+		}
+		for _, m := range mats {
 			matrix(p+m.name, m.r, l, m.rows, m.cols)
+		}
+		if e := shape.Experts; e > 0 {
+			// The router stays F32, as llama.cpp's quantize leaves it.
+			out = append(out, planned{Tensor{Name: p + "ffn_gate_inp.weight", Type: kernels.F32, Rows: e, Cols: shape.Dim}, fillWeights})
+			for _, m := range []mat{
+				{"ffn_gate_exps.weight", roleFFNGate, shape.ExpertFFN, shape.Dim}, {"ffn_up_exps.weight", roleFFNUp, shape.ExpertFFN, shape.Dim},
+				{"ffn_down_exps.weight", roleFFNDown, shape.Dim, shape.ExpertFFN},
+			} {
+				matrix(p+m.name, m.r, l, e*m.rows, m.cols)
+				out[len(out)-1].Experts = e
+			}
 		}
 		switch arch {
 		case "qwen2":
 			vector(p+"attn_q.bias", qDim, fillSmall)
 			vector(p+"attn_k.bias", kvDim, fillSmall)
 			vector(p+"attn_v.bias", kvDim, fillSmall)
-		case "qwen3":
+		case "qwen3", "qwen3moe":
 			vector(p+"attn_q_norm.weight", headDim, fillNorm)
 			vector(p+"attn_k_norm.weight", headDim, fillNorm)
 		}

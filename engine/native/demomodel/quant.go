@@ -235,7 +235,10 @@ type Tensor struct {
 	Name string
 	// Type is the stored type: a matrix's by the Quant, F32 for vectors.
 	Type       kernels.DType
-	Rows, Cols int // a vector has one row
+	Rows, Cols int // a vector has one row; a tensor of experts all their rows
+	// Experts > 0: the tensor is Experts matrices of Rows/Experts × Cols,
+	// stored as one 3-D tensor (a mixture of experts' FFN).
+	Experts int
 }
 
 // Bytes is the tensor's size in the file.

@@ -51,10 +51,11 @@ func GGUFTypes() []string {
 // ggufArchs are the architectures loaded from GGUF, with their RoPE layout:
 // llama.cpp's converter permutes llama Q/K rows for adjacent-pair rotation,
 // and leaves qwen2/qwen3 in the HF rotate-half layout.
-var ggufArchs = map[string]struct{ neox, qkvBias, qkNorm bool }{
-	"llama": {},
-	"qwen2": {neox: true, qkvBias: true},
-	"qwen3": {neox: true, qkNorm: true},
+var ggufArchs = map[string]struct{ neox, qkvBias, qkNorm, moe bool }{
+	"llama":    {},
+	"qwen2":    {neox: true, qkvBias: true},
+	"qwen3":    {neox: true, qkNorm: true},
+	"qwen3moe": {neox: true, qkNorm: true, moe: true},
 }
 
 const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
@@ -173,7 +174,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if arch == "" {
 			return invalid("GGUF metadata general.architecture is missing")
 		}
-		return unsupported("architecture %q is not supported yet (want llama, qwen2 or qwen3)", arch)
+		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3 or qwen3moe)", arch)
 	}
 	k := func(s string) string { return arch + "." + s }
 
@@ -229,7 +230,20 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	c.ContextLength = r.uint(k("context_length"), -1)
 	c.Dim = r.uint(k("embedding_length"), -1)
 	c.Layers = r.uint(k("block_count"), -1)
-	c.FFNDim = r.uint(k("feed_forward_length"), -1)
+	if traits.moe {
+		// llama.cpp's qwen3moe: every layer sparse, softmax gating, the
+		// chosen experts' weights renormalized (norm_topk_prob).
+		c.Experts = r.uint(k("expert_count"), -1)
+		c.ExpertsUsed = r.uint(k("expert_used_count"), -1)
+		c.ExpertFFNDim = r.uint(k("expert_feed_forward_length"), -1)
+		c.ExpertNormTopK = true
+		c.FFNDim = c.ExpertFFNDim // feed_forward_length is a dense FFN's, which qwen3moe has none of
+		if n := r.uint(k("expert_shared_count"), 0); n != 0 && r.err == nil {
+			return unsupported("GGUF metadata %s = %d: shared experts are not supported yet", k("expert_shared_count"), n)
+		}
+	} else {
+		c.FFNDim = r.uint(k("feed_forward_length"), -1)
+	}
 	c.Heads = r.uint(k("attention.head_count"), -1)
 	if r.err != nil {
 		return r.err

@@ -77,6 +77,13 @@ type Config struct {
 	// EOSIDs are all the ids that end generation, EOS first (HF
 	// generation_config eos_token_id lists; GGUF eos plus eot/eom ids).
 	EOSIDs []int
+	// Experts > 0 makes every layer's FFN a mixture of experts (qwen3moe):
+	// a router (ffn_gate_inp) picks ExpertsUsed of Experts experts per
+	// token by softmax probability, each a SwiGLU FFN of ExpertFFNDim, and
+	// their outputs are summed weighted by those probabilities (renormalized
+	// over the chosen ones when ExpertNormTopK). FFNDim is then unused.
+	Experts, ExpertsUsed, ExpertFFNDim int
+	ExpertNormTopK                     bool
 }
 
 // RopeScaling is Llama-3 ("llama3" rope_type) frequency scaling.
@@ -131,7 +138,13 @@ type Model struct {
 	// "attn_k_norm.weight" (HeadDim) when QKNorm; and, from GGUF files of
 	// Llama-3.1-style models, "rope_freqs.weight" (RopeDim/2 divisors of the
 	// RoPE frequencies).
-	Vectors      map[string][]float32
+	Vectors map[string][]float32
+	// Experts are the mixture-of-experts weights, one matrix per expert in
+	// expert order, by canonical name: "blk.N.ffn_gate_exps.weight" and
+	// "ffn_up_exps.weight" (ExpertFFNDim × Dim each), "ffn_down_exps.weight"
+	// (Dim × ExpertFFNDim); the router "blk.N.ffn_gate_inp.weight"
+	// (Experts × Dim) is in Matrices.
+	Experts      map[string][]*kernels.Matrix
 	Tokenizer    TokenizerSpec
 	ChatTemplate string // "" if none
 	Source       string // the path given to Load
@@ -178,6 +191,9 @@ func (m *Model) WeightTypes() string {
 	count := map[kernels.DType]int{}
 	for _, mat := range m.Matrices {
 		count[mat.Type]++
+	}
+	for _, exps := range m.Experts { // a tensor of all the experts counts once, as in the file
+		count[exps[0].Type]++
 	}
 	types := make([]kernels.DType, 0, len(count))
 	for t := range count {
@@ -297,6 +313,11 @@ const (
 	sufFFNGate   = "ffn_gate.weight"
 	sufFFNUp     = "ffn_up.weight"
 	sufFFNDown   = "ffn_down.weight"
+	sufRouter    = "ffn_gate_inp.weight"
+	sufGateExps  = "ffn_gate_exps.weight"
+	sufUpExps    = "ffn_up_exps.weight"
+	sufDownExps  = "ffn_down_exps.weight"
+	maxExperts   = 1 << 12
 	blockPrefix  = "blk."
 	maxDimension = 1 << 24 // bound on any single hyperparameter, to keep products in range
 )
@@ -311,6 +332,7 @@ func BlockName(layer int, suffix string) string {
 type tensorSpec struct {
 	name       string
 	rows, cols int // cols == 0: a vector of rows elements
+	experts    int // > 0: experts matrices of rows × cols, outermost
 }
 
 // Names lists the canonical tensor names the config calls for, matrices and
@@ -352,6 +374,16 @@ func (c Config) specs() []tensorSpec {
 			b(sufKNorm, c.HeadDim, 0)
 		}
 		b(sufFFNNorm, c.Dim, 0)
+		if c.Experts > 0 {
+			b(sufRouter, c.Experts, c.Dim)
+			e := func(suf string, rows, cols int) {
+				s = append(s, tensorSpec{name: BlockName(l, suf), rows: rows, cols: cols, experts: c.Experts})
+			}
+			e(sufGateExps, c.ExpertFFNDim, c.Dim)
+			e(sufUpExps, c.ExpertFFNDim, c.Dim)
+			e(sufDownExps, c.Dim, c.ExpertFFNDim)
+			continue
+		}
 		b(sufFFNGate, c.FFNDim, c.Dim)
 		b(sufFFNUp, c.FFNDim, c.Dim)
 		b(sufFFNDown, c.Dim, c.FFNDim)
@@ -371,6 +403,14 @@ func (c *Config) validate() error {
 	} {
 		if f.v <= 0 || f.v > maxDimension {
 			return invalid("%s = %d: want 1 to %d", f.name, f.v, maxDimension)
+		}
+	}
+	if c.Experts != 0 {
+		if c.Experts < 0 || c.Experts > maxExperts || c.ExpertsUsed < 1 || c.ExpertsUsed > c.Experts {
+			return invalid("experts = %d, used per token = %d: want 1 ≤ used ≤ experts ≤ %d", c.Experts, c.ExpertsUsed, maxExperts)
+		}
+		if c.ExpertFFNDim <= 0 || c.ExpertFFNDim > maxDimension {
+			return invalid("expert ffn dim = %d: want 1 to %d", c.ExpertFFNDim, maxDimension)
 		}
 	}
 	if c.ContextLength <= 0 || c.ContextLength > 1<<30 {
@@ -472,6 +512,12 @@ func (m *Model) build(raw map[string]*rawTensor, ignorable func(canonical string
 	m.Matrices = make(map[string]*kernels.Matrix)
 	m.Vectors = make(map[string][]float32)
 	for _, s := range c.specs() {
+		if s.experts > 0 {
+			if err := m.buildExperts(raw, s, sourceName); err != nil {
+				return err
+			}
+			continue
+		}
 		r, ok := raw[s.name]
 		if !ok {
 			label := fmt.Sprintf("tensor %q", s.name)
@@ -526,6 +572,47 @@ func (m *Model) build(raw map[string]*rawTensor, ignorable func(canonical string
 			return unsupported("%s is not used by arch %s (qkv bias %v, qk norm %v, tied %v); refusing to load a model whose weights would be ignored", r.label(name), c.Arch, c.QKVBias, c.QKNorm, c.TiedEmbeddings)
 		}
 	}
+	return nil
+}
+
+// buildExperts checks a tensor of s.experts matrices and fills
+// m.Experts[s.name] with one matrix per expert, views of its data.
+func (m *Model) buildExperts(raw map[string]*rawTensor, s tensorSpec, sourceName func(string) string) error {
+	r, ok := raw[s.name]
+	want := fmt.Sprintf("[%d %d %d] (experts × rows × cols)", s.experts, s.rows, s.cols)
+	if !ok {
+		label := fmt.Sprintf("tensor %q", s.name)
+		if sourceName != nil {
+			label = (&rawTensor{source: sourceName(s.name)}).label(s.name)
+		}
+		return invalid("%s is missing (want shape %s for arch %s)", label, want, m.Config.Arch)
+	}
+	r.used = true
+	if len(r.shape) != 3 || r.shape[0] != uint64(s.experts) || r.shape[1] != uint64(s.rows) || r.shape[2] != uint64(s.cols) {
+		return invalid("%s: shape %v, want %s", r.label(s.name), r.shape, want)
+	}
+	if !r.ok {
+		return unsupported("%s: type %s is not supported (batchd reads %s)", r.label(s.name), r.typeName, r.accepts)
+	}
+	rb, err := r.dtype.RowBytes(s.cols)
+	if err != nil {
+		return invalid("%s: %v", r.label(s.name), err)
+	}
+	per := rb * s.rows
+	if len(r.data) != per*s.experts {
+		return invalid("%s: %d bytes, want %d", r.label(s.name), len(r.data), per*s.experts)
+	}
+	data := alignedFor(r.dtype, r.data)
+	exps := make([]*kernels.Matrix, s.experts)
+	for e := range exps {
+		if exps[e], err = kernels.NewMatrix(r.dtype, s.rows, s.cols, data[e*per:(e+1)*per:(e+1)*per]); err != nil {
+			return fmt.Errorf("%s: expert %d: %w", r.label(s.name), e, err)
+		}
+	}
+	if m.Experts == nil {
+		m.Experts = make(map[string][]*kernels.Matrix)
+	}
+	m.Experts[s.name] = exps
 	return nil
 }
 

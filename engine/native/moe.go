@@ -1,0 +1,152 @@
+package native
+
+import (
+	"math"
+
+	"github.com/batchd/batchd/kernels"
+)
+
+// Mixture of experts (qwen3moe): a layer's FFN is Experts SwiGLU FFNs of
+// which a router picks ExpertsUsed per token. The experts run grouped by
+// expert: each expert's rows are gathered, its three matrices multiply all
+// of them in one call each (its weights stream once per step however many
+// tokens chose it), and its outputs are added into their rows weighted by
+// the router's probabilities. A row's sum is taken in expert order, so what
+// a row gets never depends on which other rows share its batch (the
+// matrices' products are batch-invariant, kernels/doc.go); an expert no row
+// chose costs nothing.
+//
+// The router's choices and the weighted sums are taken on the host: on the
+// CPU device that is its buffers themselves, on the reference device a
+// download and an upload. A device that captures a pass as one graph (the
+// CUDA device) would have to stop at every layer's routing: it refuses MoE
+// models at load until its own kernels route.
+
+// moeScratch is the MoE buffers of a forward pass, reused across layers
+// and steps.
+type moeScratch struct {
+	router, x, gate, up, y kernels.Buf
+	routes                 routes
+	// host copies of router, y and out on a device without a host view
+	logits, yh, acc []float32
+	// rows counts, per layer and expert, the rows the last pass sent it.
+	rows [][]int
+}
+
+// routes is a batch's routing: per expert, the rows that chose it (in row
+// order) and each one's weight.
+type routes struct {
+	rows   [][]int32
+	weight [][]float32
+	probs  []float64 // one row's softmax, reused
+	taken  []bool    // one row's chosen experts, reused
+	pick   []int
+}
+
+// route fills r from router logits [T][experts] as llama.cpp's qwen3moe
+// does: softmax over all experts, the used most probable ones (the lower
+// index first on a tie), their probabilities renormalized to sum to 1 when
+// norm.
+func (r *routes) route(logits []float32, T, experts, used int, norm bool) {
+	if cap(r.rows) < experts {
+		r.rows, r.weight = make([][]int32, experts), make([][]float32, experts)
+	}
+	r.rows, r.weight = r.rows[:experts], r.weight[:experts]
+	for e := range experts {
+		r.rows[e], r.weight[e] = r.rows[e][:0], r.weight[e][:0]
+	}
+	if cap(r.probs) < experts {
+		r.probs, r.taken = make([]float64, experts), make([]bool, experts)
+	}
+	p, taken := r.probs[:experts], r.taken[:experts]
+	for t := range T {
+		row := logits[t*experts : (t+1)*experts]
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = max(mx, float64(v))
+		}
+		var sum float64
+		for e, v := range row {
+			p[e] = math.Exp(float64(v) - mx)
+			sum += p[e]
+		}
+		clear(taken)
+		r.pick = r.pick[:0]
+		var chosen float64
+		for range used {
+			best := -1
+			for e := range p {
+				if !taken[e] && (best < 0 || p[e] > p[best]) {
+					best = e
+				}
+			}
+			taken[best] = true
+			r.pick = append(r.pick, best)
+			chosen += p[best] / sum
+		}
+		for _, e := range r.pick {
+			w := p[e] / sum
+			if norm {
+				w /= chosen
+			}
+			r.rows[e] = append(r.rows[e], int32(t))
+			r.weight[e] = append(r.weight[e], float32(w))
+		}
+	}
+}
+
+// moe computes layer li's mixture of experts of h [T][dim] into out [T][dim].
+func (m *Model) moe(li int, h, out kernels.Buf, T int, s *scratch) {
+	c, dev, ms, L := m.cfg, m.dev, &s.moe, &m.layers[li]
+	hv, _ := dev.(hostView)
+	host := func(b kernels.Buf, into *[]float32) []float32 {
+		if hv != nil {
+			return hv.Host(b)
+		}
+		*into = grow(*into, b.Len())
+		dev.Download(*into, b)
+		return *into
+	}
+	dim, ff := c.Dim, c.ExpertFFNDim
+	router := m.buf(&ms.router, T*c.Experts)
+	dev.MatMul(router, h, T, L.router)
+	ms.routes.route(host(router, &ms.logits), T, c.Experts, c.ExpertsUsed, c.ExpertNormTopK)
+	var o []float32
+	if hv != nil {
+		o = hv.Host(out)
+	} else {
+		ms.acc = grow(ms.acc, T*dim)
+		o = ms.acc
+	}
+	clear(o)
+	if len(ms.rows) != len(m.layers) {
+		ms.rows = make([][]int, len(m.layers))
+	}
+	ms.rows[li] = ms.rows[li][:0]
+	for e, rows := range ms.routes.rows {
+		n := len(rows)
+		ms.rows[li] = append(ms.rows[li], n)
+		if n == 0 {
+			continue
+		}
+		x := m.buf(&ms.x, n*dim)
+		gate, up := m.buf(&ms.gate, n*ff), m.buf(&ms.up, n*ff)
+		y := m.buf(&ms.y, n*dim)
+		dev.CopyRows(x, h, dim, rows)
+		dev.MatMul(gate, x, n, L.gateE[e])
+		dev.MatMul(up, x, n, L.upE[e])
+		dev.SiLUMul(gate, up)
+		dev.MatMul(y, gate, n, L.downE[e])
+		yh := host(y, &ms.yh)
+		for i, r := range rows {
+			w := ms.routes.weight[e][i]
+			dst, src := o[int(r)*dim:][:dim], yh[i*dim:][:dim]
+			for j := range dst {
+				dst[j] += w * src[j]
+			}
+		}
+	}
+	if hv == nil {
+		dev.Upload(out, o)
+	}
+}
