@@ -31,6 +31,8 @@ var hfArchs = map[string]string{
 	"mistral": "llama", // same graph; see the sliding window note in configFromHF
 	"qwen2":   "qwen2",
 	"qwen3":   "qwen3",
+	// qwen3_moe: every layer a mixture of experts (moe.go in the runner).
+	"qwen3_moe": "qwen3moe",
 }
 
 // hfConfig is the part of config.json we read. Pointers tell absent from zero.
@@ -59,6 +61,14 @@ type hfConfig struct {
 	SlidingWindow         *int            `json:"sliding_window"`
 	UseSlidingWindow      *bool           `json:"use_sliding_window"`
 	QuantizationConfig    json.RawMessage `json:"quantization_config"`
+	// qwen3_moe
+	NumExperts          *int  `json:"num_experts"`
+	NumExpertsPerTok    *int  `json:"num_experts_per_tok"`
+	MoeIntermediateSize *int  `json:"moe_intermediate_size"`
+	NormTopkProb        *bool `json:"norm_topk_prob"`
+	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
+	MlpOnlyLayers       []int `json:"mlp_only_layers"`
+	SharedExpertSize    *int  `json:"shared_expert_intermediate_size"`
 }
 
 // hfRope is rope_scaling (or rope_parameters).
@@ -138,6 +148,9 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Experts > 0 {
+		hfExperts(raw, c)
+	}
 	if fp8 != nil {
 		if err := dequantFP8(raw, *fp8); err != nil {
 			return nil, err
@@ -187,7 +200,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if h.ModelType == "" {
 			return nil, invalid("model_type is missing")
 		}
-		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2 or qwen3)", h.ModelType)
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2, qwen3 or qwen3_moe)", h.ModelType)
 	}
 	if h.HiddenAct != "" && h.HiddenAct != "silu" {
 		return nil, unsupported("hidden_act %q is not supported yet (want silu)", h.HiddenAct)
@@ -208,7 +221,12 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		RopeTheta:     10000,
 		RopeNeox:      true, // HF stores Q/K for rotate-half, whatever the arch
 		QKVBias:       arch == "qwen2",
-		QKNorm:        arch == "qwen3",
+		QKNorm:        arch == "qwen3" || arch == "qwen3moe",
+	}
+	if arch == "qwen3moe" {
+		if err := moeFromHF(h, c); err != nil {
+			return nil, err
+		}
 	}
 	// qwen2 always has q/k/v biases (and no o_proj bias) whatever
 	// attention_bias says; llama and qwen3 put a bias on o_proj too when
@@ -331,6 +349,58 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		c.EOS = c.EOSIDs[0]
 	}
 	return c, nil
+}
+
+// moeFromHF reads qwen3_moe's mixture of experts: every layer sparse
+// (decoder_sparse_step 1, no mlp_only_layers), no shared expert.
+func moeFromHF(h *hfConfig, c *Config) error {
+	need := func(name string, v *int) (int, error) {
+		if v == nil || *v <= 0 {
+			return 0, invalid("%s is missing or not positive", name)
+		}
+		return *v, nil
+	}
+	var err error
+	if c.Experts, err = need("num_experts", h.NumExperts); err != nil {
+		return err
+	}
+	if c.ExpertsUsed, err = need("num_experts_per_tok", h.NumExpertsPerTok); err != nil {
+		return err
+	}
+	if c.ExpertFFNDim, err = need("moe_intermediate_size", h.MoeIntermediateSize); err != nil {
+		return err
+	}
+	c.ExpertNormTopK = h.NormTopkProb == nil || *h.NormTopkProb
+	if h.DecoderSparseStep != nil && *h.DecoderSparseStep != 1 {
+		return unsupported("decoder_sparse_step %d (dense layers between sparse ones) is not supported yet", *h.DecoderSparseStep)
+	}
+	if len(h.MlpOnlyLayers) > 0 {
+		return unsupported("mlp_only_layers %v (dense layers among sparse ones) is not supported yet", h.MlpOnlyLayers)
+	}
+	if h.SharedExpertSize != nil && *h.SharedExpertSize > 0 {
+		return unsupported("shared_expert_intermediate_size %d: shared experts are not supported yet", *h.SharedExpertSize)
+	}
+	c.FFNDim = c.ExpertFFNDim // intermediate_size is a dense FFN's, which it has none of
+	return nil
+}
+
+// hfExperts gathers qwen3_moe's per-expert tensors
+// (model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight) into the
+// canonical expert tensors blk.N.ffn_{gate,up,down}_exps.weight, one raw
+// tensor per expert in raw under the canonical name + "#E" (build's
+// buildExperts takes them).
+func hfExperts(raw map[string]*rawTensor, c *Config) {
+	for l := range c.Layers {
+		for hf, suf := range map[string]string{"gate_proj": sufGateExps, "up_proj": sufUpExps, "down_proj": sufDownExps} {
+			for e := range c.Experts {
+				name := fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", l, e, hf)
+				if r, ok := raw[name]; ok {
+					delete(raw, name)
+					raw[fmt.Sprintf("%s#%d", BlockName(l, suf), e)] = r
+				}
+			}
+		}
+	}
 }
 
 // parseIDs reads a token id field that may be null, an integer or a list.
@@ -456,6 +526,7 @@ var hfNames = map[string]string{
 	"mlp.gate_proj.weight":            sufFFNGate,
 	"mlp.up_proj.weight":              sufFFNUp,
 	"mlp.down_proj.weight":            sufFFNDown,
+	"mlp.gate.weight":                 sufRouter,
 }
 
 // hfNameOf is the inverse of CanonicalName, for messages.

@@ -334,3 +334,33 @@ func TestHFRejects(t *testing.T) {
 		m.Close()
 	})
 }
+
+// qwen3_moe configs batchd does not run are refused naming the field.
+func TestHFMoERejects(t *testing.T) {
+	c := tiny{arch: "qwen3_moe", vocab: 48, dim: 32, layers: 1, heads: 4, kvHeads: 2, headDim: 8, ffn: 64}
+	moe := map[string]any{"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}
+	with := func(kv ...any) map[string]any {
+		out := map[string]any{}
+		for k, v := range moe {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		extra map[string]any
+		want  string
+	}{
+		{with("num_experts", nil), "num_experts is missing"},
+		{with("moe_intermediate_size", 0), "moe_intermediate_size is missing or not positive"},
+		{with("decoder_sparse_step", 2), "decoder_sparse_step 2"},
+		{with("mlp_only_layers", []int{0}), "mlp_only_layers [0]"},
+		{with("shared_expert_intermediate_size", 64), "shared experts"},
+		{with("num_experts_per_tok", 5), "used per token = 5"},
+	} {
+		_, err := Load(writeHF(t, c, tc.extra, hfTensors(c, "F32", "F32")))
+		wantErr(t, err, tc.want)
+	}
+}

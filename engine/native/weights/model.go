@@ -575,9 +575,37 @@ func (m *Model) build(raw map[string]*rawTensor, ignorable func(canonical string
 	return nil
 }
 
-// buildExperts checks a tensor of s.experts matrices and fills
-// m.Experts[s.name] with one matrix per expert, views of its data.
+// buildExperts checks a tensor of s.experts matrices (GGUF) or s.experts
+// tensors of one matrix each, under s.name + "#E" (Hugging Face, hfExperts),
+// and fills m.Experts[s.name] with one matrix per expert.
 func (m *Model) buildExperts(raw map[string]*rawTensor, s tensorSpec, sourceName func(string) string) error {
+	if _, split := raw[s.name+"#0"]; split {
+		exps := make([]*kernels.Matrix, s.experts)
+		for e := range exps {
+			name := fmt.Sprintf("%s#%d", s.name, e)
+			r, ok := raw[name]
+			if !ok {
+				return invalid("expert %d of %q is missing (want shape %s)", e, s.name, fmtShape(s.rows, s.cols))
+			}
+			r.used = true
+			if !shapeIs(r.shape, s.rows, s.cols) {
+				return invalid("%s: shape %s, want %s", r.label(name), fmtRaw(r.shape), fmtShape(s.rows, s.cols))
+			}
+			if !r.ok {
+				return unsupported("%s: type %s is not supported (batchd reads %s)", r.label(name), r.typeName, r.accepts)
+			}
+			x, err := kernels.NewMatrix(r.dtype, s.rows, s.cols, alignedFor(r.dtype, r.data))
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.label(name), err)
+			}
+			exps[e] = x
+		}
+		if m.Experts == nil {
+			m.Experts = make(map[string][]*kernels.Matrix)
+		}
+		m.Experts[s.name] = exps
+		return nil
+	}
 	r, ok := raw[s.name]
 	want := fmt.Sprintf("[%d %d %d] (experts × rows × cols)", s.experts, s.rows, s.cols)
 	if !ok {
