@@ -7,7 +7,8 @@
 // PROMPTS.json: [[id, ...], ...]. OUT.json: [{"tokens": [N greedy ids],
 // "logprobs": {id: log p, ...}}, ...], logprobs being every token's
 // log-probability after the prompt (temperature 1, no top-k/top-p/min-p:
-// the softmax of llama.cpp's logits).
+// the softmax of llama.cpp's logits). End-of-generation tokens are yielded
+// and generation goes on past them, as batchd's greedy test runs.
 import {getLlama} from "node-llama-cpp";
 import fs from "node:fs";
 
@@ -31,7 +32,7 @@ for (const prompt of prompts) {
     const ctx2 = await model.createContext({sequences: 1, contextSize: prompt.length + n + 16, batchSize: 512});
     const seq2 = ctx2.getSequence();
     const tokens = [];
-    for await (const t of seq2.evaluate(prompt, {temperature: 0})) {
+    for await (const t of seq2.evaluate(prompt, {temperature: 0, yieldEogToken: true})) {
         tokens.push(t);
         if (tokens.length >= n) break;
     }

@@ -205,6 +205,9 @@ var Shapes = map[string]Shape{
 	"qwen2.5-1.5b": {Name: "qwen2.5-1.5b", Dim: 1536, Layers: 28, Heads: 12, KVHeads: 2, FFNDim: 8960, Context: 32768, Vocab: 151936},
 	// tiny-moe: a qwen3moe mixture of experts, 8 experts, 2 per token.
 	"tiny-moe": {Name: "tiny-moe", Arch: "qwen3moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, Context: 2048, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96},
+	// tiny-mixtral: a Mixtral-style mixture of experts (GGUF llama with
+	// experts), 8 experts, 2 per token.
+	"tiny-mixtral": {Name: "tiny-mixtral", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, Context: 2048, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96},
 	// qwen3-30b-a3b: Qwen3-30B-A3B's shape (48 layers, 128 experts of
 	// which 8 per token, 3.3B parameters active of 30.5B), for benchmarks.
 	"qwen3-30b-a3b": {Name: "qwen3-30b-a3b", Arch: "qwen3moe", Dim: 2048, Layers: 48, Heads: 32, KVHeads: 4, Context: 40960, Vocab: 151936, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768},

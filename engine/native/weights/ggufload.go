@@ -230,12 +230,17 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	c.ContextLength = r.uint(k("context_length"), -1)
 	c.Dim = r.uint(k("embedding_length"), -1)
 	c.Layers = r.uint(k("block_count"), -1)
+	// llama with experts is Mixtral's GGUF (the merged ffn_*_exps tensors;
+	// the old per-expert ffn_gate.E tensors are refused as unused).
+	if arch == "llama" && r.uint(k("expert_count"), 0) > 0 {
+		traits.moe = true
+	}
 	if traits.moe {
-		// llama.cpp's qwen3moe: every layer sparse, softmax gating, the
-		// chosen experts' weights renormalized (norm_topk_prob).
+		// llama.cpp's qwen3moe and Mixtral: every layer sparse, softmax
+		// gating, the chosen experts' weights renormalized.
 		c.Experts = r.uint(k("expert_count"), -1)
 		c.ExpertsUsed = r.uint(k("expert_used_count"), -1)
-		c.ExpertFFNDim = r.uint(k("expert_feed_forward_length"), -1)
+		c.ExpertFFNDim = r.uint(k("expert_feed_forward_length"), r.uint(k("feed_forward_length"), -1)) // Mixtral's files give only the latter
 		c.ExpertNormTopK = true
 		c.FFNDim = c.ExpertFFNDim // feed_forward_length is a dense FFN's, which qwen3moe has none of
 		if n := r.uint(k("expert_shared_count"), 0); n != 0 && r.err == nil {
