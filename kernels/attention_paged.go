@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 )
 
@@ -16,6 +17,28 @@ import (
 // Attention over the same rows stored contiguously (and therefore
 // independent of chunking and of which blocks hold the rows).
 func (c *CPU) PagedAttention(out, q, k, v []float32, blocks []int32, blockSize, nTok, start, nHeads, nKVHeads, headDim int, scale float32) {
+	c.PagedAttentionOpts(out, q, k, v, blocks, blockSize, nTok, start, nHeads, nKVHeads, headDim, scale, AttnOpts{})
+}
+
+// AttnOpts are the attention variants of the families beyond Llama's. The
+// zero value is plain causal attention.
+type AttnOpts struct {
+	// Window > 0 is sliding-window attention: the query at position p
+	// attends to positions max(0, p-Window+1)..p, Window of them (Mistral,
+	// Gemma's local layers, gpt-oss), as llama.cpp and transformers mask.
+	Window int
+	// SoftCap > 0 caps each scaled score s to SoftCap·tanh(s/SoftCap)
+	// before the softmax (Gemma 2).
+	SoftCap float32
+}
+
+// PagedAttentionOpts is PagedAttention with the variants o asks for. A
+// windowed query's result is bit-identical to PagedAttention of the same
+// query over just its window's rows (stored from position 0).
+func (c *CPU) PagedAttentionOpts(out, q, k, v []float32, blocks []int32, blockSize, nTok, start, nHeads, nKVHeads, headDim int, scale float32, o AttnOpts) {
+	if o.Window < 0 || !(o.SoftCap >= 0) || math.IsInf(float64(o.SoftCap), 0) {
+		panic(fmt.Sprintf("kernels: PagedAttention window %d, soft cap %g", o.Window, o.SoftCap))
+	}
 	if nTok < 0 || start < 0 || nHeads <= 0 || nKVHeads <= 0 || headDim <= 0 || nHeads%nKVHeads != 0 || blockSize < 4 || blockSize&(blockSize-1) != 0 {
 		panic(fmt.Sprintf("kernels: PagedAttention nTok=%d start=%d heads=%d kvHeads=%d headDim=%d blockSize=%d", nTok, start, nHeads, nKVHeads, headDim, blockSize))
 	}
@@ -37,5 +60,5 @@ func (c *CPU) PagedAttention(out, q, k, v []float32, blocks []int32, blockSize, 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, blocks[:nb], uint(bits.TrailingZeros(uint(blockSize))))
+	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, blocks[:nb], uint(bits.TrailingZeros(uint(blockSize))), o)
 }

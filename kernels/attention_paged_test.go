@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -186,5 +187,80 @@ func BenchmarkPagedAttentionNarrow(b *testing.B) {
 				cpu.PagedAttention(out, q, kp, vp, table, bs, nTok, 170, heads, kv, hd, 0.125)
 			}
 		})
+	}
+}
+
+// TestPagedAttentionWindow: sliding-window attention gives each query
+// exactly (bit for bit) what PagedAttention gives it over only its window's
+// rows, stored from position 0, on every backend, for windows shorter and
+// longer than a block and windows that do and do not start on a group of
+// four; prefilled in one call or token by token. With a soft cap each
+// result is the reference's (scores capped by c·tanh(s/c), then the plain
+// softmax) within float32 rounding, and differs from the uncapped one.
+func TestPagedAttentionWindow(t *testing.T) {
+	const N, bs = 70, 16
+	r := rand.New(rand.NewPCG(52, 53))
+	for _, be := range backendsUnderTest(t) {
+		cpu := newCPU(2, be)
+		for _, c := range attnCases {
+			stride, qn := c.kv*c.hd, c.heads*c.hd
+			q := randF32(r, N*qn, 2)
+			k, v := randF32(r, N*stride, 2), randF32(r, N*stride, 1)
+			kp, vp, table := scatter(r, k, v, N, c.kv, c.hd, bs, (N+bs-1)/bs+2)
+			for _, win := range []int{1, 5, 8, 23, 64, N + 5} {
+				for _, chunk := range []int{N, 1} {
+					got := make([]float32, len(q))
+					for s := 0; s < N; s += chunk {
+						m := min(chunk, N-s)
+						cpu.PagedAttentionOpts(got[s*qn:(s+m)*qn], q[s*qn:(s+m)*qn], kp, vp, table, bs, m, s, c.heads, c.kv, c.hd, 0.2, AttnOpts{Window: win})
+					}
+					for p := range N {
+						lo := max(0, p+1-win)
+						wk, wv, wt := scatter(r, k[lo*stride:(p+1)*stride], v[lo*stride:(p+1)*stride], p+1-lo, c.kv, c.hd, bs, (p+1-lo+bs-1)/bs)
+						want := make([]float32, qn)
+						cpu.PagedAttention(want, q[p*qn:(p+1)*qn], wk, wv, wt, bs, 1, p-lo, c.heads, c.kv, c.hd, 0.2)
+						if i := bitsEqual(got[p*qn:(p+1)*qn], want); i >= 0 {
+							t.Fatalf("%s %+v window %d chunk %d: position %d differs from attention over its window at %d", be.name, c, win, chunk, p, i)
+						}
+					}
+				}
+			}
+			// Soft cap: against the obvious computation in float64.
+			const softCap = 0.3
+			got, plain := make([]float32, len(q)), make([]float32, len(q))
+			cpu.PagedAttentionOpts(got, q, kp, vp, table, bs, N, 0, c.heads, c.kv, c.hd, 0.2, AttnOpts{SoftCap: softCap, Window: 40})
+			cpu.PagedAttentionOpts(plain, q, kp, vp, table, bs, N, 0, c.heads, c.kv, c.hd, 0.2, AttnOpts{Window: 40})
+			if bitsEqual(got, plain) < 0 {
+				t.Fatalf("%s %+v: the soft cap changed nothing", be.name, c)
+			}
+			group := c.heads / c.kv
+			for p := range N {
+				lo := max(0, p+1-40)
+				for h := range c.heads {
+					g := h / group
+					qh := q[(p*c.heads+h)*c.hd:][:c.hd]
+					w := make([]float64, p+1-lo)
+					var sum float64
+					for j := range w {
+						var d float64
+						for x := range c.hd {
+							d += float64(qh[x]) * float64(k[((lo+j)*c.kv+g)*c.hd+x])
+						}
+						w[j] = math.Exp(softCap * math.Tanh(d*0.2/softCap))
+						sum += w[j]
+					}
+					for x := range c.hd {
+						var o float64
+						for j := range w {
+							o += w[j] * float64(v[((lo+j)*c.kv+g)*c.hd+x])
+						}
+						if o /= sum; math.Abs(float64(got[(p*c.heads+h)*c.hd+x])-o) > 1e-5 {
+							t.Fatalf("%s %+v: soft-capped position %d head %d dim %d = %g, want %g", be.name, c, p, h, x, got[(p*c.heads+h)*c.hd+x], o)
+						}
+					}
+				}
+			}
+		}
+		cpu.Close()
 	}
 }

@@ -788,9 +788,12 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	n := a.start + i + 1
 	g := h / (a.nHeads / a.nKV)
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
-	scores := w.scores[:n]
+	// Scoring starts at the window's first group of four; the scores
+	// before lo go unread.
+	lo := a.first(n)
+	scores := w.scores[lo:n]
 	sp := f32ptr(w.scores)
-	p := 0
+	p := lo &^ 3
 	// Four positions at a time share the query loads; each position's dot
 	// product is avx2Dot's, chunk by chunk, a partial last chunk masked.
 	full := hd &^ 15
@@ -820,6 +823,10 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		}
 		hsum4acc16(c0, c1, c2, c3).Mul(archsimd.BroadcastFloat32x4(a.scale)).Store((*[4]float32)(unsafe.Add(sp, 4*p)))
 	}
+	if a.capped { // a byte test: a float compare would be legacy SSE
+		archsimd.ClearAVXUpperBits()
+		a.capScores(scores)
+	}
 	// avx2Max and avx2ExpSum return with the vector state clean, so 1/sum
 	// is on clean state too.
 	sum := avx2ExpSum(scores, avx2Max(scores))
@@ -832,7 +839,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		for ; d < hd; d += 32 {
 			var a0, a1, a2, a3 archsimd.Float32x8
 			for p, e := range scores {
-				row := unsafe.Add(vp, 4*(a.rowOff(p, g)+d))
+				row := unsafe.Add(vp, 4*(a.rowOff(lo+p, g)+d))
 				ev := archsimd.BroadcastFloat32x8(e)
 				a0 = archsimd.LoadFloat32x8(f32x8At(row, 0)).MulAdd(ev, a0)
 				a1 = archsimd.LoadFloat32x8(f32x8At(row, 8)).MulAdd(ev, a1)
@@ -851,7 +858,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 	for ; d+8 <= hd; d += 8 {
 		var acc archsimd.Float32x8
 		for p, e := range scores {
-			acc = archsimd.LoadFloat32x8(f32x8At(vp, a.rowOff(p, g)+d)).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+			acc = archsimd.LoadFloat32x8(f32x8At(vp, a.rowOff(lo+p, g)+d)).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
 		}
 		acc.Mul(inv).Store(f32x8At(f32ptr(o), d))
 	}
@@ -859,7 +866,7 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		tm := tailMask8(hd - d)
 		var acc archsimd.Float32x8
 		for p, e := range scores {
-			acc = loadMasked8(vp, a.rowOff(p, g)+d, tm).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
+			acc = loadMasked8(vp, a.rowOff(lo+p, g)+d, tm).MulAdd(archsimd.BroadcastFloat32x8(e), acc)
 		}
 		storeF32x8Tail(acc.Mul(inv), o[d:])
 	}

@@ -762,7 +762,10 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	// (A Float32x4 kept across calls or loops is spilled with legacy
 	// MOVUPS: the scale travels as 16 lanes.)
 	sv := archsimd.BroadcastFloat32x16(scale)
-	for p0 := 0; p0 < n; p0 += attnBlock {
+	// A window scores from its first group of four (the scores before lo
+	// go unread) and sums from lo.
+	lo := a.first(n)
+	for p0 := lo &^ 3; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
 		j := 0
 		for ; j+2 <= nh; j += 2 {
@@ -774,14 +777,20 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 			attnScores512(f32ptr(w.scores[j*n:]), q, &rows, p0, p1, sv)
 		}
 	}
+	if a.capped { // a byte test: a float compare would be legacy SSE
+		archsimd.ClearAVXUpperBits()
+		for j := range nh {
+			a.capScores(w.scores[j*n+lo : (j+1)*n])
+		}
+	}
 	one := archsimd.BroadcastFloat32x16(1)
 	for j := range nh {
-		s := w.scores[j*n : (j+1)*n]
+		s := w.scores[j*n+lo : (j+1)*n]
 		mv, _ := maxBcast512(s)
 		inv[j] = one.Div(expSumBcast512(s, mv))
 	}
 	ap, sp := f32ptr(acc), f32ptr(w.scores)
-	for p0 := 0; p0 < n; p0 += attnBlock {
+	for p0 := lo; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
 		j := 0
 		for ; j+2 <= nh && hd < 16; j += 2 {

@@ -1,5 +1,7 @@
 package kernels
 
+import "math"
+
 // backend is one code path's set of kernels. The CPU type does validation,
 // scratch management and the parallel split; a backend does the arithmetic
 // on the pieces it is handed. Every function must compute each output
@@ -108,6 +110,29 @@ type attnArgs struct {
 	// positions per block; nil for one contiguous cache.
 	blocks  []int32
 	bsShift uint
+	// window > 0 limits each query to its last window positions (itself
+	// included); softCap > 0 maps each score s to softCap·tanh(s/softCap)
+	// before the softmax (AttnOpts).
+	window  int
+	softCap float32
+	capped  bool // softCap > 0
+}
+
+// first is the first position a query at position n-1 attends to.
+func (a *attnArgs) first(n int) int {
+	if a.window > 0 && n > a.window {
+		return n - a.window
+	}
+	return 0
+}
+
+// capScores soft-caps a query's scores in place when the call asks for it.
+func (a *attnArgs) capScores(s []float32) {
+	if c := a.softCap; c > 0 {
+		for i, x := range s {
+			s[i] = c * float32(math.Tanh(float64(x/c)))
+		}
+	}
 }
 
 // rowOff is the offset in k and v of position p's row of kv head g:

@@ -43,6 +43,7 @@ type CPU struct {
 	rope            ropeArgs
 	ropeTab         ropeTable
 	silu            [2][]float32
+	gelu            bool // the silu call is GELUMul's
 	fnMatMul        func(worker, lo, hi int)
 	fnQuant         func(worker, lo, hi int)
 	fnAttn          func(worker, lo, hi int)
@@ -435,7 +436,44 @@ func (c *CPU) siluItems(_, lo, hi int) {
 	const chunk = 4096
 	g := c.silu[0]
 	a, b := lo*chunk, min(hi*chunk, len(g))
+	if c.gelu {
+		geluMul(g[a:b], c.silu[1][a:b])
+		return
+	}
 	c.be.siluMul(g[a:b], c.silu[1][a:b])
+}
+
+// GELUMul sets gate[i] = gelu(gate[i])·up[i] with GELU's tanh
+// approximation, 0.5·g·(1+tanh(√(2/π)·(g+0.044715·g³))), evaluated in
+// float64 and rounded once to float32 (Gemma's GeGLU, as transformers'
+// gelu_pytorch_tanh computes it in float32, to within its rounding).
+func (c *CPU) GELUMul(gate, up []float32) {
+	if len(up) < len(gate) {
+		panic(fmt.Sprintf("kernels: GELUMul len(gate)=%d len(up)=%d", len(gate), len(up)))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(gate) < c.parallelMinWork {
+		geluMul(gate, up)
+		return
+	}
+	c.silu, c.gelu = [2][]float32{gate, up}, true
+	const chunk = 4096
+	c.pool.run((len(gate)+chunk-1)/chunk, 1, c.fnSiLU)
+	c.silu, c.gelu = [2][]float32{}, false
+}
+
+// GELU returns GELU(x) in its tanh approximation, as GELUMul computes it.
+func GELU(x float32) float32 {
+	g := float64(x)
+	return float32(0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g))))
+}
+
+func geluMul(gate, up []float32) {
+	up = up[:len(gate)]
+	for i, g := range gate {
+		gate[i] = GELU(g) * up[i]
+	}
 }
 
 // Attention is causal grouped-query attention over one sequence. q holds
@@ -463,11 +501,11 @@ func (c *CPU) Attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, h
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, nil, 0)
+	c.attention(out, q, k, v, nTok, start, nHeads, nKVHeads, headDim, scale, nil, 0, AttnOpts{})
 }
 
 // attention runs a checked Attention or PagedAttention call (c.mu held).
-func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, blocks []int32, bsShift uint) {
+func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, blocks []int32, bsShift uint, o AttnOpts) {
 	n := start + nTok
 	// A work item is one token's query heads that share a kv head (up to 4
 	// of them), so the K/V rows it streams are read once for all of them.
@@ -477,7 +515,8 @@ func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, h
 		c.workers[i].scores = growF32(c.workers[i].scores, chunk*n)
 	}
 	c.att = attnArgs{out: out, q: q, k: k, v: v, nTok: nTok, start: start, nHeads: nHeads, nKV: nKVHeads, headDim: headDim, scale: scale,
-		groupChunk: chunk, chunks: (group + chunk - 1) / chunk, blocks: blocks, bsShift: bsShift}
+		groupChunk: chunk, chunks: (group + chunk - 1) / chunk, blocks: blocks, bsShift: bsShift,
+		window: o.Window, softCap: o.SoftCap, capped: o.SoftCap > 0}
 	items := nTok * nKVHeads * c.att.chunks
 	if items > 1 && n*headDim*nTok*nHeads >= c.parallelMinWork/4 {
 		c.pool.run(items, 1, c.fnAttn)

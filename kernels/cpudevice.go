@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // CPUDevice is the Device over a CPU's kernels: buffers are host slices
 // (zero-copy: Upload and Download are copies, views are reslices), weights
@@ -163,4 +166,33 @@ func (d *CPUDevice) WriteKV(p KVPool, k, v Buf, blocks []int32, start, n int) {
 
 func (d *CPUDevice) PagedAttention(out, q Buf, p KVPool, blocks []int32, nTok, start, nHeads, nKVHeads, headDim int, scale float32) {
 	d.cpu.PagedAttention(d.Host(out), d.Host(q), d.Host(p.K), d.Host(p.V), blocks, p.BlockSize, nTok, start, nHeads, nKVHeads, headDim, scale)
+}
+
+var _ FamilyDevice = (*CPUDevice)(nil)
+
+// PagedAttentionOpts implements FamilyDevice.
+func (d *CPUDevice) PagedAttentionOpts(out, q Buf, p KVPool, blocks []int32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, o AttnOpts) {
+	d.cpu.PagedAttentionOpts(d.Host(out), d.Host(q), d.Host(p.K), d.Host(p.V), blocks, p.BlockSize, nTok, start, nHeads, nKVHeads, headDim, scale, o)
+}
+
+// GELUMul implements FamilyDevice.
+func (d *CPUDevice) GELUMul(gate, up Buf) { d.cpu.GELUMul(d.Host(gate), d.Host(up)) }
+
+// Scale implements FamilyDevice.
+func (d *CPUDevice) Scale(x Buf, s float32) {
+	xs := d.Host(x)
+	for i, v := range xs {
+		xs[i] = v * s
+	}
+}
+
+// SoftCap implements FamilyDevice.
+func (d *CPUDevice) SoftCap(x Buf, c float32) {
+	if !(c > 0) {
+		panic(fmt.Sprintf("kernels: SoftCap %g", c))
+	}
+	xs := d.Host(x)
+	for i, v := range xs {
+		xs[i] = c * float32(math.Tanh(float64(v/c)))
+	}
 }

@@ -183,6 +183,24 @@ type SegmentDevice interface {
 	PagedAttentionSegments(out, q Buf, p KVPool, nHeads, nKVHeads, headDim int, scale float32)
 }
 
+// FamilyDevice is implemented by devices that run the operations of the
+// model families beyond Llama's (Gemma's GeGLU, embedding scale and soft
+// caps; sliding-window attention). The native engine refuses a model that
+// needs them on a device without them.
+type FamilyDevice interface {
+	Device
+	// PagedAttentionOpts is PagedAttention with the variants o asks for
+	// (CPU.PagedAttentionOpts).
+	PagedAttentionOpts(out, q Buf, p KVPool, blocks []int32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, o AttnOpts)
+	// GELUMul sets gate[i] = gelu(gate[i])·up[i] for i < gate.Len(), GELU
+	// in its tanh approximation (CPU.GELUMul).
+	GELUMul(gate, up Buf)
+	// Scale sets x[i] *= s for i < x.Len().
+	Scale(x Buf, s float32)
+	// SoftCap sets x[i] = c·tanh(x[i]/c) for i < x.Len(), c > 0.
+	SoftCap(x Buf, c float32)
+}
+
 // FusedDevice is implemented by devices with fused kernels for the
 // decoder's chains of small operations; each method's result is that of
 // the chain it replaces.

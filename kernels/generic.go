@@ -182,10 +182,12 @@ func genericAttentionHead(a *attnArgs, w *worker, i, h int) {
 	n := a.start + i + 1
 	g := h / (a.nHeads / a.nKV)
 	q := a.q[(i*a.nHeads+h)*hd:][:hd]
-	scores := w.scores[:n]
-	for p := range scores {
-		scores[p] = genericDot(q, a.kRow(p, g)) * a.scale
+	lo := a.first(n)
+	scores := w.scores[lo:n]
+	for j := range scores {
+		scores[j] = genericDot(q, a.kRow(lo+j, g)) * a.scale
 	}
+	a.capScores(scores)
 	m := scores[0]
 	for _, s := range scores[1:] {
 		m = max(m, s)
@@ -198,8 +200,8 @@ func genericAttentionHead(a *attnArgs, w *worker, i, h int) {
 	}
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
 	clear(o)
-	for p, e := range scores {
-		v := a.vRow(p, g)
+	for j, e := range scores {
+		v := a.vRow(lo+j, g)
 		for d := range o {
 			o[d] += e * v[d]
 		}

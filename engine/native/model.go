@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
@@ -20,6 +21,13 @@ type layer struct {
 	// of wGate, wUp, wDown (moe.go).
 	router            kernels.Weight
 	gateE, upE, downE []kernels.Weight
+	// Gemma's norms of the attention and FFN outputs (empty otherwise).
+	postAttnNorm, postFFNNorm kernels.Buf
+	// attn is the layer's attention variant (its sliding window, the
+	// soft cap); invFreq its RoPE frequencies (Gemma 3's local layers
+	// have their own).
+	attn    kernels.AttnOpts
+	invFreq []float32
 }
 
 // Model is a Llama-family decoder (llama, qwen2, qwen3) ready to run. Its
@@ -37,6 +45,30 @@ type Model struct {
 	// packed is the bytes of the device's packed copies of the weights
 	// (kernels.WeightPacker).
 	packed int64
+	// fam is dev when the model needs a family's operations (Gemma's,
+	// sliding windows), else nil.
+	fam kernels.FamilyDevice
+	// attnScale scales the attention scores.
+	attnScale float32
+}
+
+// familyNeeds names what a config needs beyond Llama's decoder, which
+// only a kernels.FamilyDevice runs; empty when nothing.
+func familyNeeds(c weights.Config) []string {
+	var out []string
+	if c.SlidingWindow > 0 {
+		out = append(out, "sliding-window attention")
+	}
+	if c.AttnSoftCap > 0 || c.FinalSoftCap > 0 {
+		out = append(out, "soft-capping")
+	}
+	if c.GELU {
+		out = append(out, "GeGLU")
+	}
+	if c.EmbedScale > 0 || c.PostNorms {
+		out = append(out, "Gemma's embedding scale and post-norms")
+	}
+	return out
 }
 
 // NewModel binds loaded weights to the default device over cpu (the CPU
@@ -138,6 +170,17 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 	if _, graphs := dev.(kernels.PassDevice); c.Experts > 0 && graphs {
 		return nil, fmt.Errorf("model: %s is a mixture of experts, which runs on the CPU and reference devices so far, not on %s", c.Arch, dev.Name())
 	}
+	if needs := familyNeeds(c); len(needs) > 0 {
+		fam, ok := dev.(kernels.FamilyDevice)
+		if !ok {
+			return nil, fmt.Errorf("model: %s needs %s, which run on the CPU and reference devices so far, not on %s", c.Arch, strings.Join(needs, ", "), dev.Name())
+		}
+		m.fam = fam
+	}
+	m.attnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if c.AttnScale > 0 {
+		m.attnScale = c.AttnScale
+	}
 	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	m.embd = mat("token_embd.weight", c.VocabSize, c.Dim)
 	m.norm = vec("output_norm.weight", c.Dim, false)
@@ -175,6 +218,14 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 			l.qNorm = vec(p+"attn_q_norm.weight", c.HeadDim, false)
 			l.kNorm = vec(p+"attn_k_norm.weight", c.HeadDim, false)
 		}
+		if c.PostNorms {
+			l.postAttnNorm = vec(p+"post_attention_norm.weight", c.Dim, false)
+			l.postFFNNorm = vec(p+"post_ffw_norm.weight", c.Dim, false)
+		}
+		l.attn.SoftCap = c.AttnSoftCap
+		if c.Sliding(i) {
+			l.attn.Window = c.SlidingWindow
+		}
 		m.layers = append(m.layers, l)
 	}
 	if err != nil {
@@ -206,6 +257,19 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 	}
 	for _, f := range w.RopeFrequencies() {
 		m.invFreq = append(m.invFreq, float32(f))
+	}
+	local := m.invFreq
+	if c.RopeThetaLocal > 0 {
+		local = nil
+		for _, f := range w.LocalRopeFrequencies() {
+			local = append(local, float32(f))
+		}
+	}
+	for i := range m.layers {
+		m.layers[i].invFreq = m.invFreq
+		if c.Sliding(i) {
+			m.layers[i].invFreq = local
+		}
 	}
 	return m, nil
 }
@@ -321,6 +385,9 @@ func (m *Model) forward(b *batch, s *scratch) []float32 {
 	m.dev.RMSNorm(last, last, m.norm, n, dim, c.RMSEps)
 	logits := m.buf(&s.logitsDev, n*c.VocabSize)
 	m.dev.MatMul(logits, last, n, m.out)
+	if c.FinalSoftCap > 0 {
+		m.fam.SoftCap(logits, c.FinalSoftCap)
+	}
 	if h, ok := m.dev.(hostView); ok {
 		return h.Host(logits)
 	}
@@ -360,7 +427,10 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 		segDev.SetSegments(s.segs, kv.bs)
 	}
 	dev.Embed(x, m.embd, b.tokens)
-	scale := float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if c.EmbedScale > 0 {
+		m.fam.Scale(x, c.EmbedScale)
+	}
+	scale := m.attnScale
 	if b.lora {
 		planLoRA(b, s)
 	}
@@ -377,7 +447,7 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 		}
 		pool := kv.layers[li]
 		if fused != nil {
-			fused.QKVPost(q, k, v, T, L.bq, L.bk, L.bv, L.qNorm, L.kNorm, c.RMSEps, b.pos, m.invFreq, c.RopeNeox,
+			fused.QKVPost(q, k, v, T, L.bq, L.bk, L.bv, L.qNorm, L.kNorm, c.RMSEps, b.pos, L.invFreq, c.RopeNeox,
 				c.Heads, c.KVHeads, c.HeadDim, pool)
 		} else {
 			if L.bq.Len() > 0 {
@@ -389,24 +459,35 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 				dev.RMSNorm(q, q, L.qNorm, T*c.Heads, c.HeadDim, c.RMSEps)
 				dev.RMSNorm(k, k, L.kNorm, T*c.KVHeads, c.HeadDim, c.RMSEps)
 			}
-			dev.RoPE(q, T, c.Heads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
-			dev.RoPE(k, T, c.KVHeads, c.HeadDim, b.pos, m.invFreq, c.RopeNeox)
+			dev.RoPE(q, T, c.Heads, c.HeadDim, b.pos, L.invFreq, c.RopeNeox)
+			dev.RoPE(k, T, c.KVHeads, c.HeadDim, b.pos, L.invFreq, c.RopeNeox)
 			if segDev != nil {
 				segDev.WriteKVSegments(pool, k, v)
 			}
 		}
-		if segDev != nil {
+		switch {
+		case segDev != nil && L.attn == (kernels.AttnOpts{}):
 			segDev.PagedAttentionSegments(att, q, pool, c.Heads, c.KVHeads, c.HeadDim, scale)
-		} else {
+		default:
 			for _, sg := range b.segs {
-				dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
-				dev.PagedAttention(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
-					pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
+				if segDev == nil { // else QKVPost or WriteKVSegments wrote them
+					dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
+				}
+				if L.attn == (kernels.AttnOpts{}) {
+					dev.PagedAttention(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
+						pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
+				} else {
+					m.fam.PagedAttentionOpts(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
+						pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale, L.attn)
+				}
 			}
 		}
 		dev.MatMul(o, att, T, L.wo)
 		if b.lora {
 			m.applyLoRA(s, li, loraAttnOut, att, qDim, o)
+		}
+		if c.PostNorms {
+			dev.RMSNorm(o, o, L.postAttnNorm, T, dim, c.RMSEps)
 		}
 		if fused != nil {
 			fused.AddRMSNorm(h, x, o, L.ffnNorm, T, dim, c.RMSEps)
@@ -422,11 +503,18 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 			if b.lora {
 				m.applyLoRA(s, li, loraGateUp, h, dim, gate, up)
 			}
-			dev.SiLUMul(gate, up)
+			if c.GELU {
+				m.fam.GELUMul(gate, up)
+			} else {
+				dev.SiLUMul(gate, up)
+			}
 			dev.MatMul(down, gate, T, L.wDown)
 			if b.lora {
 				m.applyLoRA(s, li, loraFFNOut, gate, c.FFNDim, down)
 			}
+		}
+		if c.PostNorms {
+			dev.RMSNorm(down, down, L.postFFNNorm, T, dim, c.RMSEps)
 		}
 		if fused != nil && li+1 < len(m.layers) {
 			fused.AddRMSNorm(h, x, down, m.layers[li+1].attnNorm, T, dim, c.RMSEps)

@@ -1,11 +1,8 @@
 package native
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -181,70 +178,26 @@ func TestMoEHFMatchesGGUF(t *testing.T) {
 	}
 	defer g.Close()
 	c := g.Config
-	layer := map[string]string{
-		"attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_attn.q_proj.weight",
-		"attn_k.weight": "self_attn.k_proj.weight", "attn_v.weight": "self_attn.v_proj.weight",
-		"attn_output.weight": "self_attn.o_proj.weight", "attn_q_norm.weight": "self_attn.q_norm.weight",
-		"attn_k_norm.weight": "self_attn.k_norm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-		"ffn_gate_inp.weight": "mlp.gate.weight",
-	}
-	hfName := func(canon string) string {
-		switch canon {
-		case "token_embd.weight":
-			return "model.embed_tokens.weight"
-		case "output.weight":
-			return "lm_head.weight"
-		case "output_norm.weight":
-			return "model.norm.weight"
-		}
-		var l int
-		var suf string
-		if _, err := fmt.Sscanf(strings.Replace(canon, ".", " ", 2), "blk %d %s", &l, &suf); err != nil || layer[suf] == "" {
-			t.Fatalf("no HF name for %s", canon)
-		}
-		return fmt.Sprintf("model.layers.%d.%s", l, layer[suf])
-	}
-	tensors := map[string]weights.SafeTensor{}
-	for name, x := range g.Matrices {
-		if x.Type != kernels.F32 {
-			t.Fatalf("%s is %v", name, x.Type)
-		}
-		tensors[hfName(name)] = weights.SafeTensor{DType: "F32", Shape: []int{x.Rows, x.Cols}, Data: x.Data}
-	}
-	for name, v := range g.Vectors {
-		b := make([]byte, 4*len(v))
-		for i, f := range v {
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-		}
-		tensors[hfName(name)] = weights.SafeTensor{DType: "F32", Shape: []int{len(v)}, Data: b}
-	}
+	layer := hfLayerNames(map[string]string{"ffn_norm.weight": "post_attention_layernorm.weight", "ffn_gate_inp.weight": "mlp.gate.weight"})
+	extra := map[string]weights.SafeTensor{}
 	for name, exps := range g.Experts {
 		var l int
 		var suf string
 		fmt.Sscanf(strings.Replace(name, ".", " ", 2), "blk %d %s", &l, &suf)
 		proj := map[string]string{"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj", "ffn_down_exps.weight": "down_proj"}[suf]
 		for e, x := range exps {
-			tensors[fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj)] =
+			extra[fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj)] =
 				weights.SafeTensor{DType: "F32", Shape: []int{x.Rows, x.Cols}, Data: x.Data}
 		}
 	}
-	dir := t.TempDir()
-	if err := weights.WriteSafetensors(filepath.Join(dir, "model.safetensors"), tensors); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := json.Marshal(map[string]any{
+	dir := hfDirFrom(t, g, layer, 0, map[string]any{
 		"model_type": "qwen3_moe", "hidden_size": c.Dim, "num_hidden_layers": c.Layers,
 		"num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads, "head_dim": c.HeadDim,
 		"intermediate_size": 6144, "moe_intermediate_size": c.ExpertFFNDim, "num_experts": c.Experts,
 		"num_experts_per_tok": c.ExpertsUsed, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": []int{},
 		"rms_norm_eps": c.RMSEps, "rope_theta": c.RopeTheta, "max_position_embeddings": c.ContextLength,
 		"vocab_size": c.VocabSize, "tie_word_embeddings": false, "hidden_act": "silu",
-	})
-	for name, body := range map[string][]byte{"config.json": cfg, "tokenizer.json": []byte(`{"version":"1.0","model":{"type":"BPE","vocab":{"a":0},"merges":[]}}`)} {
-		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	}, extra)
 	h, err := weights.Load(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -253,19 +206,5 @@ func TestMoEHFMatchesGGUF(t *testing.T) {
 	if h.Config.Arch != "qwen3moe" || h.Config.Experts != c.Experts || h.Config.ExpertsUsed != c.ExpertsUsed || h.Config.ExpertFFNDim != c.ExpertFFNDim {
 		t.Fatalf("HF config %+v", h.Config)
 	}
-	seq := make([]int32, 40)
-	for i := range seq {
-		seq[i] = int32((i*131 + 7) % c.VocabSize)
-	}
-	var logits [2][]float32
-	for i, w := range []*weights.Model{g, h} {
-		m, err := NewModel(w, kernels.NewCPU(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		logits[i] = allLogits(m, seq)
-	}
-	if !slices.Equal(logits[0], logits[1]) {
-		t.Fatal("the HF directory's logits differ from the GGUF's")
-	}
+	checkSameLogits(t, g, h)
 }

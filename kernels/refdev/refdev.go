@@ -344,6 +344,39 @@ func (d *Device) SiLUMul(gate, up kernels.Buf) {
 	}
 }
 
+// GELUMul implements kernels.FamilyDevice: GELU's tanh approximation in
+// float64, rounded to float32, times up.
+func (d *Device) GELUMul(gate, up kernels.Buf) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, u := d.f(gate), d.f(up)
+	need("GELUMul", len(u), len(g))
+	for i, v := range g {
+		x := float64(v)
+		g[i] = float32(0.5*x*(1+math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))) * u[i]
+	}
+}
+
+// Scale implements kernels.FamilyDevice.
+func (d *Device) Scale(x kernels.Buf, s float32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	xs := d.f(x)
+	for i := range xs {
+		xs[i] *= s
+	}
+}
+
+// SoftCap implements kernels.FamilyDevice.
+func (d *Device) SoftCap(x kernels.Buf, c float32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	xs := d.f(x)
+	for i, v := range xs {
+		xs[i] = c * float32(math.Tanh(float64(v/c)))
+	}
+}
+
 // AllocKV implements kernels.Device.
 func (d *Device) AllocKV(blocks, blockSize, width int) (kernels.KVPool, error) {
 	if blocks < 0 || blockSize < 1 || width < 1 {
@@ -386,6 +419,14 @@ func (d *Device) WriteKV(p kernels.KVPool, k, v kernels.Buf, blocks []int32, sta
 // scores scale·q·k in position order, softmax with the max subtracted, and
 // the position-ordered sum of the weighted values divided by their sum.
 func (d *Device) PagedAttention(out, q kernels.Buf, p kernels.KVPool, blocks []int32, nTok, start, nHeads, nKVHeads, headDim int, scale float32) {
+	d.PagedAttentionOpts(out, q, p, blocks, nTok, start, nHeads, nKVHeads, headDim, scale, kernels.AttnOpts{})
+}
+
+var _ kernels.FamilyDevice = (*Device)(nil)
+
+// PagedAttentionOpts implements kernels.FamilyDevice: PagedAttention over
+// each query's window only, each score soft-capped before the softmax.
+func (d *Device) PagedAttentionOpts(out, q kernels.Buf, p kernels.KVPool, blocks []int32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, opt kernels.AttnOpts) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || p.Width != nKVHeads*headDim {
@@ -400,13 +441,20 @@ func (d *Device) PagedAttention(out, q kernels.Buf, p kernels.KVPool, blocks []i
 	group := nHeads / nKVHeads
 	for i := range nTok {
 		n := start + i + 1
-		sc := d.s[:n]
+		lo := 0
+		if opt.Window > 0 && n > opt.Window {
+			lo = n - opt.Window
+		}
+		sc := d.s[lo:n]
 		for h := range nHeads {
 			g := h / group
 			qh := qs[(i*nHeads+h)*headDim:][:headDim]
-			for pos := range n {
-				kr := kp[rowOff(p, blocks, pos)+g*headDim:][:headDim]
-				sc[pos] = dot(qh, kr) * scale
+			for j := range sc {
+				kr := kp[rowOff(p, blocks, lo+j)+g*headDim:][:headDim]
+				sc[j] = dot(qh, kr) * scale
+				if c := opt.SoftCap; c > 0 {
+					sc[j] = c * float32(math.Tanh(float64(sc[j]/c)))
+				}
 			}
 			m := sc[0]
 			for _, s := range sc {
@@ -419,8 +467,8 @@ func (d *Device) PagedAttention(out, q kernels.Buf, p kernels.KVPool, blocks []i
 			}
 			oh := o[(i*nHeads+h)*headDim:][:headDim]
 			clear(oh)
-			for pos, e := range sc {
-				vr := vp[rowOff(p, blocks, pos)+g*headDim:][:headDim]
+			for j, e := range sc {
+				vr := vp[rowOff(p, blocks, lo+j)+g*headDim:][:headDim]
 				for c := range oh {
 					oh[c] += e * vr[c]
 				}

@@ -1,8 +1,10 @@
 package refdev_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/batchd/batchd/kernels"
@@ -236,6 +238,12 @@ func TestDevicesAgreeOnElementwise(t *testing.T) {
 // pagedAttention writes a sequence's K/V into a pool through a shuffled
 // block table in chunks of chunk tokens and returns the attention outputs.
 func pagedAttention(t *testing.T, d kernels.Device, q, k, v []float32, n, chunk, nHeads, nKV, headDim int) []float32 {
+	return pagedAttentionOpts(t, d, q, k, v, n, chunk, nHeads, nKV, headDim, kernels.AttnOpts{})
+}
+
+// pagedAttentionOpts is pagedAttention with o (d a FamilyDevice when o is
+// not the zero value).
+func pagedAttentionOpts(t *testing.T, d kernels.Device, q, k, v []float32, n, chunk, nHeads, nKV, headDim int, o kernels.AttnOpts) []float32 {
 	const bs = 4
 	table := []int32{5, 2, 7, 0, 3}
 	pool, err := d.AllocKV(8, bs, nKV*headDim)
@@ -249,9 +257,100 @@ func pagedAttention(t *testing.T, d kernels.Device, q, k, v []float32, n, chunk,
 	for s := 0; s < n; s += chunk {
 		c := min(chunk, n-s)
 		d.WriteKV(pool, kd.Slice(s*kvs, c*kvs), vd.Slice(s*kvs, c*kvs), table, s, c)
-		d.PagedAttention(out.Slice(s*qs, c*qs), qd.Slice(s*qs, c*qs), pool, table, c, s, nHeads, nKV, headDim, 0.25)
+		if o == (kernels.AttnOpts{}) {
+			d.PagedAttention(out.Slice(s*qs, c*qs), qd.Slice(s*qs, c*qs), pool, table, c, s, nHeads, nKV, headDim, 0.25)
+		} else {
+			d.(kernels.FamilyDevice).PagedAttentionOpts(out.Slice(s*qs, c*qs), qd.Slice(s*qs, c*qs), pool, table, c, s, nHeads, nKV, headDim, 0.25, o)
+		}
 	}
 	return download(d, out)
+}
+
+// TestDevicesAgreeOnFamilyOps: the operations of the families beyond
+// Llama's agree with the reference device on every backend (GELUMul, Scale
+// and SoftCap within 2e-6 relative, windowed and soft-capped attention as
+// PagedAttention), and the reference's own results hold: GELU's known
+// values, windowed attention of position 0 is its v row, a soft cap bounds
+// the values it returns.
+func TestDevicesAgreeOnFamilyOps(t *testing.T) {
+	const n, nHeads, nKV, headDim = 17, 6, 2, 16
+	r := rand.New(rand.NewPCG(4, 4))
+	x, up := randVec(r, 300), randVec(r, 300)
+	q, k, v := randVec(r, n*nHeads*headDim), randVec(r, n*nKV*headDim), randVec(r, n*nKV*headDim)
+	opts := []kernels.AttnOpts{{Window: 1}, {Window: 6}, {SoftCap: 0.5}, {Window: 5, SoftCap: 0.3}}
+	type res map[string][]float32
+	results := map[string]res{}
+	for name, dev := range devices(t) {
+		d, ok := dev.(kernels.FamilyDevice)
+		if !ok {
+			t.Fatalf("%s is not a FamilyDevice", name)
+		}
+		out := res{}
+		b := upload(t, d, x)
+		d.GELUMul(b, upload(t, d, up))
+		out["GELUMul"] = download(d, b)
+		b = upload(t, d, x)
+		d.Scale(b, 11.3)
+		out["Scale"] = download(d, b)
+		b = upload(t, d, x)
+		d.SoftCap(b, 0.7)
+		out["SoftCap"] = download(d, b)
+		for _, o := range opts {
+			for _, chunk := range []int{n, 4, 1} {
+				out[fmt.Sprintf("attention %+v chunk %d", o, chunk)] = pagedAttentionOpts(t, d, q, k, v, n, chunk, nHeads, nKV, headDim, o)
+			}
+		}
+		results[name] = out
+	}
+	ref := results["reference"]
+	for name, out := range results {
+		for op, got := range out {
+			want := ref[op]
+			if strings.HasPrefix(op, "attention") {
+				want = ref[op[:strings.LastIndex(op, " chunk")]+fmt.Sprintf(" chunk %d", n)]
+			}
+			agree(t, op+" on "+name, got, want, relTol(want, 2e-6))
+		}
+	}
+	for i, g := range ref["GELUMul"] {
+		xv := float64(x[i])
+		want := 0.5 * xv * (1 + math.Tanh(0.7978845608028654*(xv+0.044715*xv*xv*xv))) * float64(up[i])
+		if math.Abs(float64(g)-want) > 1e-6*math.Max(1, math.Abs(want)) {
+			t.Fatalf("GELUMul[%d] = %g, want %g", i, g, want)
+		}
+	}
+	if g := kernels.GELU(1); math.Abs(float64(g)-0.8411920) > 1e-6 {
+		t.Fatalf("GELU(1) = %g, want 0.8411920", g)
+	}
+	for i, c := range ref["SoftCap"] {
+		if math.Abs(float64(c)) >= 0.7 || ref["Scale"][i] != x[i]*11.3 {
+			t.Fatalf("SoftCap[%d] = %g (cap 0.7), Scale[%d] = %g (x %g)", i, c, i, ref["Scale"][i], x[i])
+		}
+	}
+	// A window of one: every query returns its own position's v row.
+	w1 := ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Window: 1}, n)]
+	for p := range n {
+		for h := range nHeads {
+			for c := range headDim {
+				if got, want := w1[(p*nHeads+h)*headDim+c], v[(p*nKV+h/(nHeads/nKV))*headDim+c]; got != want {
+					t.Fatalf("window 1: position %d head %d = %g, want v's %g", p, h, got, want)
+				}
+			}
+		}
+	}
+	if plain := pagedAttention(t, refdev.New(), q, k, v, n, n, nHeads, nKV, headDim); agreeQuiet(plain, ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Window: 6}, n)]) {
+		t.Fatal("a window of 6 over 17 positions changed nothing")
+	}
+}
+
+// agreeQuiet reports whether a and b are equal element for element.
+func agreeQuiet(a, b []float32) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return len(a) == len(b)
 }
 
 func TestDevicesAgreeOnPagedAttention(t *testing.T) {

@@ -185,6 +185,20 @@ type Shape struct {
 	// Experts, ExpertsUsed and ExpertFFN shape the qwen3moe arch's
 	// mixture of experts (FFNDim is then unused).
 	Experts, ExpertsUsed, ExpertFFN int
+	// Window is the gemma2/gemma3 sliding window; AttnSoftCap and
+	// FinalSoftCap gemma2's soft caps (0: the file says none, and llama.cpp
+	// takes its defaults, 50 and 30).
+	Window                    int
+	AttnSoftCap, FinalSoftCap float32
+	// HeadDim is the attention head size; 0: Dim/Heads.
+	HeadDim int
+}
+
+func (d Shape) headDim() int {
+	if d.HeadDim > 0 {
+		return d.HeadDim
+	}
+	return d.Dim / d.Heads
 }
 
 // Shapes are the shapes `batchd demo-model --shape` knows.
@@ -208,6 +222,15 @@ var Shapes = map[string]Shape{
 	// tiny-mixtral: a Mixtral-style mixture of experts (GGUF llama with
 	// experts), 8 experts, 2 per token.
 	"tiny-mixtral": {Name: "tiny-mixtral", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, Context: 2048, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96},
+	// tiny-gemma2 and tiny-gemma3: Gemma 2 (GeGLU, post-norms, scores
+	// and logits soft-capped, a sliding window on every other layer) and
+	// Gemma 3 (q/k norms, five local layers of window and base 10000 to
+	// one global); windows and caps small enough that the tests' prompts
+	// pass them.
+	"tiny-gemma2": {Name: "tiny-gemma2", Arch: "gemma2", Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048, Window: 6, AttnSoftCap: 0.02, FinalSoftCap: 1.5},
+	"tiny-gemma3": {Name: "tiny-gemma3", Arch: "gemma3", Dim: 128, Layers: 7, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048, Window: 6},
+	// gemma-3-1b: Gemma 3 1B's shape (head 256, window 512), for benchmarks.
+	"gemma-3-1b": {Name: "gemma-3-1b", Arch: "gemma3", Dim: 1152, Layers: 26, Heads: 4, KVHeads: 1, FFNDim: 6912, Context: 32768, Vocab: 262144, Window: 512, HeadDim: 256},
 	// qwen3-30b-a3b: Qwen3-30B-A3B's shape (48 layers, 128 experts of
 	// which 8 per token, 3.3B parameters active of 30.5B), for benchmarks.
 	"qwen3-30b-a3b": {Name: "qwen3-30b-a3b", Arch: "qwen3moe", Dim: 2048, Layers: 48, Heads: 32, KVHeads: 4, Context: 40960, Vocab: 151936, Experts: 128, ExpertsUsed: 8, ExpertFFN: 768},
@@ -298,7 +321,7 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		return err
 	}
 	arch := shape.arch()
-	headDim := shape.Dim / shape.Heads
+	headDim := shape.headDim()
 	meta := []gguf.KV{
 		{Key: "general.architecture", Value: gguf.MustValue(arch)},
 		{Key: "general.name", Value: gguf.MustValue("batchd demo " + shape.Name + " (random weights: its text is noise)")},
@@ -312,6 +335,15 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		{Key: arch + ".rope.freq_base", Value: gguf.MustValue(float32(1e6))},
 		{Key: arch + ".attention.key_length", Value: gguf.MustValue(uint32(headDim))},
 		{Key: arch + ".attention.value_length", Value: gguf.MustValue(uint32(headDim))},
+	}
+	if shape.Window > 0 {
+		meta = append(meta, gguf.KV{Key: arch + ".attention.sliding_window", Value: gguf.MustValue(uint32(shape.Window))})
+	}
+	if shape.AttnSoftCap > 0 {
+		meta = append(meta, gguf.KV{Key: arch + ".attn_logit_softcapping", Value: gguf.MustValue(shape.AttnSoftCap)})
+	}
+	if shape.FinalSoftCap > 0 {
+		meta = append(meta, gguf.KV{Key: arch + ".final_logit_softcapping", Value: gguf.MustValue(shape.FinalSoftCap)})
 	}
 	if shape.Experts > 0 {
 		meta = append(meta,
@@ -404,8 +436,8 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		return nil, fmt.Errorf("weight type %v is not supported for demo models", q.Base)
 	}
 	arch := shape.arch()
-	tied := arch == "qwen2" || arch == "qwen3" // like the real ones: Qwen3-30B-A3B has its own output layer
-	headDim := shape.Dim / shape.Heads
+	tied := arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" // like the real ones: Qwen3-30B-A3B has its own output layer
+	headDim := shape.headDim()
 	qDim, kvDim := shape.Heads*headDim, shape.KVHeads*headDim
 	var out []planned
 	var err error
@@ -460,9 +492,13 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			vector(p+"attn_q.bias", qDim, fillSmall)
 			vector(p+"attn_k.bias", kvDim, fillSmall)
 			vector(p+"attn_v.bias", kvDim, fillSmall)
-		case "qwen3", "qwen3moe":
+		case "qwen3", "qwen3moe", "gemma3":
 			vector(p+"attn_q_norm.weight", headDim, fillNorm)
 			vector(p+"attn_k_norm.weight", headDim, fillNorm)
+		}
+		if arch == "gemma2" || arch == "gemma3" {
+			vector(p+"post_attention_norm.weight", shape.Dim, fillNorm)
+			vector(p+"post_ffw_norm.weight", shape.Dim, fillNorm)
 		}
 	}
 	return out, err

@@ -1,6 +1,8 @@
 // Package weights loads a Llama-family model (llama, including Llama 2/3.x,
-// TinyLlama, SmolLM2 and Mistral; qwen2; qwen3; the mixtures of experts
-// qwen3moe and Mixtral, their experts one matrix each in Model.Experts) from
+// TinyLlama, SmolLM2 and Mistral; qwen2; qwen3; Gemma 2 and 3, whose
+// differences are Config fields (GeGLU, post-norms, soft caps, sliding
+// windows, local RoPE); the mixtures of experts qwen3moe and Mixtral,
+// their experts one matrix each in Model.Experts) from
 // a GGUF file or a
 // Hugging Face directory (config.json + safetensors + tokenizer.json) into
 // one shape, Model: a Config, the weights under canonical GGUF tensor names,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,11 +52,16 @@ func GGUFTypes() []string {
 // ggufArchs are the architectures loaded from GGUF, with their RoPE layout:
 // llama.cpp's converter permutes llama Q/K rows for adjacent-pair rotation,
 // and leaves qwen2/qwen3 in the HF rotate-half layout.
-var ggufArchs = map[string]struct{ neox, qkvBias, qkNorm, moe bool }{
+var ggufArchs = map[string]struct {
+	neox, qkvBias, qkNorm, moe bool
+	gemma                      int // 2 or 3: the Gemma generation
+}{
 	"llama":    {},
 	"qwen2":    {neox: true, qkvBias: true},
 	"qwen3":    {neox: true, qkNorm: true},
 	"qwen3moe": {neox: true, qkNorm: true, moe: true},
+	"gemma2":   {neox: true, gemma: 2},
+	"gemma3":   {neox: true, qkNorm: true, gemma: 3},
 }
 
 const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
@@ -174,7 +180,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if arch == "" {
 			return invalid("GGUF metadata general.architecture is missing")
 		}
-		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3 or qwen3moe)", arch)
+		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2 or gemma3)", arch)
 	}
 	k := func(s string) string { return arch + "." + s }
 
@@ -268,10 +274,15 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	case "", "none":
 	case "linear":
 		if fac := r.float(k("rope.scaling.factor"), 1, false); fac != 1 {
-			return unsupported("rope scaling type linear (factor %g) is not supported yet", fac)
+			c.RopeLinear = fac
 		}
 	default:
 		return unsupported("rope scaling type %q is not supported yet", st)
+	}
+	if traits.gemma > 0 {
+		gemmaFromGGUF(&c, r, k, traits.gemma)
+	} else if w := r.uint(k("attention.sliding_window"), 0); w > 0 {
+		c.SlidingWindow = w // Mistral's, on every layer
 	}
 
 	tok.BOS = r.tokenID("tokenizer.ggml.bos_token_id", c.VocabSize)
@@ -312,4 +323,38 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		raw[ti.Name] = rt
 	}
 	return m.build(raw, nil, nil)
+}
+
+// gemmaFromGGUF sets what Gemma 2 and 3 add to the decoder, as llama.cpp
+// reads their files: embeddings scaled by √dim, post-norms, GeGLU, queries
+// scaled by 1/√head_dim (1/√(dim/heads) for the 27B models, whose files
+// say so only by their layer count), sliding-window attention on every
+// layer but each pattern's last (pattern 2 for Gemma 2, 6 for Gemma 3);
+// Gemma 2 soft-caps scores and logits (50 and 30 unless the file says),
+// Gemma 3 rotates its local layers with base 10000 and no scaling.
+func gemmaFromGGUF(c *Config, r *ggufReader, k func(string) string, gen int) {
+	c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+	c.PostNorms, c.GELU = true, true
+	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	big, pattern := 46, 2 // Gemma 2 27B
+	if gen == 3 {
+		big, pattern = 62, 6 // Gemma 3 27B
+	}
+	if c.Layers == big && c.Heads > 0 {
+		c.AttnScale = float32(1 / math.Sqrt(float64(c.Dim/c.Heads)))
+	}
+	if gen == 2 {
+		c.SlidingWindow = r.uint(k("attention.sliding_window"), 4096)
+		c.AttnSoftCap = r.float(k("attn_logit_softcapping"), 50, false)
+		c.FinalSoftCap = r.float(k("final_logit_softcapping"), 30, false)
+	} else {
+		c.SlidingWindow = r.uint(k("attention.sliding_window"), -1)
+		c.RopeThetaLocal = 10000
+	}
+	if c.Layers > 0 && c.Layers <= maxDimension {
+		c.SlidingLayers = make([]bool, c.Layers)
+		for i := range c.SlidingLayers {
+			c.SlidingLayers[i] = i%pattern < pattern-1
+		}
+	}
 }

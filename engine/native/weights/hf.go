@@ -2,12 +2,14 @@ package weights
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,6 +35,10 @@ var hfArchs = map[string]string{
 	"qwen3":   "qwen3",
 	// qwen3_moe: every layer a mixture of experts (moe.go in the runner).
 	"qwen3_moe": "qwen3moe",
+	// Gemma 2, and Gemma 3's text-only checkpoints (Gemma3ForCausalLM):
+	// GeGLU, post-norms, norms stored as weight-1 (gemmaFromHF).
+	"gemma2":      "gemma2",
+	"gemma3_text": "gemma3",
 }
 
 // hfConfig is the part of config.json we read. Pointers tell absent from zero.
@@ -60,6 +66,15 @@ type hfConfig struct {
 	HiddenAct             string          `json:"hidden_act"`
 	SlidingWindow         *int            `json:"sliding_window"`
 	UseSlidingWindow      *bool           `json:"use_sliding_window"`
+	MaxWindowLayers       *int            `json:"max_window_layers"`
+	LayerTypes            []string        `json:"layer_types"`
+	// gemma2, gemma3_text
+	HiddenActivation      string          `json:"hidden_activation"`
+	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping  *float64        `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping *float64        `json:"final_logit_softcapping"`
+	RopeLocalBaseFreq     *float64        `json:"rope_local_base_freq"`
+	SlidingWindowPattern  *int            `json:"sliding_window_pattern"`
 	QuantizationConfig    json.RawMessage `json:"quantization_config"`
 	// qwen3_moe
 	NumExperts          *int  `json:"num_experts"`
@@ -151,6 +166,9 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if c.Experts > 0 {
 		hfExperts(raw, c)
 	}
+	if c.PostNorms {
+		gemmaHFNames(raw)
+	}
 	if fp8 != nil {
 		if err := dequantFP8(raw, *fp8); err != nil {
 			return nil, err
@@ -189,6 +207,17 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.PostNorms {
+		// Gemma's RMSNorm multiplies by 1+weight (in float32): store the
+		// factor, as llama.cpp's converter does.
+		for name, v := range m.Vectors {
+			if strings.HasSuffix(name, "norm.weight") {
+				for i := range v {
+					v[i]++
+				}
+			}
+		}
+	}
 	ok = true
 	return m, nil
 }
@@ -200,9 +229,15 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if h.ModelType == "" {
 			return nil, invalid("model_type is missing")
 		}
-		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2, qwen3 or qwen3_moe)", h.ModelType)
+		if h.ModelType == "gemma3" {
+			return nil, unsupported("model_type gemma3 (Gemma3ForConditionalGeneration, text and images) is not supported yet; its text-only checkpoints (gemma3_text: Gemma 3 1B, 270M) are")
+		}
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2, qwen3, qwen3_moe, gemma2 or gemma3_text)", h.ModelType)
 	}
-	if h.HiddenAct != "" && h.HiddenAct != "silu" {
+	gemma := arch == "gemma2" || arch == "gemma3"
+	if act := cmp.Or(h.HiddenActivation, h.HiddenAct); gemma && act != "" && act != "gelu_pytorch_tanh" {
+		return nil, unsupported("hidden_activation %q is not supported yet (want gelu_pytorch_tanh)", act)
+	} else if !gemma && h.HiddenAct != "" && h.HiddenAct != "silu" {
 		return nil, unsupported("hidden_act %q is not supported yet (want silu)", h.HiddenAct)
 	}
 	if h.MLPBias != nil && *h.MLPBias {
@@ -221,7 +256,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		RopeTheta:     10000,
 		RopeNeox:      true, // HF stores Q/K for rotate-half, whatever the arch
 		QKVBias:       arch == "qwen2",
-		QKNorm:        arch == "qwen3" || arch == "qwen3moe",
+		QKNorm:        arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3",
 	}
 	if arch == "qwen3moe" {
 		if err := moeFromHF(h, c); err != nil {
@@ -285,6 +320,13 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		}
 		switch kind {
 		case "", "default":
+		case "linear":
+			if r.Factor == nil || !(*r.Factor > 0) {
+				return nil, invalid("%s: linear scaling needs a positive factor", src.key)
+			}
+			if *r.Factor != 1 {
+				c.RopeLinear = float32(*r.Factor)
+			}
 		case "llama3":
 			if r.Factor == nil || r.LowFreqFactor == nil || r.HighFreqFactor == nil || r.OriginalMaxPositionEmbeddings == nil {
 				return nil, invalid("%s: llama3 needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings", src.key)
@@ -303,14 +345,11 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 	if partial != nil {
 		c.RopeDim = int(float64(c.HeadDim) * *partial)
 	}
-	// A sliding window shorter than the context changes attention past it.
-	// The runner attends to everything, which is exact as long as no
-	// sequence is longer than the window: cap the context there.
-	if h.SlidingWindow != nil && *h.SlidingWindow > 0 && *h.SlidingWindow < c.ContextLength &&
-		(h.UseSlidingWindow == nil || *h.UseSlidingWindow) {
-		log.Warn("sliding-window attention is not implemented; capping the context length at the window",
-			"sliding_window", *h.SlidingWindow, "max_position_embeddings", c.ContextLength)
-		c.ContextLength = *h.SlidingWindow
+	if gemma {
+		gemmaFromHF(h, c)
+	}
+	if err := slidingFromHF(h, c); err != nil {
+		return nil, err
 	}
 
 	if tie := h.TieWordEmbeddings; tie != nil {
@@ -693,4 +732,120 @@ func readJSON(dir, name string, limit int64, required bool, v any) error {
 		return invalid("%s: %v", name, err)
 	}
 	return nil
+}
+
+// slidingFromHF sets the sliding window as transformers applies it: on
+// the layers layer_types calls "sliding_attention" when the config lists
+// them; else, when use_sliding_window is true (Qwen2/Qwen3), on the layers
+// from max_window_layers on; else (Mistral, whose config has no switch) on
+// every layer. A window no shorter than the context changes nothing and
+// is dropped.
+func slidingFromHF(h *hfConfig, c *Config) error {
+	if h.SlidingWindow == nil || *h.SlidingWindow <= 0 || *h.SlidingWindow >= c.ContextLength {
+		return nil
+	}
+	if h.UseSlidingWindow != nil && !*h.UseSlidingWindow {
+		return nil
+	}
+	layers := make([]bool, c.Layers)
+	switch {
+	case h.LayerTypes != nil:
+		if len(h.LayerTypes) != c.Layers {
+			return invalid("layer_types has %d entries for %d layers", len(h.LayerTypes), c.Layers)
+		}
+		for i, t := range h.LayerTypes {
+			switch t {
+			case "sliding_attention":
+				layers[i] = true
+			case "full_attention":
+			default:
+				return unsupported("layer_types[%d] = %q is not supported yet (want sliding_attention or full_attention)", i, t)
+			}
+		}
+	case h.UseSlidingWindow != nil:
+		if h.MaxWindowLayers == nil {
+			return invalid("use_sliding_window is true but max_window_layers is missing")
+		}
+		for i := range layers {
+			layers[i] = i >= *h.MaxWindowLayers
+		}
+	default:
+		for i := range layers {
+			layers[i] = true
+		}
+	}
+	if slices.Contains(layers, true) {
+		c.SlidingWindow, c.SlidingLayers = *h.SlidingWindow, layers
+	}
+	return nil
+}
+
+// gemmaFromHF sets Gemma 2's and 3's traits as transformers computes
+// them: embeddings scaled by √hidden_size (in float32: transformers rounds
+// the factor to the weights' dtype, llama.cpp does not), scores scaled by
+// query_pre_attn_scalar^-½, GeGLU, post-norms, the soft caps when set,
+// Gemma 3's local RoPE base (rope_local_base_freq, unscaled); sliding
+// layers from layer_types, else every sliding_window_pattern-th layer
+// global (2 for Gemma 2, 6 for Gemma 3); embeddings tied unless the config
+// says otherwise.
+func gemmaFromHF(h *hfConfig, c *Config) {
+	c.EmbedScale = float32(math.Sqrt(float64(c.Dim)))
+	c.PostNorms, c.GELU = true, true
+	c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+	if q := h.QueryPreAttnScalar; q != nil && *q > 0 {
+		c.AttnScale = float32(1 / math.Sqrt(*q))
+	}
+	if v := h.AttnLogitSoftcapping; v != nil && *v > 0 {
+		c.AttnSoftCap = float32(*v)
+	}
+	if v := h.FinalLogitSoftcapping; v != nil && *v > 0 {
+		c.FinalSoftCap = float32(*v)
+	}
+	pattern := 2
+	if c.Arch == "gemma3" {
+		pattern = 6
+		c.RopeThetaLocal = 10000
+		if b := h.RopeLocalBaseFreq; b != nil && *b > 0 {
+			c.RopeThetaLocal = float32(*b)
+		}
+	}
+	if p := h.SlidingWindowPattern; p != nil && *p > 0 {
+		pattern = *p
+	}
+	if h.LayerTypes == nil && h.SlidingWindow != nil {
+		for i := range c.Layers {
+			h.LayerTypes = append(h.LayerTypes, map[bool]string{true: "sliding_attention", false: "full_attention"}[(i+1)%pattern != 0])
+		}
+	}
+	if h.TieWordEmbeddings == nil {
+		c.TiedEmbeddings = true
+	}
+}
+
+// gemmaHFNames gives Gemma's norms their canonical names: its
+// post_attention_layernorm is the attention output's norm (Llama's name
+// for the FFN's input norm), pre_feedforward_layernorm the FFN's input
+// norm, post_feedforward_layernorm the FFN output's.
+func gemmaHFNames(raw map[string]*rawTensor) {
+	for name, r := range raw {
+		if l, ok := strings.CutSuffix(name, "."+sufFFNNorm); ok && strings.HasPrefix(name, blockPrefix) {
+			delete(raw, name)
+			raw[l+"."+sufPostAttn] = r
+		}
+	}
+	for name, r := range raw {
+		m := hfLayerName.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		layer, _ := strconv.Atoi(m[1])
+		switch m[2] {
+		case "pre_feedforward_layernorm.weight":
+			delete(raw, name)
+			raw[BlockName(layer, sufFFNNorm)] = r
+		case "post_feedforward_layernorm.weight":
+			delete(raw, name)
+			raw[BlockName(layer, sufPostFFN)] = r
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -123,8 +124,47 @@ func TestHFMistralSlidingWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Config.Arch != "llama" || m.Config.ContextLength != 1024 {
-		t.Errorf("arch %s context %d", m.Config.Arch, m.Config.ContextLength)
+	if c := m.Config; c.Arch != "llama" || c.ContextLength != 32768 || c.SlidingWindow != 1024 || !c.Sliding(0) {
+		t.Errorf("arch %s context %d window %d on layer 0 %v", c.Arch, c.ContextLength, c.SlidingWindow, c.Sliding(0))
+	}
+}
+
+// TestHFSlidingLayers: which layers a config's window applies to, as
+// transformers reads it: layer_types, else use_sliding_window with
+// max_window_layers, else (Mistral) all; refused when it cannot be told.
+func TestHFSlidingLayers(t *testing.T) {
+	c := tiny{arch: "qwen2", vocab: 16, dim: 16, layers: 3, heads: 2, kvHeads: 1, headDim: 8, ffn: 32}
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		want  []bool // nil: no window
+		err   string
+	}{
+		{"off", map[string]any{"sliding_window": 64, "use_sliding_window": false}, nil, ""},
+		{"max_window_layers", map[string]any{"sliding_window": 64, "use_sliding_window": true, "max_window_layers": 1}, []bool{false, true, true}, ""},
+		{"layer_types", map[string]any{"sliding_window": 64, "layer_types": []string{"sliding_attention", "full_attention", "sliding_attention"}}, []bool{true, false, true}, ""},
+		{"window beyond context", map[string]any{"sliding_window": 1 << 20, "use_sliding_window": true, "max_window_layers": 0}, nil, ""},
+		{"no max_window_layers", map[string]any{"sliding_window": 64, "use_sliding_window": true}, nil, "max_window_layers"},
+		{"odd layer type", map[string]any{"sliding_window": 64, "layer_types": []string{"sliding_attention", "chunked_attention", "full_attention"}}, nil, "chunked_attention"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.extra["max_position_embeddings"] = 4096
+			m, err := Load(writeHF(t, c, tc.extra, hfTensors(c, "F32", "F32")))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			got := m.Config.SlidingLayers
+			if !slices.Equal(got, tc.want) || (tc.want != nil) != (m.Config.SlidingWindow == 64) {
+				t.Fatalf("sliding layers %v window %d, want %v", got, m.Config.SlidingWindow, tc.want)
+			}
+		})
 	}
 }
 

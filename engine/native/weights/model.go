@@ -84,6 +84,40 @@ type Config struct {
 	// over the chosen ones when ExpertNormTopK). FFNDim is then unused.
 	Experts, ExpertsUsed, ExpertFFNDim int
 	ExpertNormTopK                     bool
+
+	// The Gemma families (gemma2, gemma3) differ from Llama's decoder in
+	// the fields below; their zero values are Llama's.
+	//
+	// EmbedScale > 0 multiplies the looked-up token embeddings (Gemma: √Dim).
+	EmbedScale float32
+	// PostNorms: each block RMS-normalizes its attention output and its
+	// FFN output (post_attention_norm, post_ffw_norm) before adding them
+	// to the residual.
+	PostNorms bool
+	// GELU: the FFN's gate goes through GELU (tanh approximation), not SiLU.
+	GELU bool
+	// AttnScale > 0 is the attention score scale; 0 means 1/√HeadDim.
+	AttnScale float32
+	// AttnSoftCap > 0 soft-caps attention scores, FinalSoftCap > 0 the
+	// logits: x → cap·tanh(x/cap) (Gemma 2).
+	AttnSoftCap, FinalSoftCap float32
+	// SlidingWindow > 0 limits the attention of the layers SlidingLayers
+	// marks (every layer when it is nil) to each token's last
+	// SlidingWindow positions, itself included.
+	SlidingWindow int
+	SlidingLayers []bool
+	// RopeThetaLocal > 0 is the RoPE base of the sliding-window layers,
+	// which then take no RoPE scaling (Gemma 3's local layers); the other
+	// layers use RopeTheta and the scaling. See LocalRopeFrequencies.
+	RopeThetaLocal float32
+	// RopeLinear > 0 is linear RoPE scaling: every frequency divided by it
+	// (GGUF rope.scaling.type linear, HF rope_scaling type "linear").
+	RopeLinear float32
+}
+
+// Sliding reports whether layer attends through the sliding window.
+func (c *Config) Sliding(layer int) bool {
+	return c.SlidingWindow > 0 && (c.SlidingLayers == nil || c.SlidingLayers[layer])
 }
 
 // RopeScaling is Llama-3 ("llama3" rope_type) frequency scaling.
@@ -286,6 +320,26 @@ func (m *Model) RopeFrequencies() []float64 {
 			out[i] /= float64(div[i])
 		}
 	}
+	if f := c.RopeLinear; f > 0 {
+		for i := range out {
+			out[i] /= float64(f)
+		}
+	}
+	return out
+}
+
+// LocalRopeFrequencies returns the RoPE frequencies of the sliding-window
+// layers: RopeThetaLocal^(-2i/RopeDim), unscaled, when RopeThetaLocal is
+// set; RopeFrequencies otherwise.
+func (m *Model) LocalRopeFrequencies() []float64 {
+	c := m.Config
+	if !(c.RopeThetaLocal > 0) {
+		return m.RopeFrequencies()
+	}
+	out := make([]float64, c.RopeDim/2)
+	for i := range out {
+		out[i] = math.Pow(float64(c.RopeThetaLocal), -float64(2*i)/float64(c.RopeDim))
+	}
 	return out
 }
 
@@ -310,6 +364,8 @@ const (
 	sufQNorm     = "attn_q_norm.weight"
 	sufKNorm     = "attn_k_norm.weight"
 	sufFFNNorm   = "ffn_norm.weight"
+	sufPostAttn  = "post_attention_norm.weight"
+	sufPostFFN   = "post_ffw_norm.weight"
 	sufFFNGate   = "ffn_gate.weight"
 	sufFFNUp     = "ffn_up.weight"
 	sufFFNDown   = "ffn_down.weight"
@@ -374,6 +430,10 @@ func (c Config) specs() []tensorSpec {
 			b(sufKNorm, c.HeadDim, 0)
 		}
 		b(sufFFNNorm, c.Dim, 0)
+		if c.PostNorms {
+			b(sufPostAttn, c.Dim, 0)
+			b(sufPostFFN, c.Dim, 0)
+		}
 		if c.Experts > 0 {
 			b(sufRouter, c.Experts, c.Dim)
 			e := func(suf string, rows, cols int) {
@@ -427,6 +487,23 @@ func (c *Config) validate() error {
 	}
 	if !(c.RopeTheta > 0) || math.IsInf(float64(c.RopeTheta), 0) {
 		return invalid("rope theta = %g: want a positive number", c.RopeTheta)
+	}
+	for _, f := range []struct {
+		name string
+		v    float32
+	}{
+		{"embedding scale", c.EmbedScale}, {"attention scale", c.AttnScale}, {"attention soft cap", c.AttnSoftCap},
+		{"final logit soft cap", c.FinalSoftCap}, {"local rope theta", c.RopeThetaLocal}, {"linear rope scaling factor", c.RopeLinear},
+	} {
+		if f.v < 0 || f.v != f.v || math.IsInf(float64(f.v), 0) {
+			return invalid("%s = %g: want a positive number (or none)", f.name, f.v)
+		}
+	}
+	if c.SlidingWindow < 0 || c.SlidingWindow > 1<<30 {
+		return invalid("sliding window = %d: want 0 (none) to %d", c.SlidingWindow, 1<<30)
+	}
+	if c.SlidingLayers != nil && len(c.SlidingLayers) != c.Layers {
+		return invalid("sliding-window layer pattern has %d entries for %d layers", len(c.SlidingLayers), c.Layers)
 	}
 	if s := c.RopeScaling; s != nil {
 		if !(s.Factor > 0) || !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || s.OriginalContext <= 0 {

@@ -1,0 +1,173 @@
+package native
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/batchd/batchd/engine/native/demomodel"
+	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/kernels"
+)
+
+// gemmaPath writes the demo shape name (tiny-gemma2 or tiny-gemma3) in dt.
+func gemmaPath(t *testing.T, name string, dt kernels.DType) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if err := demomodel.WriteFile(path, demomodel.Shapes[name], dt, 7); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// skipFamilyDevice skips on devices that do not run the Gemma families'
+// operations yet (the CUDA device).
+func skipFamilyDevice(t *testing.T) {
+	if strings.HasPrefix(defaultDevice, DeviceCUDA) {
+		t.Skipf("the %s device does not run Gemma's operations or sliding windows yet", defaultDevice)
+	}
+}
+
+// TestGemmaConfig: the GGUF's Gemma hyperparameters as llama.cpp reads
+// them: embedding scale √dim, the sliding-window pattern (Gemma 2 every
+// other layer, Gemma 3 five of six), the soft caps, Gemma 3's local RoPE
+// base; and a device without their operations refuses them by name.
+func TestGemmaConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		sliding []bool
+		attnCap float32
+		local   float32
+	}{
+		{"tiny-gemma2", []bool{true, false, true, false}, 0.02, 0},
+		{"tiny-gemma3", []bool{true, true, true, true, true, false, true}, 0, 10000},
+	} {
+		w, err := weights.Load(gemmaPath(t, tc.name, kernels.F32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := w.Config
+		if c.EmbedScale != float32(math.Sqrt(128)) || !c.PostNorms || !c.GELU || c.SlidingWindow != 6 ||
+			c.AttnSoftCap != tc.attnCap || c.RopeThetaLocal != tc.local || c.AttnScale != float32(1/5.656854249492381) {
+			t.Errorf("%s: config %+v", tc.name, c)
+		}
+		for i, want := range tc.sliding {
+			if c.Sliding(i) != want {
+				t.Errorf("%s: layer %d sliding %v, want %v", tc.name, i, c.Sliding(i), want)
+			}
+		}
+		// A device without the families' operations refuses the model,
+		// naming what it lacks.
+		_, err = NewModelOn(w, plainDevice{kernels.NewCPUDevice(kernels.NewCPU(1))})
+		if err == nil || !strings.Contains(err.Error(), "sliding-window attention") || !strings.Contains(err.Error(), "GeGLU") {
+			t.Errorf("%s on a device without FamilyDevice: err = %v", tc.name, err)
+		}
+		w.Close()
+	}
+}
+
+// plainDevice is a Device with only the interface's own methods: what a
+// device that lacks kernels.FamilyDevice (the CUDA device, so far) offers.
+type plainDevice struct{ kernels.Device }
+
+// TestGemmaBatchInvariance: Gemma's sliding windows, soft caps and norms
+// keep batch invariance: 64 mixed requests, most longer than the window
+// and than a KV block, give each what it gets alone: Gemma 2 in F32,
+// Gemma 3 on the int8 kernels.
+func TestGemmaBatchInvariance(t *testing.T) {
+	skipFamilyDevice(t)
+	for _, tc := range []struct {
+		name string
+		dt   kernels.DType
+	}{{"tiny-gemma2", kernels.F32}, {"tiny-gemma3", kernels.Q8_0}} {
+		t.Run(tc.name+"/"+tc.dt.String(), func(t *testing.T) {
+			checkBatchInvariance64(t, gemmaPath(t, tc.name, tc.dt))
+		})
+	}
+}
+
+// TestGemmaChunkedPrefill: a prompt's logits are the same to the bit
+// whether it is run in one pass or a token at a time, the window sliding
+// across block boundaries.
+func TestGemmaChunkedPrefill(t *testing.T) {
+	skipFamilyDevice(t)
+	for _, name := range []string{"tiny-gemma2", "tiny-gemma3"} {
+		w, err := weights.Load(gemmaPath(t, name, kernels.F32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		m, err := NewModel(w, kernels.NewCPU(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := make([]int32, 40)
+		for i := range seq {
+			seq[i] = int32((i*7919 + 13) % m.cfg.VocabSize)
+		}
+		whole := allLogits(m, seq)
+		kv, table := m.scratchKV(len(seq))
+		var s scratch
+		V := m.cfg.VocabSize
+		for i := range seq {
+			b := batch{kv: kv, tokens: seq[i : i+1], pos: []int32{int32(i)}, logitRows: []int{0},
+				segs: []segment{{blocks: table, n: 1, start: i}}}
+			got := m.forward(&b, &s)[:V]
+			for j, v := range got {
+				if v != whole[i*V+j] {
+					t.Fatalf("%s: position %d logit %d: %g token by token, %g in one pass", name, i, j, v, whole[i*V+j])
+				}
+			}
+		}
+		kv.free()
+	}
+}
+
+// TestGemmaHFMatchesGGUF: the same Gemma weights as a Hugging Face
+// directory (gemma2 / gemma3_text: norms stored as weight-1, Gemma's
+// names for the four norms, the hyperparameters in config.json) load to
+// the same model as the GGUF: the same logits to the bit.
+func TestGemmaHFMatchesGGUF(t *testing.T) {
+	skipFamilyDevice(t)
+	for _, tc := range []struct{ shape, modelType string }{{"tiny-gemma2", "gemma2"}, {"tiny-gemma3", "gemma3_text"}} {
+		t.Run(tc.shape, func(t *testing.T) {
+			g, err := weights.Load(gemmaPath(t, tc.shape, kernels.F32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			c := g.Config
+			layer := hfLayerNames(map[string]string{
+				"post_attention_norm.weight": "post_attention_layernorm.weight", "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+				"post_ffw_norm.weight": "post_feedforward_layernorm.weight", "ffn_gate.weight": "mlp.gate_proj.weight",
+				"ffn_up.weight": "mlp.up_proj.weight", "ffn_down.weight": "mlp.down_proj.weight",
+			})
+			cfg := map[string]any{
+				"model_type": tc.modelType, "hidden_size": c.Dim, "num_hidden_layers": c.Layers,
+				"num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads, "head_dim": c.HeadDim,
+				"intermediate_size": c.FFNDim, "rms_norm_eps": c.RMSEps, "rope_theta": c.RopeTheta,
+				"max_position_embeddings": c.ContextLength, "vocab_size": c.VocabSize, "hidden_activation": "gelu_pytorch_tanh",
+				"query_pre_attn_scalar": c.HeadDim, "sliding_window": c.SlidingWindow,
+			}
+			if tc.modelType == "gemma2" {
+				cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = c.AttnSoftCap, c.FinalSoftCap
+			} else {
+				cfg["rope_local_base_freq"], cfg["sliding_window_pattern"] = 10000, 6
+			}
+			dir := hfDirFrom(t, g, layer, 1, cfg, nil) // Gemma stores each norm's factor less one
+			h, err := weights.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			hc := h.Config
+			if hc.Arch != c.Arch || !slices.Equal(hc.SlidingLayers, c.SlidingLayers) || hc.EmbedScale != c.EmbedScale || hc.AttnScale != c.AttnScale ||
+				hc.AttnSoftCap != c.AttnSoftCap || hc.FinalSoftCap != c.FinalSoftCap || hc.RopeThetaLocal != c.RopeThetaLocal || !hc.TiedEmbeddings {
+				t.Fatalf("HF config\n%+v\nGGUF config\n%+v", hc, c)
+			}
+			checkSameLogits(t, g, h)
+		})
+	}
+}
