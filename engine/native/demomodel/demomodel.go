@@ -192,6 +192,37 @@ type Shape struct {
 	AttnSoftCap, FinalSoftCap float32
 	// HeadDim is the attention head size; 0: Dim/Heads.
 	HeadDim int
+	// Tied ties a llama's output layer to its token embeddings (Llama
+	// 3.2's 1B and 3B); qwen2, qwen3 and Gemma are always tied.
+	Tied bool
+	// RopeTheta is the RoPE base; 0: 1e6.
+	RopeTheta float32
+	// Llama3Rope is Llama 3's RoPE scaling (factor, low_freq_factor,
+	// high_freq_factor, original context), written as llama.cpp's
+	// converter writes it: the rope_freqs.weight divisors. Zero: none.
+	Llama3Rope [4]float64
+}
+
+// ropeFactors are the rope_freqs.weight divisors of d.Llama3Rope, as
+// llama.cpp's convert_hf_to_gguf.py computes them.
+func (d Shape) ropeFactors() []float32 {
+	factor, low, high, orig := d.Llama3Rope[0], d.Llama3Rope[1], d.Llama3Rope[2], d.Llama3Rope[3]
+	hd := d.headDim()
+	out := make([]float32, hd/2)
+	for i := range out {
+		freq := 1 / math.Pow(float64(cmp.Or(d.RopeTheta, 1e6)), float64(2*i)/float64(hd))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < orig/high:
+			out[i] = 1
+		case wavelen > orig/low:
+			out[i] = float32(factor)
+		default:
+			smooth := (orig/wavelen - low) / (high - low)
+			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+		}
+	}
+	return out
 }
 
 func (d Shape) headDim() int {
@@ -222,6 +253,10 @@ var Shapes = map[string]Shape{
 	// tiny-mixtral: a Mixtral-style mixture of experts (GGUF llama with
 	// experts), 8 experts, 2 per token.
 	"tiny-mixtral": {Name: "tiny-mixtral", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, Context: 2048, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96},
+	// tiny-llama3: Llama 3.2's kind (tied embeddings, base 500000, llama3
+	// RoPE scaling from an original context of 32 positions, so that short
+	// prompts reach every band of it).
+	"tiny-llama3": {Name: "tiny-llama3", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, FFNDim: 352, Context: 2048, Tied: true, RopeTheta: 500000, Llama3Rope: [4]float64{8, 1, 4, 32}},
 	// tiny-gemma2 and tiny-gemma3: Gemma 2 (GeGLU, post-norms, scores
 	// and logits soft-capped, a sliding window on every other layer) and
 	// Gemma 3 (q/k norms, five local layers of window and base 10000 to
@@ -332,7 +367,7 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		{Key: arch + ".attention.head_count", Value: gguf.MustValue(uint32(shape.Heads))},
 		{Key: arch + ".attention.head_count_kv", Value: gguf.MustValue(uint32(shape.KVHeads))},
 		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.MustValue(float32(1e-6))},
-		{Key: arch + ".rope.freq_base", Value: gguf.MustValue(float32(1e6))},
+		{Key: arch + ".rope.freq_base", Value: gguf.MustValue(cmp.Or(shape.RopeTheta, 1e6))},
 		{Key: arch + ".attention.key_length", Value: gguf.MustValue(uint32(headDim))},
 		{Key: arch + ".attention.value_length", Value: gguf.MustValue(uint32(headDim))},
 	}
@@ -406,12 +441,14 @@ const (
 	fillOnes                // a norm: 1
 	fillSmall               // a bias: 0.02·N(0,1)
 	fillNorm                // a q/k norm: 1 + 0.1·N(0,1)
+	fillRope                // rope_freqs: planned.fixed
 )
 
 // planned is a tensor of the model, in file order, with how it is drawn.
 type planned struct {
 	Tensor
-	fill fill
+	fill  fill
+	fixed []float32 // fillRope's values
 }
 
 // Plan lists the tensors a demo model of shape writes with q, in file
@@ -436,7 +473,7 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		return nil, fmt.Errorf("weight type %v is not supported for demo models", q.Base)
 	}
 	arch := shape.arch()
-	tied := arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" // like the real ones: Qwen3-30B-A3B has its own output layer
+	tied := shape.Tied || arch == "qwen2" || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" // like the real ones: Qwen3-30B-A3B has its own output layer
 	headDim := shape.headDim()
 	qDim, kvDim := shape.Heads*headDim, shape.KVHeads*headDim
 	var out []planned
@@ -446,13 +483,17 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		if e != nil && err == nil {
 			err = fmt.Errorf("demo tensor %s: %w", name, e)
 		}
-		out = append(out, planned{Tensor{Name: name, Type: t, Rows: rows, Cols: cols}, fillWeights})
+		out = append(out, planned{Tensor: Tensor{Name: name, Type: t, Rows: rows, Cols: cols}, fill: fillWeights})
 	}
 	vector := func(name string, n int, f fill) {
-		out = append(out, planned{Tensor{Name: name, Type: kernels.F32, Rows: 1, Cols: n}, f})
+		out = append(out, planned{Tensor: Tensor{Name: name, Type: kernels.F32, Rows: 1, Cols: n}, fill: f})
 	}
 	matrix("token_embd.weight", roleEmbd, 0, vocab, shape.Dim)
 	vector("output_norm.weight", shape.Dim, fillOnes)
+	if shape.Llama3Rope[0] != 0 {
+		out = append(out, planned{Tensor: Tensor{Name: "rope_freqs.weight", Type: kernels.F32, Rows: 1, Cols: headDim / 2}, fill: fillRope})
+		out[len(out)-1].fixed = shape.ropeFactors()
+	}
 	if !tied {
 		matrix("output.weight", roleOutput, 0, vocab, shape.Dim)
 	}
@@ -478,7 +519,7 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		}
 		if e := shape.Experts; e > 0 {
 			// The router stays F32, as llama.cpp's quantize leaves it.
-			out = append(out, planned{Tensor{Name: p + "ffn_gate_inp.weight", Type: kernels.F32, Rows: e, Cols: shape.Dim}, fillWeights})
+			out = append(out, planned{Tensor: Tensor{Name: p + "ffn_gate_inp.weight", Type: kernels.F32, Rows: e, Cols: shape.Dim}, fill: fillWeights})
 			for _, m := range []mat{
 				{"ffn_gate_exps.weight", roleFFNGate, shape.ExpertFFN, shape.Dim}, {"ffn_up_exps.weight", roleFFNUp, shape.ExpertFFN, shape.Dim},
 				{"ffn_down_exps.weight", roleFFNDown, shape.Dim, shape.ExpertFFN},
@@ -516,6 +557,8 @@ func (p planned) vector(rng *Rand) ([]byte, gguf.GGMLType) {
 			v = 0.02 * rng.Normal()
 		case fillNorm:
 			v = 1 + 0.1*rng.Normal()
+		case fillRope:
+			v = p.fixed[i]
 		}
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}
