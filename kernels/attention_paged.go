@@ -30,14 +30,24 @@ type AttnOpts struct {
 	// SoftCap > 0 caps each scaled score s to SoftCap·tanh(s/SoftCap)
 	// before the softmax (Gemma 2).
 	SoftCap float32
+	// Sinks, when not nil, are attention sinks (gpt-oss): one logit per
+	// query head that joins the head's softmax as one more score (its
+	// max and its sum) but adds no value, so a head may attend to
+	// nothing. In host memory, len nHeads; a device copies them.
+	Sinks []float32
 }
+
+// Plain reports whether o asks for plain causal attention.
+func (o AttnOpts) Plain() bool { return o.Window == 0 && o.SoftCap == 0 && o.Sinks == nil }
 
 // PagedAttentionOpts is PagedAttention with the variants o asks for. A
 // windowed query's result is bit-identical to PagedAttention of the same
-// query over just its window's rows (stored from position 0).
+// query over just its window's rows (stored from position 0); a sink is
+// a score that no row has (the softmax over the scores and the sink, the
+// rows weighted by their part of it).
 func (c *CPU) PagedAttentionOpts(out, q, k, v []float32, blocks []int32, blockSize, nTok, start, nHeads, nKVHeads, headDim int, scale float32, o AttnOpts) {
-	if o.Window < 0 || !(o.SoftCap >= 0) || math.IsInf(float64(o.SoftCap), 0) {
-		panic(fmt.Sprintf("kernels: PagedAttention window %d, soft cap %g", o.Window, o.SoftCap))
+	if o.Window < 0 || !(o.SoftCap >= 0) || math.IsInf(float64(o.SoftCap), 0) || (o.Sinks != nil && len(o.Sinks) != nHeads) {
+		panic(fmt.Sprintf("kernels: PagedAttention window %d, soft cap %g, %d sinks for %d heads", o.Window, o.SoftCap, len(o.Sinks), nHeads))
 	}
 	if nTok < 0 || start < 0 || nHeads <= 0 || nKVHeads <= 0 || headDim <= 0 || nHeads%nKVHeads != 0 || blockSize < 4 || blockSize&(blockSize-1) != 0 {
 		panic(fmt.Sprintf("kernels: PagedAttention nTok=%d start=%d heads=%d kvHeads=%d headDim=%d blockSize=%d", nTok, start, nHeads, nKVHeads, headDim, blockSize))

@@ -194,9 +194,10 @@ func BenchmarkPagedAttentionNarrow(b *testing.B) {
 // exactly (bit for bit) what PagedAttention gives it over only its window's
 // rows, stored from position 0, on every backend, for windows shorter and
 // longer than a block and windows that do and do not start on a group of
-// four; prefilled in one call or token by token. With a soft cap each
-// result is the reference's (scores capped by c·tanh(s/c), then the plain
-// softmax) within float32 rounding, and differs from the uncapped one.
+// four; prefilled in one call or token by token. With a soft cap or sinks
+// each result is the float64 reference's (scores capped by c·tanh(s/c);
+// each head's sink one more term of its softmax's sum) within float32
+// rounding, and differs from the plain one.
 func TestPagedAttentionWindow(t *testing.T) {
 	const N, bs = 70, 16
 	r := rand.New(rand.NewPCG(52, 53))
@@ -225,42 +226,62 @@ func TestPagedAttentionWindow(t *testing.T) {
 					}
 				}
 			}
-			// Soft cap: against the obvious computation in float64.
-			const softCap = 0.3
-			got, plain := make([]float32, len(q)), make([]float32, len(q))
-			cpu.PagedAttentionOpts(got, q, kp, vp, table, bs, N, 0, c.heads, c.kv, c.hd, 0.2, AttnOpts{SoftCap: softCap, Window: 40})
-			cpu.PagedAttentionOpts(plain, q, kp, vp, table, bs, N, 0, c.heads, c.kv, c.hd, 0.2, AttnOpts{Window: 40})
-			if bitsEqual(got, plain) < 0 {
-				t.Fatalf("%s %+v: the soft cap changed nothing", be.name, c)
-			}
-			group := c.heads / c.kv
-			for p := range N {
-				lo := max(0, p+1-40)
-				for h := range c.heads {
-					g := h / group
-					qh := q[(p*c.heads+h)*c.hd:][:c.hd]
-					w := make([]float64, p+1-lo)
-					var sum float64
-					for j := range w {
-						var d float64
-						for x := range c.hd {
-							d += float64(qh[x]) * float64(k[((lo+j)*c.kv+g)*c.hd+x])
-						}
-						w[j] = math.Exp(softCap * math.Tanh(d*0.2/softCap))
-						sum += w[j]
-					}
-					for x := range c.hd {
-						var o float64
-						for j := range w {
-							o += w[j] * float64(v[((lo+j)*c.kv+g)*c.hd+x])
-						}
-						if o /= sum; math.Abs(float64(got[(p*c.heads+h)*c.hd+x])-o) > 1e-5 {
-							t.Fatalf("%s %+v: soft-capped position %d head %d dim %d = %g, want %g", be.name, c, p, h, x, got[(p*c.heads+h)*c.hd+x], o)
-						}
-					}
+			// Soft caps and sinks: against the obvious computation in float64.
+			sinks := randF32(r, c.heads, 3)
+			for _, o := range []AttnOpts{{SoftCap: 0.3, Window: 40}, {Sinks: sinks}, {Sinks: sinks, Window: 5, SoftCap: 0.3}} {
+				got, plain := make([]float32, len(q)), make([]float32, len(q))
+				cpu.PagedAttentionOpts(got, q, kp, vp, table, bs, N, 0, c.heads, c.kv, c.hd, 0.2, o)
+				cpu.PagedAttentionOpts(plain, q, kp, vp, table, bs, N, 0, c.heads, c.kv, c.hd, 0.2, AttnOpts{Window: o.Window})
+				if bitsEqual(got, plain) < 0 {
+					t.Fatalf("%s %+v: %+v changed nothing", be.name, c, o)
 				}
+				checkAttnRef(t, be.name, c, got, q, k, v, N, 0.2, o)
 			}
 		}
 		cpu.Close()
+	}
+}
+
+// checkAttnRef checks out, the attention of n tokens from position 0,
+// against the obvious computation in float64 with o's window, soft cap
+// and sinks, within 1e-5.
+func checkAttnRef(t *testing.T, name string, c attnCase, out, q, k, v []float32, n int, scale float64, o AttnOpts) {
+	t.Helper()
+	group := c.heads / c.kv
+	for p := range n {
+		lo := 0
+		if o.Window > 0 {
+			lo = max(0, p+1-o.Window)
+		}
+		for h := range c.heads {
+			g := h / group
+			qh := q[(p*c.heads+h)*c.hd:][:c.hd]
+			w := make([]float64, p+1-lo)
+			var sum float64
+			for j := range w {
+				var d float64
+				for x := range c.hd {
+					d += float64(qh[x]) * float64(k[((lo+j)*c.kv+g)*c.hd+x])
+				}
+				d *= scale
+				if cp := float64(o.SoftCap); cp > 0 {
+					d = cp * math.Tanh(d/cp)
+				}
+				w[j] = math.Exp(d)
+				sum += w[j]
+			}
+			if o.Sinks != nil {
+				sum += math.Exp(float64(o.Sinks[h]))
+			}
+			for x := range c.hd {
+				var r float64
+				for j := range w {
+					r += w[j] * float64(v[((lo+j)*c.kv+g)*c.hd+x])
+				}
+				if r /= sum; math.Abs(float64(out[(p*c.heads+h)*c.hd+x])-r) > 1e-5 {
+					t.Fatalf("%s %+v %+v: position %d head %d dim %d = %g, want %g", name, c, o, p, h, x, out[(p*c.heads+h)*c.hd+x], r)
+				}
+			}
+		}
 	}
 }

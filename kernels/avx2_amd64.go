@@ -777,7 +777,7 @@ func avx2MaxNaN(x []float32) (float32, bool) {
 // one head at a time.
 func avx2Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	// avx2AttentionHead scores positions four at a time into whole groups.
-	w.scores = growF32(w.scores, (a.start+i+1+3)&^3)
+	w.scores = growF32(w.scores, (a.start+i+2+3)&^3) // and a sink's slot
 	for h := h0; h < h1; h++ {
 		avx2AttentionHead(a, w, i, h)
 	}
@@ -827,9 +827,16 @@ func avx2AttentionHead(a *attnArgs, w *worker, i, h int) {
 		archsimd.ClearAVXUpperBits()
 		a.capScores(scores)
 	}
+	// A sink is one more score after the last, in the softmax only
+	// (copied as an integer: a float move would be legacy SSE).
+	soft := scores
+	if a.sinks != nil {
+		*(*uint32)(unsafe.Pointer(&w.scores[n])) = *(*uint32)(unsafe.Pointer(&a.sinks[h]))
+		soft = w.scores[lo : n+1]
+	}
 	// avx2Max and avx2ExpSum return with the vector state clean, so 1/sum
 	// is on clean state too.
-	sum := avx2ExpSum(scores, avx2Max(scores))
+	sum := avx2ExpSum(soft, avx2Max(soft))
 	inv := archsimd.BroadcastFloat32x8(1 / sum)
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
 	d := 0

@@ -763,29 +763,39 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 	// MOVUPS: the scale travels as 16 lanes.)
 	sv := archsimd.BroadcastFloat32x16(scale)
 	// A window scores from its first group of four (the scores before lo
-	// go unread) and sums from lo.
+	// go unread) and sums from lo. Each head's scores are sn apart: room
+	// for a sink after them, which the softmax takes as one more score
+	// and the sum of values does not.
 	lo := a.first(n)
+	sn := n + 1
+	sink := 0
+	if a.sinks != nil {
+		sink = 1
+	}
 	for p0 := lo &^ 3; p0 < n; p0 += attnBlock {
 		p1 := min(p0+attnBlock, n)
 		j := 0
 		for ; j+2 <= nh; j += 2 {
 			qa, qb := a.q[(i*a.nHeads+h0+j)*hd:][:hd], a.q[(i*a.nHeads+h0+j+1)*hd:][:hd]
-			attnScores2x512(f32ptr(w.scores[j*n:]), f32ptr(w.scores[(j+1)*n:]), qa, qb, &rows, p0, p1, sv)
+			attnScores2x512(f32ptr(w.scores[j*sn:]), f32ptr(w.scores[(j+1)*sn:]), qa, qb, &rows, p0, p1, sv)
 		}
 		for ; j < nh; j++ {
 			q := a.q[(i*a.nHeads+h0+j)*hd:][:hd]
-			attnScores512(f32ptr(w.scores[j*n:]), q, &rows, p0, p1, sv)
+			attnScores512(f32ptr(w.scores[j*sn:]), q, &rows, p0, p1, sv)
 		}
 	}
 	if a.capped { // a byte test: a float compare would be legacy SSE
 		archsimd.ClearAVXUpperBits()
 		for j := range nh {
-			a.capScores(w.scores[j*n+lo : (j+1)*n])
+			a.capScores(w.scores[j*sn+lo : j*sn+n])
 		}
+	}
+	for j := range nh * sink { // copied as integers: a float move would be legacy SSE
+		*(*uint32)(unsafe.Pointer(&w.scores[j*sn+n])) = *(*uint32)(unsafe.Pointer(&a.sinks[h0+j]))
 	}
 	one := archsimd.BroadcastFloat32x16(1)
 	for j := range nh {
-		s := w.scores[j*n+lo : (j+1)*n]
+		s := w.scores[j*sn+lo : j*sn+n+sink]
 		mv, _ := maxBcast512(s)
 		inv[j] = one.Div(expSumBcast512(s, mv))
 	}
@@ -794,13 +804,13 @@ func avx512Attention(a *attnArgs, w *worker, i, h0, h1 int) {
 		p1 := min(p0+attnBlock, n)
 		j := 0
 		for ; j+2 <= nh && hd < 16; j += 2 {
-			attnAccumulateNarrow2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), &vrows, tailMask16(hd), p0, p1)
+			attnAccumulateNarrow2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*sn), unsafe.Add(sp, 4*(j+1)*sn), &vrows, tailMask16(hd), p0, p1)
 		}
 		for ; j+2 <= nh && hd%64 == 0; j += 2 {
-			attnAccumulate2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*n), unsafe.Add(sp, 4*(j+1)*n), &vrows, hd, p0, p1)
+			attnAccumulate2x512(f32ptr(acc[j*hp:]), f32ptr(acc[(j+1)*hp:]), unsafe.Add(sp, 4*j*sn), unsafe.Add(sp, 4*(j+1)*sn), &vrows, hd, p0, p1)
 		}
 		for ; j < nh; j++ {
-			attnAccumulate512(f32ptr(acc[j*hp:]), unsafe.Add(sp, 4*j*n), &vrows, hd, p0, p1)
+			attnAccumulate512(f32ptr(acc[j*hp:]), unsafe.Add(sp, 4*j*sn), &vrows, hd, p0, p1)
 		}
 	}
 	for j := range nh {

@@ -116,6 +116,9 @@ type attnArgs struct {
 	window  int
 	softCap float32
 	capped  bool // softCap > 0
+	// sinks, when not nil, holds each query head's sink logit: one more
+	// score in its softmax that adds no value (AttnOpts.Sinks).
+	sinks []float32
 }
 
 // first is the first position a query at position n-1 attends to.

@@ -512,11 +512,11 @@ func (c *CPU) attention(out, q, k, v []float32, nTok, start, nHeads, nKVHeads, h
 	group := nHeads / nKVHeads
 	chunk := min(group, attnHeadsPerItem)
 	for i := range c.workers {
-		c.workers[i].scores = growF32(c.workers[i].scores, chunk*n)
+		c.workers[i].scores = growF32(c.workers[i].scores, chunk*(n+1)) // each head's n scores and a sink
 	}
 	c.att = attnArgs{out: out, q: q, k: k, v: v, nTok: nTok, start: start, nHeads: nHeads, nKV: nKVHeads, headDim: headDim, scale: scale,
 		groupChunk: chunk, chunks: (group + chunk - 1) / chunk, blocks: blocks, bsShift: bsShift,
-		window: o.Window, softCap: o.SoftCap, capped: o.SoftCap > 0}
+		window: o.Window, softCap: o.SoftCap, capped: o.SoftCap > 0, sinks: o.Sinks}
 	items := nTok * nKVHeads * c.att.chunks
 	if items > 1 && n*headDim*nTok*nHeads >= c.parallelMinWork/4 {
 		c.pool.run(items, 1, c.fnAttn)

@@ -192,11 +192,17 @@ func genericAttentionHead(a *attnArgs, w *worker, i, h int) {
 	for _, s := range scores[1:] {
 		m = max(m, s)
 	}
+	if a.sinks != nil { // one more score, in the softmax only
+		m = max(m, a.sinks[h])
+	}
 	var sum float32
 	for p, s := range scores {
 		e := float32(math.Exp(float64(s - m)))
 		scores[p] = e
 		sum += e
+	}
+	if a.sinks != nil {
+		sum += float32(math.Exp(float64(a.sinks[h] - m)))
 	}
 	o := a.out[(i*a.nHeads+h)*hd:][:hd]
 	clear(o)

@@ -466,14 +466,14 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 			}
 		}
 		switch {
-		case segDev != nil && L.attn == (kernels.AttnOpts{}):
+		case segDev != nil && L.attn.Plain():
 			segDev.PagedAttentionSegments(att, q, pool, c.Heads, c.KVHeads, c.HeadDim, scale)
 		default:
 			for _, sg := range b.segs {
 				if segDev == nil { // else QKVPost or WriteKVSegments wrote them
 					dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
 				}
-				if L.attn == (kernels.AttnOpts{}) {
+				if L.attn.Plain() {
 					dev.PagedAttention(att.Slice(sg.first*qDim, sg.n*qDim), q.Slice(sg.first*qDim, sg.n*qDim),
 						pool, sg.blocks, sg.n, sg.start, c.Heads, c.KVHeads, c.HeadDim, scale)
 				} else {

@@ -425,11 +425,12 @@ func (d *Device) PagedAttention(out, q kernels.Buf, p kernels.KVPool, blocks []i
 var _ kernels.FamilyDevice = (*Device)(nil)
 
 // PagedAttentionOpts implements kernels.FamilyDevice: PagedAttention over
-// each query's window only, each score soft-capped before the softmax.
+// each query's window only, each score soft-capped before the softmax, a
+// head's sink one more score in its softmax.
 func (d *Device) PagedAttentionOpts(out, q kernels.Buf, p kernels.KVPool, blocks []int32, nTok, start, nHeads, nKVHeads, headDim int, scale float32, opt kernels.AttnOpts) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || p.Width != nKVHeads*headDim {
+	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || p.Width != nKVHeads*headDim || (opt.Sinks != nil && len(opt.Sinks) != nHeads) {
 		panic(fmt.Sprintf("refdev: PagedAttention heads=%d kvHeads=%d headDim=%d over a pool of width %d", nHeads, nKVHeads, headDim, p.Width))
 	}
 	o, qs, kp, vp := d.f(out), d.f(q), d.f(p.K), d.f(p.V)
@@ -460,10 +461,16 @@ func (d *Device) PagedAttentionOpts(out, q kernels.Buf, p kernels.KVPool, blocks
 			for _, s := range sc {
 				m = max(m, s)
 			}
+			if opt.Sinks != nil {
+				m = max(m, opt.Sinks[h])
+			}
 			var sum float32
 			for pos, s := range sc {
 				sc[pos] = float32(math.Exp(float64(s - m)))
 				sum += sc[pos]
+			}
+			if opt.Sinks != nil { // a score in the softmax that adds no value
+				sum += float32(math.Exp(float64(opt.Sinks[h] - m)))
 			}
 			oh := o[(i*nHeads+h)*headDim:][:headDim]
 			clear(oh)

@@ -257,7 +257,7 @@ func pagedAttentionOpts(t *testing.T, d kernels.Device, q, k, v []float32, n, ch
 	for s := 0; s < n; s += chunk {
 		c := min(chunk, n-s)
 		d.WriteKV(pool, kd.Slice(s*kvs, c*kvs), vd.Slice(s*kvs, c*kvs), table, s, c)
-		if o == (kernels.AttnOpts{}) {
+		if o.Plain() {
 			d.PagedAttention(out.Slice(s*qs, c*qs), qd.Slice(s*qs, c*qs), pool, table, c, s, nHeads, nKV, headDim, 0.25)
 		} else {
 			d.(kernels.FamilyDevice).PagedAttentionOpts(out.Slice(s*qs, c*qs), qd.Slice(s*qs, c*qs), pool, table, c, s, nHeads, nKV, headDim, 0.25, o)
@@ -277,7 +277,8 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	x, up := randVec(r, 300), randVec(r, 300)
 	q, k, v := randVec(r, n*nHeads*headDim), randVec(r, n*nKV*headDim), randVec(r, n*nKV*headDim)
-	opts := []kernels.AttnOpts{{Window: 1}, {Window: 6}, {SoftCap: 0.5}, {Window: 5, SoftCap: 0.3}}
+	sinks := randVec(r, nHeads)
+	opts := []kernels.AttnOpts{{Window: 1}, {Window: 6}, {SoftCap: 0.5}, {Window: 5, SoftCap: 0.3}, {Sinks: sinks}, {Sinks: sinks, Window: 4}}
 	type res map[string][]float32
 	results := map[string]res{}
 	for name, dev := range devices(t) {
@@ -327,6 +328,10 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 			t.Fatalf("SoftCap[%d] = %g (cap 0.7), Scale[%d] = %g (x %g)", i, c, i, ref["Scale"][i], x[i])
 		}
 	}
+	// Sinks change the result.
+	if w := ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Sinks: sinks, Window: 4}, n)]; agreeQuiet(w, pagedAttentionOpts(t, refdev.New(), q, k, v, n, n, nHeads, nKV, headDim, kernels.AttnOpts{Window: 4})) {
+		t.Fatal("sinks changed nothing")
+	}
 	// A window of one: every query returns its own position's v row.
 	w1 := ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Window: 1}, n)]
 	for p := range n {
@@ -345,12 +350,15 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 
 // agreeQuiet reports whether a and b are equal element for element.
 func agreeQuiet(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
 	for i := range a {
 		if a[i] != b[i] {
 			return false
 		}
 	}
-	return len(a) == len(b)
+	return true
 }
 
 func TestDevicesAgreeOnPagedAttention(t *testing.T) {
