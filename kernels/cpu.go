@@ -469,6 +469,15 @@ func GELU(x float32) float32 {
 	return float32(0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g))))
 }
 
+// SwiGLUOAI is gpt-oss's clamped SwiGLU of one gate and up value, as
+// llama.cpp's swiglu_oai computes it in float32: g = min(gate, limit),
+// u = clamp(up, -limit, limit), g·σ(alpha·g)·(u+1), σ(x) = 1/(1+e^-x).
+func SwiGLUOAI(gate, up, alpha, limit float32) float32 {
+	g := min(gate, limit)
+	u := max(min(up, limit), -limit)
+	return g / (1 + float32(math.Exp(float64(-alpha*g)))) * (u + 1)
+}
+
 func geluMul(gate, up []float32) {
 	up = up[:len(gate)]
 	for i, g := range gate {

@@ -196,3 +196,14 @@ func (d *CPUDevice) SoftCap(x Buf, c float32) {
 		xs[i] = c * float32(math.Tanh(float64(v/c)))
 	}
 }
+
+// SwiGLUOAI implements FamilyDevice.
+func (d *CPUDevice) SwiGLUOAI(gate, up Buf, alpha, limit float32) {
+	g, u := d.Host(gate), d.Host(up)
+	if len(u) < len(g) {
+		panic(fmt.Sprintf("kernels: SwiGLUOAI len(gate)=%d len(up)=%d", len(g), len(u)))
+	}
+	for i, v := range g {
+		g[i] = SwiGLUOAI(v, u[i], alpha, limit)
+	}
+}

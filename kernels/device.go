@@ -199,6 +199,10 @@ type FamilyDevice interface {
 	Scale(x Buf, s float32)
 	// SoftCap sets x[i] = c·tanh(x[i]/c) for i < x.Len(), c > 0.
 	SoftCap(x Buf, c float32)
+	// SwiGLUOAI is gpt-oss's clamped SwiGLU: with g = min(gate[i], limit)
+	// and u = clamp(up[i], -limit, limit), gate[i] = g·σ(alpha·g)·(u+1)
+	// for i < gate.Len() (SwiGLUOAI).
+	SwiGLUOAI(gate, up Buf, alpha, limit float32)
 }
 
 // FusedDevice is implemented by devices with fused kernels for the

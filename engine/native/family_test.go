@@ -21,10 +21,17 @@ import (
 // but llama.cpp keeps its KV cache in F16 and sums in other orders.
 const familyTol = 2e-3
 
+// moeFlipTol bounds the one prompt of a mixture of experts allowed past
+// familyTol: where two experts' router logits are nearly tied (4.5e-5
+// apart at one token of tiny-gpt-oss's prompt 5), llama.cpp's F16 KV cache
+// is enough to choose the other, which moves the distribution by ~1e-2.
+const moeFlipTol = 0.1
+
 // TestFamiliesMatchLlamaCpp: every architecture's demo model (random F32
 // weights, one file read by both) gives llama.cpp's greedy tokens for the
 // first 8 steps on at least 7 of 8 prompts, and its next-token
-// distribution after each prompt within familyTol. llama.cpp is
+// distribution after each prompt within familyTol (a mixture of experts:
+// all but one prompt, that one within moeFlipTol). llama.cpp is
 // node-llama-cpp 3.21.1's prebuilt addon, a test aid: BATCHD_LLAMACPP names
 // a directory holding its node_modules (.ci/run installs one on x86-64 and
 // sets BATCHD_REQUIRE_LLAMACPP); unset, the test skips.
@@ -61,7 +68,7 @@ func TestFamiliesMatchLlamaCpp(t *testing.T) {
 		t.Fatal(err)
 	}
 	const steps = 8
-	for _, name := range []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3"} {
+	for _, name := range []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss"} {
 		t.Run(name, func(t *testing.T) {
 			shape := demomodel.Shapes[name]
 			path := filepath.Join(t.TempDir(), name+".gguf")
@@ -107,7 +114,7 @@ func TestFamiliesMatchLlamaCpp(t *testing.T) {
 			if err := json.Unmarshal(out, &ref); err != nil || len(ref) != len(prompts) {
 				t.Fatalf("llama.cpp's answer (%v): %.300s", err, out)
 			}
-			same := 0
+			same, flipped := 0, 0
 			for i, p := range prompts {
 				got := greedy(m, p, steps)
 				if slices.Equal(got, ref[i].Tokens) {
@@ -129,9 +136,16 @@ func TestFamiliesMatchLlamaCpp(t *testing.T) {
 				if i == 0 {
 					t.Logf("prompt 0: log-probabilities within %.2g nats of llama.cpp's", worst)
 				}
-				if worst > familyTol {
+				switch {
+				case worst > familyTol && (m.cfg.Experts == 0 || worst > moeFlipTol):
 					t.Errorf("prompt %d: next-token log-probabilities differ from llama.cpp's by up to %.2g nats (tolerance %g)", i, worst, familyTol)
+				case worst > familyTol:
+					flipped++
+					t.Logf("prompt %d: next-token log-probabilities differ from llama.cpp's by up to %.2g nats: a router's near-tie taken the other way", i, worst)
 				}
+			}
+			if flipped > 1 {
+				t.Errorf("%d prompts' log-probabilities are beyond %g nats of llama.cpp's; a mixture of experts may have one (a near-tie in routing)", flipped, familyTol)
 			}
 			t.Logf("greedy tokens equal on %d of 8 prompts", same)
 			if same < 7 {

@@ -12,7 +12,8 @@ import (
 	"github.com/batchd/batchd/kernels"
 )
 
-// gemmaPath writes the demo shape name (tiny-gemma2 or tiny-gemma3) in dt.
+// gemmaPath writes the demo shape name (tiny-gemma2, tiny-gemma3,
+// tiny-gpt-oss) in dt.
 func gemmaPath(t *testing.T, name string, dt kernels.DType) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".gguf")

@@ -28,6 +28,9 @@ type layer struct {
 	// have their own).
 	attn    kernels.AttnOpts
 	invFreq []float32
+	// gpt-oss's biases: attn_output's, the router's and the experts'
+	// (Experts × rows, flat); empty otherwise.
+	bo, routerB, gateEB, upEB, downEB kernels.Buf
 }
 
 // Model is a Llama-family decoder (llama, qwen2, qwen3) ready to run. Its
@@ -67,6 +70,12 @@ func familyNeeds(c weights.Config) []string {
 	}
 	if c.EmbedScale > 0 || c.PostNorms {
 		out = append(out, "Gemma's embedding scale and post-norms")
+	}
+	if c.AttnSinks {
+		out = append(out, "attention sinks")
+	}
+	if c.SwiGLULimit > 0 {
+		out = append(out, "gpt-oss's clamped SwiGLU")
 	}
 	return out
 }
@@ -181,6 +190,11 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 	if c.AttnScale > 0 {
 		m.attnScale = c.AttnScale
 	}
+	if mag := c.RopeMagnitude(); mag != 1 {
+		// YaRN scales q and k by mag when it rotates them; the scores,
+		// all they are used for, by mag².
+		m.attnScale = float32(float64(m.attnScale) * mag * mag)
+	}
 	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	m.embd = mat("token_embd.weight", c.VocabSize, c.Dim)
 	m.norm = vec("output_norm.weight", c.Dim, false)
@@ -198,6 +212,23 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 			wk:       mat(p+"attn_k.weight", kvDim, c.Dim),
 			wv:       mat(p+"attn_v.weight", kvDim, c.Dim),
 			wo:       mat(p+"attn_output.weight", c.Dim, qDim),
+		}
+		if c.OutBias {
+			l.bo = vec(p+"attn_output.bias", c.Dim, false)
+		}
+		if c.AttnSinks {
+			l.attn.Sinks = w.Vectors[p+"attn_sinks.weight"]
+			if len(l.attn.Sinks) != c.Heads && err == nil {
+				err = fmt.Errorf("model: tensor %sattn_sinks.weight has %d values, want %d", p, len(l.attn.Sinks), c.Heads)
+			}
+		}
+		if c.RouterBias {
+			l.routerB = vec(p+"ffn_gate_inp.bias", c.Experts, false)
+		}
+		if c.ExpertBias {
+			l.gateEB = vec(p+"ffn_gate_exps.bias", c.Experts*c.ExpertFFNDim, false)
+			l.upEB = vec(p+"ffn_up_exps.bias", c.Experts*c.ExpertFFNDim, false)
+			l.downEB = vec(p+"ffn_down_exps.bias", c.Experts*c.Dim, false)
 		}
 		if c.Experts > 0 {
 			l.router = mat(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
@@ -483,6 +514,9 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 			}
 		}
 		dev.MatMul(o, att, T, L.wo)
+		if L.bo.Len() > 0 {
+			dev.AddBias(o, L.bo, T, dim)
+		}
 		if b.lora {
 			m.applyLoRA(s, li, loraAttnOut, att, qDim, o)
 		}

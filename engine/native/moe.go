@@ -6,8 +6,9 @@ import (
 	"github.com/batchd/batchd/kernels"
 )
 
-// Mixture of experts (qwen3moe): a layer's FFN is Experts SwiGLU FFNs of
-// which a router picks ExpertsUsed per token. The experts run grouped by
+// Mixture of experts (qwen3moe, Mixtral, gpt-oss): a layer's FFN is
+// Experts SwiGLU FFNs of which a router picks ExpertsUsed per token
+// (gpt-oss: the router and the experts with biases, the SwiGLU clamped). The experts run grouped by
 // expert: each expert's rows are gathered, its three matrices multiply all
 // of them in one call each (its weights stream once per step however many
 // tokens chose it), and its outputs are added into their rows weighted by
@@ -21,6 +22,9 @@ import (
 // download and an upload. A device that captures a pass as one graph (the
 // CUDA device) would have to stop at every layer's routing: it refuses MoE
 // models at load until its own kernels route.
+
+// swiGLUAlpha is gpt-oss's SwiGLU slope (its clamp is Config.SwiGLULimit).
+const swiGLUAlpha = 1.702
 
 // moeScratch is the MoE buffers of a forward pass, reused across layers
 // and steps.
@@ -110,6 +114,9 @@ func (m *Model) moe(li int, h, out kernels.Buf, T int, s *scratch) {
 	dim, ff := c.Dim, c.ExpertFFNDim
 	router := m.buf(&ms.router, T*c.Experts)
 	dev.MatMul(router, h, T, L.router)
+	if L.routerB.Len() > 0 {
+		dev.AddBias(router, L.routerB, T, c.Experts)
+	}
 	ms.routes.route(host(router, &ms.logits), T, c.Experts, c.ExpertsUsed, c.ExpertNormTopK)
 	var o []float32
 	if hv != nil {
@@ -135,8 +142,19 @@ func (m *Model) moe(li int, h, out kernels.Buf, T int, s *scratch) {
 		dev.CopyRows(x, h, dim, rows)
 		dev.MatMul(gate, x, n, L.gateE[e])
 		dev.MatMul(up, x, n, L.upE[e])
-		dev.SiLUMul(gate, up)
+		if L.gateEB.Len() > 0 {
+			dev.AddBias(gate, L.gateEB.Slice(e*ff, ff), n, ff)
+			dev.AddBias(up, L.upEB.Slice(e*ff, ff), n, ff)
+		}
+		if c.SwiGLULimit > 0 {
+			m.fam.SwiGLUOAI(gate, up, swiGLUAlpha, c.SwiGLULimit)
+		} else {
+			dev.SiLUMul(gate, up)
+		}
 		dev.MatMul(y, gate, n, L.downE[e])
+		if L.downEB.Len() > 0 {
+			dev.AddBias(y, L.downEB.Slice(e*dim, dim), n, dim)
+		}
 		yh := host(y, &ms.yh)
 		for i, r := range rows {
 			w := ms.routes.weight[e][i]

@@ -357,6 +357,27 @@ func (d *Device) GELUMul(gate, up kernels.Buf) {
 	}
 }
 
+// SwiGLUOAI implements kernels.FamilyDevice: min(gate, limit)·σ(alpha·
+// min(gate, limit))·(clamp(up, ±limit)+1), written out here.
+func (d *Device) SwiGLUOAI(gate, up kernels.Buf, alpha, limit float32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, u := d.f(gate), d.f(up)
+	need("SwiGLUOAI", len(u), len(g))
+	for i, v := range g {
+		if v > limit {
+			v = limit
+		}
+		w := u[i]
+		if w > limit {
+			w = limit
+		} else if w < -limit {
+			w = -limit
+		}
+		g[i] = v / (1 + float32(math.Exp(float64(-alpha*v)))) * (w + 1)
+	}
+}
+
 // Scale implements kernels.FamilyDevice.
 func (d *Device) Scale(x kernels.Buf, s float32) {
 	d.mu.Lock()

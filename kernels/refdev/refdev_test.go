@@ -291,6 +291,14 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 		d.GELUMul(b, upload(t, d, up))
 		out["GELUMul"] = download(d, b)
 		b = upload(t, d, x)
+		scaled := make([]float32, len(up)) // reaching past the clamps
+		for i, v := range up {
+			scaled[i] = 4 * v
+		}
+		d.Scale(b, 4)
+		d.SwiGLUOAI(b, upload(t, d, scaled), 1.702, 7)
+		out["SwiGLUOAI"] = download(d, b)
+		b = upload(t, d, x)
 		d.Scale(b, 11.3)
 		out["Scale"] = download(d, b)
 		b = upload(t, d, x)
@@ -319,6 +327,20 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 		if math.Abs(float64(g)-want) > 1e-6*math.Max(1, math.Abs(want)) {
 			t.Fatalf("GELUMul[%d] = %g, want %g", i, g, want)
 		}
+	}
+	clamped := 0
+	for i, g := range ref["SwiGLUOAI"] {
+		gv, uv := math.Min(4*float64(x[i]), 7), math.Max(math.Min(4*float64(up[i]), 7), -7)
+		if gv == 7 || math.Abs(uv) == 7 {
+			clamped++
+		}
+		want := gv / (1 + math.Exp(-1.702*gv)) * (uv + 1)
+		if math.Abs(float64(g)-want) > 1e-5*math.Max(1, math.Abs(want)) {
+			t.Fatalf("SwiGLUOAI[%d] = %g, want %g", i, g, want)
+		}
+	}
+	if clamped == 0 {
+		t.Fatal("no SwiGLUOAI input reached a clamp")
 	}
 	if g := kernels.GELU(1); math.Abs(float64(g)-0.8411920) > 1e-6 {
 		t.Fatalf("GELU(1) = %g, want 0.8411920", g)

@@ -201,6 +201,10 @@ type Shape struct {
 	// high_freq_factor, original context), written as llama.cpp's
 	// converter writes it: the rope_freqs.weight divisors. Zero: none.
 	Llama3Rope [4]float64
+	// YarnFactor and YarnContext are YaRN RoPE scaling (gpt-oss's: 32
+	// over 4096 positions). Zero: none.
+	YarnFactor  float32
+	YarnContext int
 }
 
 // ropeFactors are the rope_freqs.weight divisors of d.Llama3Rope, as
@@ -257,6 +261,16 @@ var Shapes = map[string]Shape{
 	// RoPE scaling from an original context of 32 positions, so that short
 	// prompts reach every band of it).
 	"tiny-llama3": {Name: "tiny-llama3", Arch: "llama", Dim: 128, Layers: 3, Heads: 4, KVHeads: 1, FFNDim: 352, Context: 2048, Tied: true, RopeTheta: 500000, Llama3Rope: [4]float64{8, 1, 4, 32}},
+	// tiny-gpt-oss: gpt-oss's kind (8 experts, 2 per token, with biases
+	// and the clamped SwiGLU; sinks; q/k/v/o biases; a window of 6 on
+	// the even layers; YaRN 32 over 256 positions, so that short prompts
+	// reach its scaled bands; base 150000).
+	"tiny-gpt-oss": {Name: "tiny-gpt-oss", Arch: "gpt-oss", Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, Context: 131072, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96,
+		Window: 6, RopeTheta: 150000, YarnFactor: 32, YarnContext: 256},
+	// gpt-oss-20b: gpt-oss-20b's shape (24 layers, 32 experts of which 4
+	// per token, head 64, window 128), for benchmarks.
+	"gpt-oss-20b": {Name: "gpt-oss-20b", Arch: "gpt-oss", Dim: 2880, Layers: 24, Heads: 64, KVHeads: 8, HeadDim: 64, Context: 131072, Vocab: 201088,
+		Experts: 32, ExpertsUsed: 4, ExpertFFN: 2880, Window: 128, RopeTheta: 150000, YarnFactor: 32, YarnContext: 4096},
 	// tiny-gemma2 and tiny-gemma3: Gemma 2 (GeGLU, post-norms, scores
 	// and logits soft-capped, a sliding window on every other layer) and
 	// Gemma 3 (q/k norms, five local layers of window and base 10000 to
@@ -374,6 +388,11 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 	if shape.Window > 0 {
 		meta = append(meta, gguf.KV{Key: arch + ".attention.sliding_window", Value: gguf.MustValue(uint32(shape.Window))})
 	}
+	if shape.YarnFactor > 0 {
+		meta = append(meta, gguf.KV{Key: arch + ".rope.scaling.type", Value: gguf.MustValue("yarn")},
+			gguf.KV{Key: arch + ".rope.scaling.factor", Value: gguf.MustValue(shape.YarnFactor)},
+			gguf.KV{Key: arch + ".rope.scaling.original_context_length", Value: gguf.MustValue(uint32(shape.YarnContext))})
+	}
 	if shape.AttnSoftCap > 0 {
 		meta = append(meta, gguf.KV{Key: arch + ".attn_logit_softcapping", Value: gguf.MustValue(shape.AttnSoftCap)})
 	}
@@ -415,7 +434,7 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 			return fmt.Errorf("demo tensor %s: %w", p.Name, err)
 		}
 		dims := []uint64{uint64(p.Cols), uint64(p.Rows)}
-		if p.fill != fillWeights {
+		if p.fill != fillWeights && p.Rows == 1 {
 			dims = dims[:1]
 		}
 		if p.Experts > 0 {
@@ -442,6 +461,7 @@ const (
 	fillSmall               // a bias: 0.02·N(0,1)
 	fillNorm                // a q/k norm: 1 + 0.1·N(0,1)
 	fillRope                // rope_freqs: planned.fixed
+	fillSink                // attention sinks: N(0,1)
 )
 
 // planned is a tensor of the model, in file order, with how it is drawn.
@@ -500,7 +520,11 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 	for l := range shape.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
 		vector(p+"attn_norm.weight", shape.Dim, fillOnes)
-		vector(p+"ffn_norm.weight", shape.Dim, fillOnes)
+		if arch == "gpt-oss" { // its FFN input norm's name
+			vector(p+"post_attention_norm.weight", shape.Dim, fillOnes)
+		} else {
+			vector(p+"ffn_norm.weight", shape.Dim, fillOnes)
+		}
 		type mat struct {
 			name       string
 			r          role
@@ -528,6 +552,20 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 				out[len(out)-1].Experts = e
 			}
 		}
+		if arch == "gpt-oss" {
+			vector(p+"attn_q.bias", qDim, fillSmall)
+			vector(p+"attn_k.bias", kvDim, fillSmall)
+			vector(p+"attn_v.bias", kvDim, fillSmall)
+			vector(p+"attn_output.bias", shape.Dim, fillSmall)
+			vector(p+"attn_sinks.weight", shape.Heads, fillSink)
+			vector(p+"ffn_gate_inp.bias", shape.Experts, fillSmall)
+			for _, b := range []struct {
+				name string
+				n    int
+			}{{"ffn_gate_exps.bias", shape.ExpertFFN}, {"ffn_up_exps.bias", shape.ExpertFFN}, {"ffn_down_exps.bias", shape.Dim}} {
+				out = append(out, planned{Tensor: Tensor{Name: p + b.name, Type: kernels.F32, Rows: shape.Experts, Cols: b.n}, fill: fillSmall})
+			}
+		}
 		switch arch {
 		case "qwen2":
 			vector(p+"attn_q.bias", qDim, fillSmall)
@@ -545,10 +583,10 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 	return out, err
 }
 
-// vector draws a vector tensor as F32.
+// vector draws a vector tensor (or a rows × cols one of biases) as F32.
 func (p planned) vector(rng *Rand) ([]byte, gguf.GGMLType) {
-	b := make([]byte, 4*p.Cols)
-	for i := range p.Cols {
+	b := make([]byte, 4*p.Rows*p.Cols)
+	for i := range p.Rows * p.Cols {
 		var v float32
 		switch p.fill {
 		case fillOnes:
@@ -559,6 +597,8 @@ func (p planned) vector(rng *Rand) ([]byte, gguf.GGMLType) {
 			v = 1 + 0.1*rng.Normal()
 		case fillRope:
 			v = p.fixed[i]
+		case fillSink:
+			v = rng.Normal()
 		}
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}

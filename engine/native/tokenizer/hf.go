@@ -216,6 +216,7 @@ func FromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 	if t.eos >= 0 {
 		t.eog[t.eos] = true
 	}
+	t.harmonyEOG()
 	return t, nil
 }
 

@@ -166,7 +166,19 @@ func New(spec Spec) (*Tokenizer, error) {
 			t.eog[id] = true
 		}
 	}
+	t.harmonyEOG()
 	return t, nil
+}
+
+// harmonyEOG follows llama.cpp for gpt-oss's harmony format: a vocabulary
+// with <|return|> and <|call|> ends generation on those, not on <|end|>,
+// which closes the analysis message a final answer follows.
+func (t *Tokenizer) harmonyEOG() {
+	_, ret := t.textID["<|return|>"]
+	_, call := t.textID["<|call|>"]
+	if end, ok := t.textID["<|end|>"]; ok && ret && call {
+		t.eog[end] = false
+	}
 }
 
 // inferTypes guesses token types when the vocabulary has none.

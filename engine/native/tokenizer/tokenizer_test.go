@@ -455,3 +455,30 @@ func TestQwen3NewMatchesFromHF(t *testing.T) {
 		}
 	}
 }
+
+// TestHarmonyEOG: a vocabulary with gpt-oss's <|return|> and <|call|> ends
+// generation on those and not on <|end|>, which closes the analysis
+// message before the final answer (llama.cpp does the same); without them
+// <|end|> (Phi-3's end of turn) still ends it.
+func TestHarmonyEOG(t *testing.T) {
+	build := func(extra ...string) *Tokenizer {
+		tokens := []string{"<unk>", "<s>", "</s>", "a", "b"}
+		types := []int32{TypeUnknown, TypeControl, TypeControl, TypeNormal, TypeNormal}
+		for _, s := range extra {
+			tokens, types = append(tokens, s), append(types, TypeControl)
+		}
+		scores := make([]float32, len(tokens))
+		tok, err := New(Spec{Model: "llama", Tokens: tokens, Scores: scores, Types: types, BOS: 1, EOS: 2, UNK: 0, PAD: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	harmony := build("<|start|>", "<|end|>", "<|return|>", "<|call|>")
+	if harmony.IsEOG(6) || !harmony.IsEOG(7) || !harmony.IsEOG(8) || harmony.IsEOG(5) {
+		t.Errorf("harmony: <|end|> %v, <|return|> %v, <|call|> %v, <|start|> %v", harmony.IsEOG(6), harmony.IsEOG(7), harmony.IsEOG(8), harmony.IsEOG(5))
+	}
+	if phi := build("<|end|>"); !phi.IsEOG(5) {
+		t.Error("without harmony's tokens <|end|> does not end generation")
+	}
+}

@@ -1,7 +1,8 @@
 // Package weights loads a Llama-family model (llama, including Llama 2/3.x,
 // TinyLlama, SmolLM2 and Mistral; qwen2; qwen3; Gemma 2 and 3, whose
 // differences are Config fields (GeGLU, post-norms, soft caps, sliding
-// windows, local RoPE); the mixtures of experts qwen3moe and Mixtral,
+// windows, local RoPE); the mixtures of experts qwen3moe, Mixtral and
+// gpt-oss (sinks, biases, YaRN, the clamped SwiGLU),
 // their experts one matrix each in Model.Experts) from
 // a GGUF file or a
 // Hugging Face directory (config.json + safetensors + tokenizer.json) into

@@ -54,7 +54,8 @@ func GGUFTypes() []string {
 // and leaves qwen2/qwen3 in the HF rotate-half layout.
 var ggufArchs = map[string]struct {
 	neox, qkvBias, qkNorm, moe bool
-	gemma                      int // 2 or 3: the Gemma generation
+	gemma                      int  // 2 or 3: the Gemma generation
+	gptOSS                     bool // gpt-oss's sinks, biases, clamped SwiGLU
 }{
 	"llama":    {},
 	"qwen2":    {neox: true, qkvBias: true},
@@ -62,6 +63,7 @@ var ggufArchs = map[string]struct {
 	"qwen3moe": {neox: true, qkNorm: true, moe: true},
 	"gemma2":   {neox: true, gemma: 2},
 	"gemma3":   {neox: true, qkNorm: true, gemma: 3},
+	"gpt-oss":  {neox: true, qkvBias: true, moe: true, gptOSS: true},
 }
 
 const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
@@ -180,7 +182,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if arch == "" {
 			return invalid("GGUF metadata general.architecture is missing")
 		}
-		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2 or gemma3)", arch)
+		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 or gpt-oss)", arch)
 	}
 	k := func(s string) string { return arch + "." + s }
 
@@ -276,10 +278,42 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if fac := r.float(k("rope.scaling.factor"), 1, false); fac != 1 {
 			c.RopeLinear = fac
 		}
+	case "yarn":
+		// llama.cpp's YaRN: betas 32 and 1 (no file states others but
+		// DeepSeek's and Grok's, which are not loaded), the magnitude
+		// (1+0.1·ln factor) times rope.scaling.attn_factor.
+		if r.float(k("rope.scaling.yarn_log_multiplier"), 0, false) != 0 {
+			return unsupported("GGUF metadata %s: YaRN's log multiplier (DeepSeek's) is not supported yet", k("rope.scaling.yarn_log_multiplier"))
+		}
+		c.Yarn = &YarnScaling{
+			Factor:          r.float(k("rope.scaling.factor"), 0, true),
+			OriginalContext: r.uint(k("rope.scaling.original_context_length"), c.ContextLength),
+			BetaFast:        32, BetaSlow: 1,
+			AttnFactor: r.float(k("rope.scaling.attn_factor"), 1, false),
+		}
 	default:
 		return unsupported("rope scaling type %q is not supported yet", st)
 	}
-	if traits.gemma > 0 {
+	if traits.gptOSS {
+		// gpt-oss as llama.cpp reads it: sliding windows on the layers
+		// il % pattern < pattern-1 (even ones by default), sinks, biases
+		// on q/k/v/o, the router and the experts, the clamped SwiGLU;
+		// top-k of the router's logits weighted by their softmax, which is
+		// the renormalized softmax qwen3moe routes by.
+		c.AttnSinks, c.OutBias, c.RouterBias, c.ExpertBias = true, true, true, true
+		c.SwiGLULimit = 7
+		c.SlidingWindow = r.uint(k("attention.sliding_window"), -1)
+		pattern := r.uint(k("attention.sliding_window_pattern"), 2)
+		if c.Layers > 0 && c.Layers <= maxDimension && pattern > 0 {
+			c.SlidingLayers = make([]bool, c.Layers)
+			for i := range c.SlidingLayers {
+				c.SlidingLayers[i] = i%pattern < pattern-1
+			}
+		}
+		if b := r.float(k("rope.freq_base_swa"), 0, false); b != 0 && b != c.RopeTheta {
+			return unsupported("GGUF metadata %s = %g differs from rope.freq_base: not supported yet", k("rope.freq_base_swa"), b)
+		}
+	} else if traits.gemma > 0 {
 		gemmaFromGGUF(&c, r, k, traits.gemma)
 	} else if w := r.uint(k("attention.sliding_window"), 0); w > 0 {
 		c.SlidingWindow = w // Mistral's, on every layer
@@ -321,6 +355,15 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 			rt.shape[len(ti.Dims)-1-i] = d
 		}
 		raw[ti.Name] = rt
+	}
+	if traits.gptOSS {
+		// gpt-oss's FFN input norm is stored as post_attention_norm.
+		for l := range c.Layers {
+			if rt, ok := raw[BlockName(l, sufPostAttn)]; ok {
+				delete(raw, BlockName(l, sufPostAttn))
+				raw[BlockName(l, sufFFNNorm)] = rt
+			}
+		}
 	}
 	return m.build(raw, nil, nil)
 }

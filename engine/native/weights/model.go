@@ -113,6 +113,35 @@ type Config struct {
 	// RopeLinear > 0 is linear RoPE scaling: every frequency divided by it
 	// (GGUF rope.scaling.type linear, HF rope_scaling type "linear").
 	RopeLinear float32
+
+	// gpt-oss adds the fields below; their zero values are Llama's.
+	//
+	// AttnSinks: each layer has a sink logit per query head
+	// (attn_sinks.weight), one more score in the softmax.
+	AttnSinks bool
+	// OutBias: attn_output has a bias (attn_output.bias).
+	OutBias bool
+	// RouterBias and ExpertBias: the router (ffn_gate_inp.bias, Experts)
+	// and each expert's three matrices (ffn_{gate,up,down}_exps.bias,
+	// Experts × rows) have biases.
+	RouterBias, ExpertBias bool
+	// SwiGLULimit > 0 makes the experts' activation gpt-oss's clamped
+	// SwiGLU (kernels.SwiGLUOAI, alpha 1.702) with this limit.
+	SwiGLULimit float32
+	// Yarn is YaRN RoPE scaling, nil if none (RopeFrequencies and
+	// RopeMagnitude apply it).
+	Yarn *YarnScaling
+}
+
+// YarnScaling is YaRN RoPE scaling as llama.cpp computes it: the pairs
+// below the corrected dimension of BetaFast keep their frequency, those
+// above that of BetaSlow are divided by Factor, a linear ramp mixes the
+// two between; and q and k are scaled by AttnFactor·(1+0.1·ln Factor).
+type YarnScaling struct {
+	Factor             float32
+	OriginalContext    int
+	BetaFast, BetaSlow float32
+	AttnFactor         float32
 }
 
 // Sliding reports whether layer attends through the sliding window.
@@ -325,7 +354,36 @@ func (m *Model) RopeFrequencies() []float64 {
 			out[i] /= float64(f)
 		}
 	}
+	if y := c.Yarn; y != nil {
+		// θ = θ_interp·(1-mix) + θ_extrap·mix with θ_interp = θ_extrap/
+		// Factor: each pair's frequency scaled by (1-mix)/Factor + mix.
+		low, high := yarnCorrDims(c.RopeDim, y.OriginalContext, float64(c.RopeTheta), float64(y.BetaFast), float64(y.BetaSlow))
+		for i := range out {
+			mix := 1 - min(1, max(0, (float64(i)-low)/max(0.001, high-low)))
+			out[i] *= (1-mix)/float64(y.Factor) + mix
+		}
+	}
 	return out
+}
+
+// yarnCorrDims are llama.cpp's ggml_rope_yarn_corr_dims: the pair
+// indices, floored and ceiled, where a dimension turns beta rotations
+// over the original context.
+func yarnCorrDims(nDims, origCtx int, base, betaFast, betaSlow float64) (low, high float64) {
+	dim := func(beta float64) float64 {
+		return float64(nDims) * math.Log(float64(origCtx)/(beta*2*math.Pi)) / (2 * math.Log(base))
+	}
+	return max(0, math.Floor(dim(betaFast))), min(float64(nDims-1), math.Ceil(dim(betaSlow)))
+}
+
+// RopeMagnitude is the factor RoPE scales q and k by (YaRN's
+// AttnFactor·(1+0.1·ln Factor); 1 without YaRN): the attention scores
+// take its square.
+func (c *Config) RopeMagnitude() float64 {
+	if y := c.Yarn; y != nil {
+		return float64(y.AttnFactor) * (1 + 0.1*math.Log(float64(y.Factor)))
+	}
+	return 1
 }
 
 // LocalRopeFrequencies returns the RoPE frequencies of the sliding-window
@@ -365,6 +423,12 @@ const (
 	sufKNorm     = "attn_k_norm.weight"
 	sufFFNNorm   = "ffn_norm.weight"
 	sufPostAttn  = "post_attention_norm.weight"
+	sufSinks     = "attn_sinks.weight"
+	sufOBias     = "attn_output.bias"
+	sufRouterB   = "ffn_gate_inp.bias"
+	sufGateExpsB = "ffn_gate_exps.bias"
+	sufUpExpsB   = "ffn_up_exps.bias"
+	sufDownExpsB = "ffn_down_exps.bias"
 	sufPostFFN   = "post_ffw_norm.weight"
 	sufFFNGate   = "ffn_gate.weight"
 	sufFFNUp     = "ffn_up.weight"
@@ -387,8 +451,9 @@ func BlockName(layer int, suffix string) string {
 // tensorSpec is one tensor the config calls for.
 type tensorSpec struct {
 	name       string
-	rows, cols int // cols == 0: a vector of rows elements
-	experts    int // > 0: experts matrices of rows × cols, outermost
+	rows, cols int  // cols == 0: a vector of rows elements
+	experts    int  // > 0: experts matrices of rows × cols, outermost
+	flat       bool // a rows × cols tensor read as a vector (experts' biases)
 }
 
 // Names lists the canonical tensor names the config calls for, matrices and
@@ -420,6 +485,12 @@ func (c Config) specs() []tensorSpec {
 		b(sufK, kv, c.Dim)
 		b(sufV, kv, c.Dim)
 		b(sufO, c.Dim, q)
+		if c.OutBias {
+			b(sufOBias, c.Dim, 0)
+		}
+		if c.AttnSinks {
+			b(sufSinks, c.Heads, 0)
+		}
 		if c.QKVBias {
 			b(sufQBias, q, 0)
 			b(sufKBias, kv, 0)
@@ -436,12 +507,23 @@ func (c Config) specs() []tensorSpec {
 		}
 		if c.Experts > 0 {
 			b(sufRouter, c.Experts, c.Dim)
+			if c.RouterBias {
+				b(sufRouterB, c.Experts, 0)
+			}
 			e := func(suf string, rows, cols int) {
 				s = append(s, tensorSpec{name: BlockName(l, suf), rows: rows, cols: cols, experts: c.Experts})
 			}
 			e(sufGateExps, c.ExpertFFNDim, c.Dim)
 			e(sufUpExps, c.ExpertFFNDim, c.Dim)
 			e(sufDownExps, c.Dim, c.ExpertFFNDim)
+			if c.ExpertBias {
+				for _, x := range []struct {
+					suf string
+					n   int
+				}{{sufGateExpsB, c.ExpertFFNDim}, {sufUpExpsB, c.ExpertFFNDim}, {sufDownExpsB, c.Dim}} {
+					s = append(s, tensorSpec{name: BlockName(l, x.suf), rows: c.Experts, cols: x.n, flat: true})
+				}
+			}
 			continue
 		}
 		b(sufFFNGate, c.FFNDim, c.Dim)
@@ -504,6 +586,14 @@ func (c *Config) validate() error {
 	}
 	if c.SlidingLayers != nil && len(c.SlidingLayers) != c.Layers {
 		return invalid("sliding-window layer pattern has %d entries for %d layers", len(c.SlidingLayers), c.Layers)
+	}
+	if y := c.Yarn; y != nil {
+		if !(y.Factor > 0) || y.OriginalContext <= 0 || !(y.BetaFast > 0) || !(y.BetaSlow > 0) || !(y.AttnFactor > 0) {
+			return invalid("yarn rope scaling %+v: want positive factor, original context, betas and attention factor", *y)
+		}
+	}
+	if !(c.SwiGLULimit >= 0) {
+		return invalid("swiglu limit = %g: want a positive number (or none)", c.SwiGLULimit)
 	}
 	if s := c.RopeScaling; s != nil {
 		if !(s.Factor > 0) || !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || s.OriginalContext <= 0 {
@@ -610,8 +700,8 @@ func (m *Model) build(raw map[string]*rawTensor, ignorable func(canonical string
 		if !r.ok {
 			return unsupported("%s: type %s is not supported (batchd reads %s)", r.label(s.name), r.typeName, r.accepts)
 		}
-		if s.cols == 0 {
-			v, err := toFloat32(r.dtype, r.data, s.rows)
+		if s.cols == 0 || s.flat {
+			v, err := toFloat32(r.dtype, r.data, s.rows*max(s.cols, 1))
 			if err != nil {
 				return fmt.Errorf("%s: %w", r.label(s.name), err)
 			}
