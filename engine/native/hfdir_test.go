@@ -12,9 +12,25 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchd/batchd/engine/native/demomodel"
 	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
 )
+
+// demoWeights writes a demo model of shape in dt and loads it.
+func demoWeights(t *testing.T, shape demomodel.Shape, dt kernels.DType) *weights.Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), shape.Name+".gguf")
+	if err := demomodel.WriteFile(path, shape, dt, 3); err != nil {
+		t.Fatal(err)
+	}
+	w, err := weights.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
 
 // hfLayerNames maps the canonical block tensor suffixes every family
 // shares to their Hugging Face names, plus the family's own in more.

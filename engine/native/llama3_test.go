@@ -2,7 +2,6 @@ package native
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/batchd/batchd/engine/native/demomodel"
@@ -18,16 +17,7 @@ import (
 // shape's tied, scaled Llama 3.2 kind runs the same whichever file it came
 // from.
 func TestLlama3RopeBothWays(t *testing.T) {
-	shape := demomodel.Shapes["tiny-llama3"]
-	path := filepath.Join(t.TempDir(), "tiny-llama3.gguf")
-	if err := demomodel.WriteFile(path, shape, kernels.F32, 3); err != nil {
-		t.Fatal(err)
-	}
-	g, err := weights.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := demoWeights(t, demomodel.Shapes["tiny-llama3"], kernels.F32)
 	if !g.Config.TiedEmbeddings || g.Config.RopeTheta != 500000 {
 		t.Fatalf("config %+v", g.Config)
 	}

@@ -205,6 +205,27 @@ type Shape struct {
 	// over 4096 positions). Zero: none.
 	YarnFactor  float32
 	YarnContext int
+	// LongRopeContext > 0 is Phi-3's LongRoPE original context: the file
+	// gets rope_factors_long and rope_factors_short and the attention
+	// factor √(1+ln(Context/LongRopeContext)/ln LongRopeContext), as
+	// llama.cpp's converter writes them.
+	LongRopeContext int
+}
+
+// LongRopeFactors are the LongRoPE divisors per rotated pair a shape with
+// LongRopeContext writes, long (growing to 8 over the pairs) or short (to
+// 1.5).
+func (d Shape) LongRopeFactors(long bool) []float32 {
+	n := d.headDim() / 2
+	top := 1.5
+	if long {
+		top = 8
+	}
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(1 + (top-1)*float64(i)/float64(n-1))
+	}
+	return out
 }
 
 // ropeFactors are the rope_freqs.weight divisors of d.Llama3Rope, as
@@ -271,6 +292,11 @@ var Shapes = map[string]Shape{
 	// per token, head 64, window 128), for benchmarks.
 	"gpt-oss-20b": {Name: "gpt-oss-20b", Arch: "gpt-oss", Dim: 2880, Layers: 24, Heads: 64, KVHeads: 8, HeadDim: 64, Context: 131072, Vocab: 201088,
 		Experts: 32, ExpertsUsed: 4, ExpertFFN: 2880, Window: 128, RopeTheta: 150000, YarnFactor: 32, YarnContext: 4096},
+	// tiny-phi: Phi-3's kind (fused qkv and gate/up, LongRoPE's long
+	// factors: its original context of 16 positions is shorter than any
+	// test's, llama.cpp's included; not named phi3, which llama.cpp takes as
+	// a cue to look for Phi-3's SentencePiece specials in the vocabulary).
+	"tiny-phi": {Name: "tiny-phi", Arch: "phi3", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048, RopeTheta: 10000, LongRopeContext: 16},
 	// tiny-gemma2 and tiny-gemma3: Gemma 2 (GeGLU, post-norms, scores
 	// and logits soft-capped, a sliding window on every other layer) and
 	// Gemma 3 (q/k norms, five local layers of window and base 10000 to
@@ -387,6 +413,10 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 	}
 	if shape.Window > 0 {
 		meta = append(meta, gguf.KV{Key: arch + ".attention.sliding_window", Value: gguf.MustValue(uint32(shape.Window))})
+	}
+	if o := shape.LongRopeContext; o > 0 {
+		meta = append(meta, gguf.KV{Key: arch + ".rope.scaling.original_context_length", Value: gguf.MustValue(uint32(o))},
+			gguf.KV{Key: arch + ".rope.scaling.attn_factor", Value: gguf.MustValue(float32(math.Sqrt(1 + math.Log(float64(shape.Context)/float64(o))/math.Log(float64(o)))))})
 	}
 	if shape.YarnFactor > 0 {
 		meta = append(meta, gguf.KV{Key: arch + ".rope.scaling.type", Value: gguf.MustValue("yarn")},
@@ -510,6 +540,12 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 	}
 	matrix("token_embd.weight", roleEmbd, 0, vocab, shape.Dim)
 	vector("output_norm.weight", shape.Dim, fillOnes)
+	if shape.LongRopeContext > 0 {
+		for _, long := range []bool{true, false} {
+			name := map[bool]string{true: "rope_factors_long.weight", false: "rope_factors_short.weight"}[long]
+			out = append(out, planned{Tensor: Tensor{Name: name, Type: kernels.F32, Rows: 1, Cols: headDim / 2}, fill: fillRope, fixed: shape.LongRopeFactors(long)})
+		}
+	}
 	if shape.Llama3Rope[0] != 0 {
 		out = append(out, planned{Tensor: Tensor{Name: "rope_freqs.weight", Type: kernels.F32, Rows: 1, Cols: headDim / 2}, fill: fillRope})
 		out[len(out)-1].fixed = shape.ropeFactors()
@@ -534,7 +570,10 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			{"attn_q.weight", roleAttnQ, qDim, shape.Dim}, {"attn_k.weight", roleAttnK, kvDim, shape.Dim},
 			{"attn_v.weight", roleAttnV, kvDim, shape.Dim}, {"attn_output.weight", roleAttnOut, shape.Dim, qDim},
 		}
-		if shape.Experts == 0 {
+		if arch == "phi3" { // fused: q, k, v rows in one; gate then up rows in one
+			mats = []mat{{"attn_qkv.weight", roleAttnQ, qDim + 2*kvDim, shape.Dim}, {"attn_output.weight", roleAttnOut, shape.Dim, qDim},
+				{"ffn_up.weight", roleFFNUp, 2 * shape.FFNDim, shape.Dim}, {"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim}}
+		} else if shape.Experts == 0 {
 			mats = append(mats, mat{"ffn_gate.weight", roleFFNGate, shape.FFNDim, shape.Dim},
 				mat{"ffn_up.weight", roleFFNUp, shape.FFNDim, shape.Dim}, mat{"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim})
 		}

@@ -1,5 +1,6 @@
 // Package weights loads a Llama-family model (llama, including Llama 2/3.x,
-// TinyLlama, SmolLM2 and Mistral; qwen2; qwen3; Gemma 2 and 3, whose
+// TinyLlama, SmolLM2 and Mistral; qwen2; qwen3; Phi-3 (its fused matrices
+// split into views at load); Gemma 2 and 3, whose
 // differences are Config fields (GeGLU, post-norms, soft caps, sliding
 // windows, local RoPE); the mixtures of experts qwen3moe, Mixtral and
 // gpt-oss (sinks, biases, YaRN, the clamped SwiGLU),

@@ -56,6 +56,7 @@ var ggufArchs = map[string]struct {
 	neox, qkvBias, qkNorm, moe bool
 	gemma                      int  // 2 or 3: the Gemma generation
 	gptOSS                     bool // gpt-oss's sinks, biases, clamped SwiGLU
+	phi3                       bool // fused qkv and gate/up, LongRoPE factors
 }{
 	"llama":    {},
 	"qwen2":    {neox: true, qkvBias: true},
@@ -64,6 +65,7 @@ var ggufArchs = map[string]struct {
 	"gemma2":   {neox: true, gemma: 2},
 	"gemma3":   {neox: true, qkNorm: true, gemma: 3},
 	"gpt-oss":  {neox: true, qkvBias: true, moe: true, gptOSS: true},
+	"phi3":     {neox: true, phi3: true},
 }
 
 const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
@@ -182,7 +184,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if arch == "" {
 			return invalid("GGUF metadata general.architecture is missing")
 		}
-		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 or gpt-oss)", arch)
+		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss or phi3)", arch)
 	}
 	k := func(s string) string { return arch + "." + s }
 
@@ -217,6 +219,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	}
 
 	c := Config{Arch: arch, RopeNeox: traits.neox, QKVBias: traits.qkvBias, QKNorm: traits.qkNorm}
+	phiOrigCtx := 0
 	c.VocabSize = r.uint(k("vocab_size"), n)
 	if c.VocabSize == 0 {
 		if emb, ok := f.Tensor(nameTokenEmbd); ok && len(emb.Dims) >= 2 && emb.Dims[1] <= maxDimension {
@@ -294,6 +297,12 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	default:
 		return unsupported("rope scaling type %q is not supported yet", st)
 	}
+	if c.Yarn == nil {
+		// The magnitude RoPE scales q and k by (Phi-3's LongRoPE factor).
+		if a := r.float(k("rope.scaling.attn_factor"), 1, false); a != 1 {
+			c.RopeAttnFactor = a
+		}
+	}
 	if traits.gptOSS {
 		// gpt-oss as llama.cpp reads it: sliding windows on the layers
 		// il % pattern < pattern-1 (even ones by default), sinks, biases
@@ -315,6 +324,13 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		}
 	} else if traits.gemma > 0 {
 		gemmaFromGGUF(&c, r, k, traits.gemma)
+	} else if traits.phi3 {
+		// llama.cpp turns Phi-3's sliding window off (its files' windows
+		// are not what the models were trained with); so does batchd.
+		if w := r.uint(k("attention.sliding_window"), 0); w > 0 {
+			log.Warn("phi3: the file's sliding window is ignored, as llama.cpp ignores it", "sliding_window", w)
+		}
+		phiOrigCtx = r.uint(k("rope.scaling.original_context_length"), c.ContextLength)
 	} else if w := r.uint(k("attention.sliding_window"), 0); w > 0 {
 		c.SlidingWindow = w // Mistral's, on every layer
 	}
@@ -355,6 +371,11 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 			rt.shape[len(ti.Dims)-1-i] = d
 		}
 		raw[ti.Name] = rt
+	}
+	if traits.phi3 {
+		if err := phi3Raw(raw, c, phiOrigCtx); err != nil {
+			return err
+		}
 	}
 	if traits.gptOSS {
 		// gpt-oss's FFN input norm is stored as post_attention_norm.
@@ -400,4 +421,75 @@ func gemmaFromGGUF(c *Config, r *ggufReader, k func(string) string, gen int) {
 			c.SlidingLayers[i] = i%pattern < pattern-1
 		}
 	}
+}
+
+// phi3Raw splits Phi-3's fused tensors into the canonical ones: attn_qkv
+// into q, k and v (its first Heads·HeadDim rows, then KVHeads·HeadDim each)
+// and ffn_up into gate and up (its first FFNDim rows the gate), as views
+// of the file's rows; and picks its LongRoPE factors as llama.cpp does:
+// rope_factors_long when the context is longer than the original one,
+// else rope_factors_short, as the rope_freqs divisors.
+func phi3Raw(raw map[string]*rawTensor, c Config, origCtx int) error {
+	split := func(name string, parts []struct {
+		name string
+		rows int
+	}) error {
+		r, ok := raw[name]
+		if !ok {
+			return nil // stored apart already
+		}
+		total := 0
+		for _, p := range parts {
+			total += p.rows
+		}
+		if len(r.shape) != 2 || r.shape[0] != uint64(total) || r.shape[1] != uint64(c.Dim) {
+			return invalid("%s: shape %s, want %s", r.label(name), fmtRaw(r.shape), fmtShape(total, c.Dim))
+		}
+		rb, err := r.dtype.RowBytes(c.Dim)
+		if err != nil || !r.ok {
+			return unsupported("%s: type %s is not supported (batchd reads %s)", r.label(name), r.typeName, r.accepts)
+		}
+		if len(r.data) != total*rb {
+			return invalid("%s: %d bytes, want %d", r.label(name), len(r.data), total*rb)
+		}
+		delete(raw, name)
+		off := 0
+		for _, p := range parts {
+			part := *r
+			part.source = fmt.Sprintf("%s rows %d-%d", r.source, off, off+p.rows-1)
+			part.shape = []uint64{uint64(p.rows), uint64(c.Dim)}
+			part.data = r.data[off*rb : (off+p.rows)*rb : (off+p.rows)*rb]
+			raw[p.name] = &part
+			off += p.rows
+		}
+		return nil
+	}
+	type part = struct {
+		name string
+		rows int
+	}
+	for l := range c.Layers {
+		q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+		if err := split(BlockName(l, "attn_qkv.weight"), []part{{BlockName(l, sufQ), q}, {BlockName(l, sufK), kv}, {BlockName(l, sufV), kv}}); err != nil {
+			return err
+		}
+		if _, apart := raw[BlockName(l, sufFFNGate)]; !apart {
+			if err := split(BlockName(l, sufFFNUp), []part{{BlockName(l, sufFFNGate), c.FFNDim}, {BlockName(l, sufFFNUp), c.FFNDim}}); err != nil {
+				return err
+			}
+		}
+	}
+	long, short := raw["rope_factors_long.weight"], raw["rope_factors_short.weight"]
+	delete(raw, "rope_factors_long.weight")
+	delete(raw, "rope_factors_short.weight")
+	if _, ok := raw[nameRopeFreqs]; !ok {
+		pick := short
+		if c.ContextLength > origCtx {
+			pick = long
+		}
+		if pick != nil {
+			raw[nameRopeFreqs] = pick
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package weights
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/batchd/batchd/kernels"
 )
 
 // Size limits for the JSON files of a model directory: generous for real
@@ -39,6 +42,8 @@ var hfArchs = map[string]string{
 	// GeGLU, post-norms, norms stored as weight-1 (gemmaFromHF).
 	"gemma2":      "gemma2",
 	"gemma3_text": "gemma3",
+	// Phi-3, 3.5 and 4-mini: fused qkv_proj and gate_up_proj, LongRoPE.
+	"phi3": "phi3",
 }
 
 // hfConfig is the part of config.json we read. Pointers tell absent from zero.
@@ -69,13 +74,15 @@ type hfConfig struct {
 	MaxWindowLayers       *int            `json:"max_window_layers"`
 	LayerTypes            []string        `json:"layer_types"`
 	// gemma2, gemma3_text
-	HiddenActivation      string          `json:"hidden_activation"`
-	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
-	AttnLogitSoftcapping  *float64        `json:"attn_logit_softcapping"`
-	FinalLogitSoftcapping *float64        `json:"final_logit_softcapping"`
-	RopeLocalBaseFreq     *float64        `json:"rope_local_base_freq"`
-	SlidingWindowPattern  *int            `json:"sliding_window_pattern"`
-	QuantizationConfig    json.RawMessage `json:"quantization_config"`
+	HiddenActivation      string   `json:"hidden_activation"`
+	QueryPreAttnScalar    *float64 `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcapping  *float64 `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping *float64 `json:"final_logit_softcapping"`
+	RopeLocalBaseFreq     *float64 `json:"rope_local_base_freq"`
+	SlidingWindowPattern  *int     `json:"sliding_window_pattern"`
+	// phi3
+	OriginalMaxPositionEmbeddings *int            `json:"original_max_position_embeddings"`
+	QuantizationConfig            json.RawMessage `json:"quantization_config"`
 	// qwen3_moe
 	NumExperts          *int  `json:"num_experts"`
 	NumExpertsPerTok    *int  `json:"num_experts_per_tok"`
@@ -96,6 +103,10 @@ type hfRope struct {
 	OriginalMaxPositionEmbeddings *int     `json:"original_max_position_embeddings"`
 	RopeTheta                     *float64 `json:"rope_theta"`
 	PartialRotaryFactor           *float64 `json:"partial_rotary_factor"`
+	// longrope (Phi-3)
+	LongFactor      []float64 `json:"long_factor"`
+	ShortFactor     []float64 `json:"short_factor"`
+	AttentionFactor *float64  `json:"attention_factor"`
 }
 
 type hfGenerationConfig struct {
@@ -168,6 +179,11 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	}
 	if c.PostNorms {
 		gemmaHFNames(raw)
+	}
+	if c.Arch == "phi3" {
+		if err := phi3FromHF(raw, &cfg, c); err != nil {
+			return nil, err
+		}
 	}
 	if fp8 != nil {
 		if err := dequantFP8(raw, *fp8); err != nil {
@@ -327,6 +343,24 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 			if *r.Factor != 1 {
 				c.RopeLinear = float32(*r.Factor)
 			}
+		case "longrope", "su":
+			// Phi-3's: the factors are applied in loadHF (phi3RopeFromHF);
+			// here the magnitude, as llama.cpp's converter computes it.
+			if arch != "phi3" {
+				return nil, unsupported("%s: rope_type %q is not supported yet for model_type %s", src.key, kind, h.ModelType)
+			}
+			orig := h.OriginalMaxPositionEmbeddings
+			if r.OriginalMaxPositionEmbeddings != nil {
+				orig = r.OriginalMaxPositionEmbeddings
+			}
+			if orig == nil || *orig <= 1 || len(r.LongFactor) == 0 || len(r.ShortFactor) == 0 {
+				return nil, invalid("%s: longrope needs long_factor, short_factor and original_max_position_embeddings > 1", src.key)
+			}
+			if a := r.AttentionFactor; a != nil {
+				c.RopeAttnFactor = float32(*a)
+			} else if scale := float64(c.ContextLength) / float64(*orig); scale > 1 {
+				c.RopeAttnFactor = float32(math.Sqrt(1 + math.Log(scale)/math.Log(float64(*orig))))
+			}
 		case "llama3":
 			if r.Factor == nil || r.LowFreqFactor == nil || r.HighFreqFactor == nil || r.OriginalMaxPositionEmbeddings == nil {
 				return nil, invalid("%s: llama3 needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings", src.key)
@@ -347,6 +381,11 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 	}
 	if gemma {
 		gemmaFromHF(h, c)
+	}
+	if arch == "phi3" {
+		// As for GGUF files, Phi-3's window is left off, as llama.cpp
+		// leaves it; its biases are refused like Llama's.
+		h.SlidingWindow = nil
 	}
 	if err := slidingFromHF(h, c); err != nil {
 		return nil, err
@@ -833,19 +872,67 @@ func gemmaHFNames(raw map[string]*rawTensor) {
 			raw[l+"."+sufPostAttn] = r
 		}
 	}
+	renameHFLayers(raw, map[string]string{"pre_feedforward_layernorm.weight": sufFFNNorm, "post_feedforward_layernorm.weight": sufPostFFN})
+}
+
+// renameHFLayers gives the layer tensors CanonicalName does not know a
+// family's canonical names: model.layers.N.<hf> becomes blk.N.<names[hf]>.
+func renameHFLayers(raw map[string]*rawTensor, names map[string]string) {
 	for name, r := range raw {
 		m := hfLayerName.FindStringSubmatch(name)
-		if m == nil {
+		if m == nil || names[m[2]] == "" {
 			continue
 		}
 		layer, _ := strconv.Atoi(m[1])
-		switch m[2] {
-		case "pre_feedforward_layernorm.weight":
-			delete(raw, name)
-			raw[BlockName(layer, sufFFNNorm)] = r
-		case "post_feedforward_layernorm.weight":
-			delete(raw, name)
-			raw[BlockName(layer, sufPostFFN)] = r
-		}
+		delete(raw, name)
+		raw[BlockName(layer, names[m[2]])] = r
 	}
+}
+
+// phi3FromHF splits Phi-3's fused qkv_proj and gate_up_proj as the GGUF's
+// are split (phi3Raw) and gives its LongRoPE factors as the rope_freqs
+// divisors, long when the context is longer than the original one
+// (llama.cpp's choice, once per model, where transformers chooses per
+// sequence length).
+func phi3FromHF(raw map[string]*rawTensor, h *hfConfig, c *Config) error {
+	renameHFLayers(raw, map[string]string{"self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": sufFFNUp})
+	if err := phi3Raw(raw, *c, 0); err != nil {
+		return err
+	}
+	for _, src := range []json.RawMessage{h.RopeParameters, h.RopeScaling} {
+		var r hfRope
+		if len(src) == 0 || string(src) == "null" || json.Unmarshal(src, &r) != nil || len(r.LongFactor) == 0 {
+			continue
+		}
+		orig := h.OriginalMaxPositionEmbeddings
+		if r.OriginalMaxPositionEmbeddings != nil {
+			orig = r.OriginalMaxPositionEmbeddings
+		}
+		f := r.ShortFactor
+		if c.ContextLength > *orig {
+			f = r.LongFactor
+		}
+		if len(f) != c.RopeDim/2 {
+			return invalid("rope_scaling: %d LongRoPE factors for %d rotated pairs", len(f), c.RopeDim/2)
+		}
+		div := make([]float32, len(f))
+		for i, x := range f {
+			if div[i] = float32(x); !(div[i] > 0) || math.IsInf(float64(div[i]), 0) {
+				return invalid("rope_scaling: factor %d is %g, want a positive divisor", i, x)
+			}
+		}
+		raw[nameRopeFreqs] = &rawTensor{source: "config.json rope_scaling", dtype: kernels.F32, ok: true, typeName: "F32",
+			shape: []uint64{uint64(len(div))}, data: f32Bytes(div)}
+		return nil
+	}
+	return nil
+}
+
+// f32Bytes is v as little-endian float32 bytes.
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
 }

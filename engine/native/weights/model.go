@@ -131,6 +131,9 @@ type Config struct {
 	// Yarn is YaRN RoPE scaling, nil if none (RopeFrequencies and
 	// RopeMagnitude apply it).
 	Yarn *YarnScaling
+	// RopeAttnFactor > 0 scales q and k as RoPE rotates them (Phi-3's
+	// LongRoPE magnitude, GGUF rope.scaling.attn_factor), YaRN aside.
+	RopeAttnFactor float32
 }
 
 // YarnScaling is YaRN RoPE scaling as llama.cpp computes it: the pairs
@@ -383,6 +386,9 @@ func (c *Config) RopeMagnitude() float64 {
 	if y := c.Yarn; y != nil {
 		return float64(y.AttnFactor) * (1 + 0.1*math.Log(float64(y.Factor)))
 	}
+	if c.RopeAttnFactor > 0 {
+		return float64(c.RopeAttnFactor)
+	}
 	return 1
 }
 
@@ -576,6 +582,7 @@ func (c *Config) validate() error {
 	}{
 		{"embedding scale", c.EmbedScale}, {"attention scale", c.AttnScale}, {"attention soft cap", c.AttnSoftCap},
 		{"final logit soft cap", c.FinalSoftCap}, {"local rope theta", c.RopeThetaLocal}, {"linear rope scaling factor", c.RopeLinear},
+		{"rope attention factor", c.RopeAttnFactor},
 	} {
 		if f.v < 0 || f.v != f.v || math.IsInf(float64(f.v), 0) {
 			return invalid("%s = %g: want a positive number (or none)", f.name, f.v)
