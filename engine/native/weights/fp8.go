@@ -31,6 +31,15 @@ type hfQuantConfig struct {
 // fp8Blocks reads quantization_config: nil when there is none, the
 // weight block (rows, cols) for quant_method fp8, else an error naming
 // what is not read.
+// quantMethod is quantization_config's quant_method, "" when there is none.
+func quantMethod(raw json.RawMessage) string {
+	var q hfQuantConfig
+	if json.Unmarshal(raw, &q) != nil {
+		return ""
+	}
+	return q.QuantMethod
+}
+
 func fp8Blocks(raw json.RawMessage) (*[2]int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {

@@ -44,6 +44,8 @@ var hfArchs = map[string]string{
 	"gemma3_text": "gemma3",
 	// Phi-3, 3.5 and 4-mini: fused qkv_proj and gate_up_proj, LongRoPE.
 	"phi3": "phi3",
+	// gpt-oss: MXFP4 experts with biases, sinks, YaRN (gptoss.go).
+	"gpt_oss": "gpt-oss",
 }
 
 // hfConfig is the part of config.json we read. Pointers tell absent from zero.
@@ -81,8 +83,12 @@ type hfConfig struct {
 	RopeLocalBaseFreq     *float64 `json:"rope_local_base_freq"`
 	SlidingWindowPattern  *int     `json:"sliding_window_pattern"`
 	// phi3
-	OriginalMaxPositionEmbeddings *int            `json:"original_max_position_embeddings"`
-	QuantizationConfig            json.RawMessage `json:"quantization_config"`
+	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
+	// gpt_oss
+	NumLocalExperts    *int            `json:"num_local_experts"`
+	ExpertsPerToken    *int            `json:"experts_per_token"`
+	SwiGLULimit        *float64        `json:"swiglu_limit"`
+	QuantizationConfig json.RawMessage `json:"quantization_config"`
 	// qwen3_moe
 	NumExperts          *int  `json:"num_experts"`
 	NumExpertsPerTok    *int  `json:"num_experts_per_tok"`
@@ -103,6 +109,9 @@ type hfRope struct {
 	OriginalMaxPositionEmbeddings *int     `json:"original_max_position_embeddings"`
 	RopeTheta                     *float64 `json:"rope_theta"`
 	PartialRotaryFactor           *float64 `json:"partial_rotary_factor"`
+	// yarn
+	BetaFast *float64 `json:"beta_fast"`
+	BetaSlow *float64 `json:"beta_slow"`
 	// longrope (Phi-3)
 	LongFactor      []float64 `json:"long_factor"`
 	ShortFactor     []float64 `json:"short_factor"`
@@ -155,9 +164,11 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
-	fp8, err := fp8Blocks(cfg.QuantizationConfig)
-	if err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
+	var fp8 *[2]int
+	if cfg.ModelType != "gpt_oss" || quantMethod(cfg.QuantizationConfig) != "mxfp4" { // gpt-oss's MXFP4 experts: gptoss.go
+		if fp8, err = fp8Blocks(cfg.QuantizationConfig); err != nil {
+			return nil, fmt.Errorf("config.json: %w", err)
+		}
 	}
 	tok, template, err := tokenizerFromHF(dir, c)
 	if err != nil {
@@ -182,6 +193,11 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	}
 	if c.Arch == "phi3" {
 		if err := phi3FromHF(raw, &cfg, c); err != nil {
+			return nil, err
+		}
+	}
+	if c.Arch == "gpt-oss" {
+		if err := gptOSSExperts(raw, c); err != nil {
 			return nil, err
 		}
 	}
@@ -248,7 +264,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if h.ModelType == "gemma3" {
 			return nil, unsupported("model_type gemma3 (Gemma3ForConditionalGeneration, text and images) is not supported yet; its text-only checkpoints (gemma3_text: Gemma 3 1B, 270M) are")
 		}
-		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2, qwen3, qwen3_moe, gemma2 or gemma3_text)", h.ModelType)
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3 or gpt_oss)", h.ModelType)
 	}
 	gemma := arch == "gemma2" || arch == "gemma3"
 	if act := cmp.Or(h.HiddenActivation, h.HiddenAct); gemma && act != "" && act != "gelu_pytorch_tanh" {
@@ -279,10 +295,15 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 			return nil, err
 		}
 	}
+	if arch == "gpt-oss" {
+		if err := gptOSSFromHF(h, c); err != nil {
+			return nil, err
+		}
+	}
 	// qwen2 always has q/k/v biases (and no o_proj bias) whatever
 	// attention_bias says; llama and qwen3 put a bias on o_proj too when
 	// attention_bias is set, which the runner has no place for.
-	if arch != "qwen2" && h.AttentionBias != nil && *h.AttentionBias {
+	if arch != "qwen2" && arch != "gpt-oss" && h.AttentionBias != nil && *h.AttentionBias {
 		return nil, unsupported("attention_bias=true for model_type %s (a bias on o_proj) is not supported yet", h.ModelType)
 	}
 	for _, f := range []struct {
@@ -343,6 +364,28 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 			if *r.Factor != 1 {
 				c.RopeLinear = float32(*r.Factor)
 			}
+		case "yarn":
+			// As llama.cpp computes it (its corrected dimensions floored
+			// and ceiled, as transformers does unless truncate is false),
+			// so a GGUF and its checkpoint run the same.
+			orig := h.OriginalMaxPositionEmbeddings
+			if r.OriginalMaxPositionEmbeddings != nil {
+				orig = r.OriginalMaxPositionEmbeddings
+			}
+			if r.Factor == nil || !(*r.Factor > 0) || orig == nil || *orig <= 0 {
+				return nil, invalid("%s: yarn needs a positive factor and original_max_position_embeddings", src.key)
+			}
+			y := &YarnScaling{Factor: float32(*r.Factor), OriginalContext: *orig, BetaFast: 32, BetaSlow: 1, AttnFactor: 1}
+			if r.BetaFast != nil {
+				y.BetaFast = float32(*r.BetaFast)
+			}
+			if r.BetaSlow != nil {
+				y.BetaSlow = float32(*r.BetaSlow)
+			}
+			if a := r.AttentionFactor; a != nil { // transformers' whole magnitude
+				y.AttnFactor = float32(*a / (1 + 0.1*math.Log(*r.Factor)))
+			}
+			c.Yarn = y
 		case "longrope", "su":
 			// Phi-3's: the factors are applied in loadHF (phi3RopeFromHF);
 			// here the magnitude, as llama.cpp's converter computes it.
