@@ -144,10 +144,10 @@ func TestGptOSSHFMatchesGGUF(t *testing.T) {
 		}
 		extra[p+"gate_up_proj_blocks"] = weights.SafeTensor{DType: "U8", Shape: []int{E, 2 * ff, dim / 32, 16}, Data: gub}
 		extra[p+"gate_up_proj_scales"] = weights.SafeTensor{DType: "U8", Shape: []int{E, 2 * ff, dim / 32}, Data: gus}
-		extra[p+"gate_up_proj_bias"] = weights.SafeTensor{DType: "F32", Shape: []int{E, 2 * ff}, Data: f32le(gubias)}
+		extra[p+"gate_up_proj_bias"] = weights.SafeTensor{DType: "F32", Shape: []int{E, 2 * ff}, Data: f32Bytes(gubias)}
 		extra[p+"down_proj_blocks"] = weights.SafeTensor{DType: "U8", Shape: []int{E, dim, ff / 32, 16}, Data: db}
 		extra[p+"down_proj_scales"] = weights.SafeTensor{DType: "U8", Shape: []int{E, dim, ff / 32}, Data: ds}
-		extra[p+"down_proj_bias"] = weights.SafeTensor{DType: "F32", Shape: []int{E, dim}, Data: f32le(dbias)}
+		extra[p+"down_proj_bias"] = weights.SafeTensor{DType: "F32", Shape: []int{E, dim}, Data: f32Bytes(dbias)}
 	}
 	// The rest under the checkpoint's names.
 	rest := &weights.Model{Config: c, Matrices: g.Matrices, Vectors: map[string][]float32{}}
@@ -183,13 +183,4 @@ func TestGptOSSHFMatchesGGUF(t *testing.T) {
 		t.Fatalf("HF config %+v (yarn %+v), weight types %s", h.Config, h.Config.Yarn, h.WeightTypes())
 	}
 	checkSameLogits(t, q, h)
-}
-
-// f32le is v as little-endian float32 bytes.
-func f32le(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
 }

@@ -46,6 +46,9 @@ var hfArchs = map[string]string{
 	"phi3": "phi3",
 	// gpt-oss: MXFP4 experts with biases, sinks, YaRN (gptoss.go).
 	"gpt_oss": "gpt-oss",
+	// Mixtral: Llama with block_sparse_moe experts (w1 gate, w3 up, w2
+	// down), softmax routing renormalized over the chosen.
+	"mixtral": "llama",
 }
 
 // hfConfig is the part of config.json we read. Pointers tell absent from zero.
@@ -264,7 +267,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if h.ModelType == "gemma3" {
 			return nil, unsupported("model_type gemma3 (Gemma3ForConditionalGeneration, text and images) is not supported yet; its text-only checkpoints (gemma3_text: Gemma 3 1B, 270M) are")
 		}
-		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3 or gpt_oss)", h.ModelType)
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3 or gpt_oss)", h.ModelType)
 	}
 	gemma := arch == "gemma2" || arch == "gemma3"
 	if act := cmp.Or(h.HiddenActivation, h.HiddenAct); gemma && act != "" && act != "gelu_pytorch_tanh" {
@@ -299,6 +302,13 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if err := gptOSSFromHF(h, c); err != nil {
 			return nil, err
 		}
+	}
+	if h.ModelType == "mixtral" {
+		experts, used := h.NumLocalExperts, h.NumExpertsPerTok
+		if experts == nil || *experts <= 0 || used == nil || *used <= 0 || *used > *experts {
+			return nil, invalid("num_local_experts and num_experts_per_tok are missing or out of range")
+		}
+		c.Experts, c.ExpertsUsed, c.ExpertFFNDim, c.ExpertNormTopK = *experts, *used, c.FFNDim, true
 	}
 	// qwen2 always has q/k/v biases (and no o_proj bias) whatever
 	// attention_bias says; llama and qwen3 put a bias on o_proj too when
@@ -506,15 +516,19 @@ func moeFromHF(h *hfConfig, c *Config) error {
 }
 
 // hfExperts gathers qwen3_moe's per-expert tensors
-// (model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight) into the
+// (model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight; Mixtral's
+// block_sparse_moe.experts.E.{w1,w3,w2}.weight and its router) into the
 // canonical expert tensors blk.N.ffn_{gate,up,down}_exps.weight, one raw
 // tensor per expert in raw under the canonical name + "#E" (build's
 // buildExperts takes them).
 func hfExperts(raw map[string]*rawTensor, c *Config) {
 	for l := range c.Layers {
-		for hf, suf := range map[string]string{"gate_proj": sufGateExps, "up_proj": sufUpExps, "down_proj": sufDownExps} {
+		for hf, suf := range map[string]string{
+			"mlp.experts.%d.gate_proj": sufGateExps, "mlp.experts.%d.up_proj": sufUpExps, "mlp.experts.%d.down_proj": sufDownExps,
+			"block_sparse_moe.experts.%d.w1": sufGateExps, "block_sparse_moe.experts.%d.w3": sufUpExps, "block_sparse_moe.experts.%d.w2": sufDownExps, // Mixtral's
+		} {
 			for e := range c.Experts {
-				name := fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", l, e, hf)
+				name := fmt.Sprintf("model.layers.%d."+hf+".weight", l, e)
 				if r, ok := raw[name]; ok {
 					delete(raw, name)
 					raw[fmt.Sprintf("%s#%d", BlockName(l, suf), e)] = r
@@ -522,6 +536,7 @@ func hfExperts(raw map[string]*rawTensor, c *Config) {
 			}
 		}
 	}
+	renameHFLayers(raw, map[string]string{"block_sparse_moe.gate.weight": sufRouter})
 }
 
 // parseIDs reads a token id field that may be null, an integer or a list.
