@@ -158,6 +158,24 @@ func TestGemmaHFMatchesGGUF(t *testing.T) {
 				cfg["rope_local_base_freq"], cfg["sliding_window_pattern"] = 10000, 6
 			}
 			dir := hfDirFrom(t, g, layer, 1, cfg, nil) // Gemma stores each norm's factor less one
+			if tc.modelType == "gemma3_text" {
+				// Also as the language model of a multimodal checkpoint
+				// (Gemma3ForConditionalGeneration): text_config, the
+				// tensors under language_model., a vision tower beside.
+				mm := hfDirFromPrefixed(t, "language_model.", g, layer, 1, map[string]any{
+					"model_type": "gemma3", "text_config": cfg, "eos_token_id": []int{1, 106},
+					"vision_config": map[string]any{"model_type": "siglip_vision_model"},
+				}, map[string]weights.SafeTensor{
+					"vision_tower.vision_model.post_layernorm.weight": {DType: "F32", Shape: []int{4}, Data: make([]byte, 16)},
+					"multi_modal_projector.mm_soft_emb_norm.weight":   {DType: "F32", Shape: []int{4}, Data: make([]byte, 16)},
+				})
+				mh, err := weights.Load(mm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer mh.Close()
+				checkSameLogits(t, g, mh)
+			}
 			h, err := weights.Load(dir)
 			if err != nil {
 				t.Fatal(err)

@@ -52,6 +52,13 @@ func hfLayerNames(more map[string]string) map[string]string {
 // beside them, config.json from cfg and a stub tokenizer.json.
 func hfDirFrom(t *testing.T, g *weights.Model, layer map[string]string, normShift float32, cfg map[string]any, extra map[string]weights.SafeTensor) string {
 	t.Helper()
+	return hfDirFromPrefixed(t, "", g, layer, normShift, cfg, extra)
+}
+
+// hfDirFromPrefixed is hfDirFrom with each of g's tensors named under
+// prefix ("language_model." for a multimodal checkpoint's language model).
+func hfDirFromPrefixed(t *testing.T, prefix string, g *weights.Model, layer map[string]string, normShift float32, cfg map[string]any, extra map[string]weights.SafeTensor) string {
+	t.Helper()
 	hfName := func(canon string) string {
 		switch canon {
 		case "token_embd.weight":
@@ -73,14 +80,14 @@ func hfDirFrom(t *testing.T, g *weights.Model, layer map[string]string, normShif
 		if x.Type != kernels.F32 {
 			t.Fatalf("%s is %v", name, x.Type)
 		}
-		tensors[hfName(name)] = weights.SafeTensor{DType: "F32", Shape: []int{x.Rows, x.Cols}, Data: x.Data}
+		tensors[prefix+hfName(name)] = weights.SafeTensor{DType: "F32", Shape: []int{x.Rows, x.Cols}, Data: x.Data}
 	}
 	for name, v := range g.Vectors {
 		b := make([]byte, 4*len(v))
 		for i, f := range v {
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f-normShift))
 		}
-		tensors[hfName(name)] = weights.SafeTensor{DType: "F32", Shape: []int{len(v)}, Data: b}
+		tensors[prefix+hfName(name)] = weights.SafeTensor{DType: "F32", Shape: []int{len(v)}, Data: b}
 	}
 	for name, x := range extra {
 		tensors[name] = x

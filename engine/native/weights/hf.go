@@ -87,6 +87,8 @@ type hfConfig struct {
 	SlidingWindowPattern  *int     `json:"sliding_window_pattern"`
 	// phi3
 	OriginalMaxPositionEmbeddings *int `json:"original_max_position_embeddings"`
+	// gemma3 (Gemma3ForConditionalGeneration): the language model's config
+	TextConfig json.RawMessage `json:"text_config"`
 	// gpt_oss
 	NumLocalExperts    *int            `json:"num_local_experts"`
 	ExpertsPerToken    *int            `json:"experts_per_token"`
@@ -144,6 +146,14 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	var gen hfGenerationConfig
 	if err := readJSON(dir, "generation_config.json", maxConfigJSON, false, &gen); err != nil {
 		return nil, err
+	}
+	multimodal := cfg.ModelType == "gemma3" && len(cfg.TextConfig) > 0
+	if multimodal {
+		text, err := gemma3TextConfig(&cfg)
+		if err != nil {
+			return nil, fmt.Errorf("config.json: %w", err)
+		}
+		cfg = *text
 	}
 	c, err := configFromHF(&cfg, &gen, log)
 	if err == nil {
@@ -237,7 +247,11 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 		// A tied checkpoint may still carry lm_head (a copy of the
 		// embedding; transformers ignores it), and old Llama checkpoints
 		// store the RoPE inverse frequencies, which we compute.
-		return (name == nameOutput && c.TiedEmbeddings) || strings.HasSuffix(name, ".rotary_emb.inv_freq")
+		// A multimodal Gemma 3's vision tower and projector serve image
+		// inputs, which its chat requests are refused (text only).
+		vision := multimodal && (strings.HasPrefix(name, "vision_tower.") || strings.HasPrefix(name, "multi_modal_projector.") ||
+			strings.HasPrefix(name, "model.vision_tower.") || strings.HasPrefix(name, "model.multi_modal_projector."))
+		return vision || (name == nameOutput && c.TiedEmbeddings) || strings.HasSuffix(name, ".rotary_emb.inv_freq")
 	}, hfNameOf)
 	if err != nil {
 		return nil, err
@@ -265,7 +279,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 			return nil, invalid("model_type is missing")
 		}
 		if h.ModelType == "gemma3" {
-			return nil, unsupported("model_type gemma3 (Gemma3ForConditionalGeneration, text and images) is not supported yet; its text-only checkpoints (gemma3_text: Gemma 3 1B, 270M) are")
+			return nil, invalid("model_type gemma3 without a text_config")
 		}
 		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3 or gpt_oss)", h.ModelType)
 	}
@@ -696,6 +710,7 @@ var hfLayerName = regexp.MustCompile(`^model\.layers\.(0|[1-9][0-9]{0,6})\.(.+)$
 // CanonicalName maps a Hugging Face tensor name to its canonical (GGUF)
 // name; ok is false for names with no canonical counterpart.
 func CanonicalName(hf string) (string, bool) {
+	hf = textModelName(hf)
 	switch hf {
 	case "model.embed_tokens.weight":
 		return nameTokenEmbd, true
@@ -711,6 +726,21 @@ func CanonicalName(hf string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// textModelName is the name of a multimodal checkpoint's language-model
+// tensor (Gemma 3's, in transformers' older and newer spellings) as a
+// text-only checkpoint names it; other names as they are.
+func textModelName(hf string) string {
+	for _, p := range []string{"language_model.model.", "model.language_model."} {
+		if rest, ok := strings.CutPrefix(hf, p); ok {
+			return "model." + rest
+		}
+	}
+	if hf == "language_model.lm_head.weight" {
+		return "lm_head.weight"
+	}
+	return hf
 }
 
 // openShards maps the directory's safetensors files (model.safetensors, or
@@ -772,7 +802,7 @@ func (m *Model) openShards(dir string) (map[string]*rawTensor, error) {
 			}
 			canon, ok := CanonicalName(name)
 			if !ok {
-				canon = name
+				canon = textModelName(name)
 			}
 			if prev, dup := raw[canon]; dup {
 				return nil, invalid("tensor %q appears twice (%s and %s in %s)", canon, prev.source, name, shard)
@@ -786,7 +816,7 @@ func (m *Model) openShards(dir string) (map[string]*rawTensor, error) {
 		for tensor, shard := range index.WeightMap {
 			canon, ok := CanonicalName(tensor)
 			if !ok {
-				canon = tensor
+				canon = textModelName(tensor)
 			}
 			if r, ok := raw[canon]; !ok || r.source != tensor {
 				return nil, invalid("%s: tensor %q should be in %s but is not", indexPath, tensor, shard)
@@ -993,4 +1023,48 @@ func f32Bytes(v []float32) []byte {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 	}
 	return b
+}
+
+// gemma3TextConfig is a multimodal Gemma 3's language model config:
+// text_config, with transformers' Gemma3TextConfig defaults for what the
+// checkpoints leave out (Gemma 3 4B's states only its sizes and window),
+// and the special token ids from the outer config when it has them.
+func gemma3TextConfig(outer *hfConfig) (*hfConfig, error) {
+	defaults := map[string]any{
+		"model_type": "gemma3_text", "vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4,
+		"head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131072,
+		"rms_norm_eps": 1e-6, "rope_theta": 1e6, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+		"rope_local_base_freq": 10000.0, "sliding_window_pattern": 6, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+	}
+	var stated map[string]json.RawMessage
+	if err := json.Unmarshal(outer.TextConfig, &stated); err != nil {
+		return nil, invalid("text_config: %v", err)
+	}
+	merged := map[string]any{}
+	for k, v := range defaults {
+		merged[k] = v
+	}
+	for k, v := range stated {
+		merged[k] = v
+	}
+	for k, v := range map[string]json.RawMessage{"bos_token_id": outer.BOSTokenID, "eos_token_id": outer.EOSTokenID, "pad_token_id": outer.PadTokenID} {
+		if len(v) > 0 && string(v) != "null" {
+			if _, ok := stated[k]; !ok {
+				merged[k] = v
+			}
+		}
+	}
+	if t, ok := stated["model_type"]; ok && string(t) != `"gemma3_text"` {
+		return nil, unsupported("text_config.model_type %s is not supported (want gemma3_text)", t)
+	}
+	b, err := json.Marshal(merged)
+	if err != nil {
+		return nil, invalid("text_config: %v", err)
+	}
+	var text hfConfig
+	if err := json.Unmarshal(b, &text); err != nil {
+		return nil, invalid("text_config: %v", err)
+	}
+	text.QuantizationConfig = outer.QuantizationConfig
+	return &text, nil
 }

@@ -1,7 +1,9 @@
 package weights
 
 import (
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"maps"
 	"math"
 	"os"
@@ -403,5 +405,31 @@ func TestHFMoERejects(t *testing.T) {
 	} {
 		_, err := Load(writeHF(t, c, tc.extra, hfTensors(c, "F32", "F32")))
 		wantErr(t, err, tc.want)
+	}
+}
+
+// TestHFGemma3MultimodalConfig: a multimodal Gemma 3's config.json states
+// only what differs from transformers' Gemma3TextConfig (Gemma 3 4B's does
+// so); the rest takes those defaults, and the outer special ids apply.
+func TestHFGemma3MultimodalConfig(t *testing.T) {
+	outer := hfConfig{ModelType: "gemma3", EOSTokenID: json.RawMessage(`[1, 106]`),
+		TextConfig: json.RawMessage(`{"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+			"rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}`)}
+	text, err := gemma3TextConfig(&outer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := configFromHF(text, &hfGenerationConfig{}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Arch != "gemma3" || c.Heads != 8 || c.KVHeads != 4 || c.HeadDim != 256 || c.VocabSize != 262208 || c.AttnScale != 1.0/16 ||
+		c.RopeTheta != 1e6 || c.RopeThetaLocal != 10000 || c.RopeLinear != 8 || c.SlidingWindow != 1024 || !c.Sliding(4) || c.Sliding(5) ||
+		!c.TiedEmbeddings || c.ContextLength != 131072 || !slices.Equal(c.EOSIDs, []int{1, 106}) {
+		t.Fatalf("config %+v", c)
+	}
+	outer.TextConfig = json.RawMessage(`{"model_type": "llama"}`)
+	if _, err := gemma3TextConfig(&outer); err == nil || !strings.Contains(err.Error(), "text_config.model_type") {
+		t.Errorf("a text_config of another kind: err = %v", err)
 	}
 }
