@@ -39,6 +39,7 @@
 package native
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -377,6 +378,23 @@ func (e *Engine) device() (kernels.Device, error) {
 	return e.dev, nil
 }
 
+// modelOn binds w to dev; when dev is the GPU that device "auto" chose
+// and it does not run the model yet (a mixture of experts, Gemma's or
+// gpt-oss's operations), the model runs on the CPU instead, saying why. A
+// device named outright is kept, and its refusal returned.
+func (e *Engine) modelOn(w *weights.Model, dev kernels.Device) (*Model, error) {
+	m, err := newModelOn(w, dev, !e.cfg.KeepWeightsMapped)
+	var lacks *deviceLacksError
+	if err == nil || !errors.As(err, &lacks) || cmp.Or(e.cfg.Device, defaultDevice) != DeviceAuto {
+		return m, err
+	}
+	if _, cpu := dev.(*kernels.CPUDevice); cpu {
+		return nil, err
+	}
+	e.log.Warn("the device chosen does not run this model yet: running it on the CPU", "model", w.Source, "device", dev.Name(), "reason", err.Error())
+	return newModelOn(w, kernels.NewCPUDevice(e.cpu), !e.cfg.KeepWeightsMapped)
+}
+
 func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	dev, err := e.device()
 	if err != nil {
@@ -386,7 +404,7 @@ func (e *Engine) load(mc ModelConfig) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)
 	}
-	m, err := newModelOn(w, dev, !e.cfg.KeepWeightsMapped)
+	m, err := e.modelOn(w, dev)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load model %s: %w", mc.Path, err)

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"log/slog"
 	"math"
 	"path/filepath"
 	"slices"
@@ -188,5 +189,31 @@ func TestGemmaHFMatchesGGUF(t *testing.T) {
 			}
 			checkSameLogits(t, g, h)
 		})
+	}
+}
+
+// TestAutoDeviceFallsBackToCPU: with device "auto", a model the chosen
+// device does not run (here a device without the families' operations,
+// standing in for the GPU) runs on the CPU, with a warning naming why; a
+// device named outright keeps its refusal.
+func TestAutoDeviceFallsBackToCPU(t *testing.T) {
+	w, err := weights.Load(gemmaPath(t, "tiny-gemma3", kernels.F32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var logs strings.Builder
+	cpu := kernels.NewCPU(1)
+	e := &Engine{cfg: Config{Device: DeviceAuto}, cpu: cpu, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	m, err := e.modelOn(w, plainDevice{kernels.NewCPUDevice(cpu)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.dev.(*kernels.CPUDevice); !ok || !strings.Contains(logs.String(), "running it on the CPU") || !strings.Contains(logs.String(), "sliding-window attention") {
+		t.Fatalf("device %s, log %q", m.dev.Name(), logs.String())
+	}
+	e.cfg.Device = DeviceCPU
+	if _, err := e.modelOn(w, plainDevice{kernels.NewCPUDevice(cpu)}); err == nil || !strings.Contains(err.Error(), "GeGLU") {
+		t.Fatalf("a device named outright: err = %v", err)
 	}
 }

@@ -55,6 +55,12 @@ type Model struct {
 	attnScale float32
 }
 
+// deviceLacksError is NewModelOn's error for a model its device does not
+// run (yet): one the CPU would.
+type deviceLacksError struct{ msg string }
+
+func (e *deviceLacksError) Error() string { return e.msg }
+
 // familyNeeds names what a config needs beyond Llama's decoder, which
 // only a kernels.FamilyDevice runs; empty when nothing.
 func familyNeeds(c weights.Config) []string {
@@ -177,12 +183,12 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 		return out
 	}
 	if _, graphs := dev.(kernels.PassDevice); c.Experts > 0 && graphs {
-		return nil, fmt.Errorf("model: %s is a mixture of experts, which runs on the CPU and reference devices so far, not on %s", c.Arch, dev.Name())
+		return nil, &deviceLacksError{fmt.Sprintf("model: %s is a mixture of experts, which runs on the CPU and reference devices so far, not on %s", c.Arch, dev.Name())}
 	}
 	if needs := familyNeeds(c); len(needs) > 0 {
 		fam, ok := dev.(kernels.FamilyDevice)
 		if !ok {
-			return nil, fmt.Errorf("model: %s needs %s, which run on the CPU and reference devices so far, not on %s", c.Arch, strings.Join(needs, ", "), dev.Name())
+			return nil, &deviceLacksError{fmt.Sprintf("model: %s needs %s, which run on the CPU and reference devices so far, not on %s", c.Arch, strings.Join(needs, ", "), dev.Name())}
 		}
 		m.fam = fam
 	}
