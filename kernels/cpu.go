@@ -43,7 +43,7 @@ type CPU struct {
 	rope            ropeArgs
 	ropeTab         ropeTable
 	silu            [2][]float32
-	gelu            bool // the silu call is GELUMul's
+	glu             func(gate, up []float32) // gluMul's activation, for siluItems
 	fnMatMul        func(worker, lo, hi int)
 	fnQuant         func(worker, lo, hi int)
 	fnAttn          func(worker, lo, hi int)
@@ -416,51 +416,37 @@ func (c *CPU) ropeItems(_, lo, hi int) {
 }
 
 // SiLUMul sets gate[i] = silu(gate[i])·up[i], silu(g) = g/(1+e^-g).
-func (c *CPU) SiLUMul(gate, up []float32) {
+func (c *CPU) SiLUMul(gate, up []float32) { c.gluMul("SiLUMul", gate, up, c.be.siluMul) }
+
+// GELUMul sets gate[i] = gelu(gate[i])·up[i] with GELU's tanh
+// approximation, 0.5·g·(1+tanh(√(2/π)·(g+0.044715·g³))), evaluated in
+// float64 and rounded once to float32 (Gemma's GeGLU, as transformers'
+// gelu_pytorch_tanh computes it in float32, to within its rounding).
+func (c *CPU) GELUMul(gate, up []float32) { c.gluMul("GELUMul", gate, up, geluMul) }
+
+// gluMul runs a gated activation fn over gate and up, in chunks across
+// the pool when they are long.
+func (c *CPU) gluMul(name string, gate, up []float32, fn func(gate, up []float32)) {
 	if len(up) < len(gate) {
-		panic(fmt.Sprintf("kernels: SiLUMul len(gate)=%d len(up)=%d", len(gate), len(up)))
+		panic(fmt.Sprintf("kernels: %s len(gate)=%d len(up)=%d", name, len(gate), len(up)))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(gate) < c.parallelMinWork {
-		c.be.siluMul(gate, up)
+		fn(gate, up)
 		return
 	}
-	c.silu = [2][]float32{gate, up}
+	c.silu, c.glu = [2][]float32{gate, up}, fn
 	const chunk = 4096
 	c.pool.run((len(gate)+chunk-1)/chunk, 1, c.fnSiLU)
-	c.silu = [2][]float32{}
+	c.silu, c.glu = [2][]float32{}, nil
 }
 
 func (c *CPU) siluItems(_, lo, hi int) {
 	const chunk = 4096
 	g := c.silu[0]
 	a, b := lo*chunk, min(hi*chunk, len(g))
-	if c.gelu {
-		geluMul(g[a:b], c.silu[1][a:b])
-		return
-	}
-	c.be.siluMul(g[a:b], c.silu[1][a:b])
-}
-
-// GELUMul sets gate[i] = gelu(gate[i])·up[i] with GELU's tanh
-// approximation, 0.5·g·(1+tanh(√(2/π)·(g+0.044715·g³))), evaluated in
-// float64 and rounded once to float32 (Gemma's GeGLU, as transformers'
-// gelu_pytorch_tanh computes it in float32, to within its rounding).
-func (c *CPU) GELUMul(gate, up []float32) {
-	if len(up) < len(gate) {
-		panic(fmt.Sprintf("kernels: GELUMul len(gate)=%d len(up)=%d", len(gate), len(up)))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(gate) < c.parallelMinWork {
-		geluMul(gate, up)
-		return
-	}
-	c.silu, c.gelu = [2][]float32{gate, up}, true
-	const chunk = 4096
-	c.pool.run((len(gate)+chunk-1)/chunk, 1, c.fnSiLU)
-	c.silu, c.gelu = [2][]float32{}, false
+	c.glu(g[a:b], c.silu[1][a:b])
 }
 
 // GELU returns GELU(x) in its tanh approximation, as GELUMul computes it.

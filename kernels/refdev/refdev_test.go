@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -351,7 +352,7 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 		}
 	}
 	// Sinks change the result.
-	if w := ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Sinks: sinks, Window: 4}, n)]; agreeQuiet(w, pagedAttentionOpts(t, refdev.New(), q, k, v, n, n, nHeads, nKV, headDim, kernels.AttnOpts{Window: 4})) {
+	if w := ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Sinks: sinks, Window: 4}, n)]; slices.Equal(w, pagedAttentionOpts(t, refdev.New(), q, k, v, n, n, nHeads, nKV, headDim, kernels.AttnOpts{Window: 4})) {
 		t.Fatal("sinks changed nothing")
 	}
 	// A window of one: every query returns its own position's v row.
@@ -365,22 +366,9 @@ func TestDevicesAgreeOnFamilyOps(t *testing.T) {
 			}
 		}
 	}
-	if plain := pagedAttention(t, refdev.New(), q, k, v, n, n, nHeads, nKV, headDim); agreeQuiet(plain, ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Window: 6}, n)]) {
+	if plain := pagedAttention(t, refdev.New(), q, k, v, n, n, nHeads, nKV, headDim); slices.Equal(plain, ref[fmt.Sprintf("attention %+v chunk %d", kernels.AttnOpts{Window: 6}, n)]) {
 		t.Fatal("a window of 6 over 17 positions changed nothing")
 	}
-}
-
-// agreeQuiet reports whether a and b are equal element for element.
-func agreeQuiet(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestDevicesAgreeOnPagedAttention(t *testing.T) {
