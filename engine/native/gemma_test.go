@@ -13,9 +13,8 @@ import (
 	"github.com/batchd/batchd/kernels"
 )
 
-// gemmaPath writes the demo shape name (tiny-gemma2, tiny-gemma3,
-// tiny-gpt-oss) in dt.
-func gemmaPath(t *testing.T, name string, dt kernels.DType) string {
+// shapePath writes the demo model of shape name in dt and returns its path.
+func shapePath(t *testing.T, name string, dt kernels.DType) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name+".gguf")
 	if err := demomodel.WriteFile(path, demomodel.Shapes[name], dt, 7); err != nil {
@@ -46,7 +45,7 @@ func TestGemmaConfig(t *testing.T) {
 		{"tiny-gemma2", []bool{true, false, true, false}, 0.02, 0},
 		{"tiny-gemma3", []bool{true, true, true, true, true, false, true}, 0, 10000},
 	} {
-		w, err := weights.Load(gemmaPath(t, tc.name, kernels.F32))
+		w, err := weights.Load(shapePath(t, tc.name, kernels.F32))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +84,7 @@ func TestGemmaBatchInvariance(t *testing.T) {
 		dt   kernels.DType
 	}{{"tiny-gemma2", kernels.F32}, {"tiny-gemma3", kernels.Q8_0}} {
 		t.Run(tc.name+"/"+tc.dt.String(), func(t *testing.T) {
-			checkBatchInvariance64(t, gemmaPath(t, tc.name, tc.dt))
+			checkBatchInvariance64(t, shapePath(t, tc.name, tc.dt))
 		})
 	}
 }
@@ -96,7 +95,7 @@ func TestGemmaBatchInvariance(t *testing.T) {
 func TestGemmaChunkedPrefill(t *testing.T) {
 	skipFamilyDevice(t)
 	for _, name := range []string{"tiny-gemma2", "tiny-gemma3"} {
-		w, err := weights.Load(gemmaPath(t, name, kernels.F32))
+		w, err := weights.Load(shapePath(t, name, kernels.F32))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +134,7 @@ func TestGemmaHFMatchesGGUF(t *testing.T) {
 	skipFamilyDevice(t)
 	for _, tc := range []struct{ shape, modelType string }{{"tiny-gemma2", "gemma2"}, {"tiny-gemma3", "gemma3_text"}} {
 		t.Run(tc.shape, func(t *testing.T) {
-			g, err := weights.Load(gemmaPath(t, tc.shape, kernels.F32))
+			g, err := weights.Load(shapePath(t, tc.shape, kernels.F32))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +196,7 @@ func TestGemmaHFMatchesGGUF(t *testing.T) {
 // standing in for the GPU) runs on the CPU, with a warning naming why; a
 // device named outright keeps its refusal.
 func TestAutoDeviceFallsBackToCPU(t *testing.T) {
-	w, err := weights.Load(gemmaPath(t, "tiny-gemma3", kernels.F32))
+	w, err := weights.Load(shapePath(t, "tiny-gemma3", kernels.F32))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // norm under post_attention_norm's name; a device without the families'
 // operations refuses it by name.
 func TestGptOSSConfig(t *testing.T) {
-	w, err := weights.Load(gemmaPath(t, "tiny-gpt-oss", kernels.F32))
+	w, err := weights.Load(shapePath(t, "tiny-gpt-oss", kernels.F32))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestGptOSSBatchInvariance(t *testing.T) {
 	skipMoEDevice(t)
 	for _, dt := range []kernels.DType{kernels.F32, kernels.MXFP4} {
 		t.Run(dt.String(), func(t *testing.T) {
-			checkBatchInvariance64(t, gemmaPath(t, "tiny-gpt-oss", dt))
+			checkBatchInvariance64(t, shapePath(t, "tiny-gpt-oss", dt))
 		})
 	}
 }

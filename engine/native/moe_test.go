@@ -251,23 +251,5 @@ func TestMixtralHFMatchesGGUF(t *testing.T) {
 	if h.Config.Experts != c.Experts || h.Config.ExpertsUsed != c.ExpertsUsed || !h.Config.ExpertNormTopK || !h.Config.RopeNeox {
 		t.Fatalf("HF config %+v", h.Config)
 	}
-	seq := make([]int32, 40)
-	for i := range seq {
-		seq[i] = int32((i*131 + 7) % c.VocabSize)
-	}
-	var logits [2][]float32
-	for i, w := range []*weights.Model{g, h} {
-		m, err := NewModel(w, kernels.NewCPU(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		logits[i] = allLogits(m, seq)
-	}
-	worst := 0.0
-	for i := range logits[0] {
-		worst = max(worst, math.Abs(float64(logits[0][i]-logits[1][i])))
-	}
-	if worst > 1e-5 {
-		t.Fatalf("the HF checkpoint's logits differ from the GGUF's by up to %g", worst)
-	}
+	checkLogitsWithin(t, g, h, 1e-5)
 }

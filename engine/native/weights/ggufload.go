@@ -313,12 +313,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		c.SwiGLULimit = 7
 		c.SlidingWindow = r.uint(k("attention.sliding_window"), -1)
 		pattern := r.uint(k("attention.sliding_window_pattern"), 2)
-		if c.Layers > 0 && c.Layers <= maxDimension && pattern > 0 {
-			c.SlidingLayers = make([]bool, c.Layers)
-			for i := range c.SlidingLayers {
-				c.SlidingLayers[i] = i%pattern < pattern-1
-			}
-		}
+		c.SlidingLayers = slidingPattern(c.Layers, pattern)
 		if b := r.float(k("rope.freq_base_swa"), 0, false); b != 0 && b != c.RopeTheta {
 			return unsupported("GGUF metadata %s = %g differs from rope.freq_base: not supported yet", k("rope.freq_base_swa"), b)
 		}
@@ -415,12 +410,22 @@ func gemmaFromGGUF(c *Config, r *ggufReader, k func(string) string, gen int) {
 		c.SlidingWindow = r.uint(k("attention.sliding_window"), -1)
 		c.RopeThetaLocal = 10000
 	}
-	if c.Layers > 0 && c.Layers <= maxDimension {
-		c.SlidingLayers = make([]bool, c.Layers)
-		for i := range c.SlidingLayers {
-			c.SlidingLayers[i] = i%pattern < pattern-1
-		}
+	c.SlidingLayers = slidingPattern(c.Layers, pattern)
+}
+
+// slidingPattern marks the sliding-window layers of a model that has one
+// global layer every pattern layers, the last of each group (llama.cpp's
+// set_swa_pattern; transformers' (i+1) % pattern != 0): nil when the
+// counts are out of range (validate reports the layer count).
+func slidingPattern(layers, pattern int) []bool {
+	if layers <= 0 || layers > maxDimension || pattern <= 0 {
+		return nil
 	}
+	out := make([]bool, layers)
+	for i := range out {
+		out[i] = i%pattern < pattern-1
+	}
+	return out
 }
 
 // phi3Raw splits Phi-3's fused tensors into the canonical ones: attn_qkv

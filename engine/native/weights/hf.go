@@ -33,7 +33,7 @@ const (
 // hfArchs maps config.json model_type to our arch and its fixed traits.
 var hfArchs = map[string]string{
 	"llama":   "llama",
-	"mistral": "llama", // same graph; see the sliding window note in configFromHF
+	"mistral": "llama", // same graph; its window on every layer (slidingFromHF)
 	"qwen2":   "qwen2",
 	"qwen3":   "qwen3",
 	// qwen3_moe: every layer a mixture of experts (moe.go in the runner).
@@ -940,8 +940,8 @@ func gemmaFromHF(h *hfConfig, c *Config) {
 		pattern = *p
 	}
 	if h.LayerTypes == nil && h.SlidingWindow != nil {
-		for i := range c.Layers {
-			h.LayerTypes = append(h.LayerTypes, map[bool]string{true: "sliding_attention", false: "full_attention"}[(i+1)%pattern != 0])
+		for _, sliding := range slidingPattern(c.Layers, pattern) {
+			h.LayerTypes = append(h.LayerTypes, map[bool]string{true: "sliding_attention", false: "full_attention"}[sliding])
 		}
 	}
 	if h.TieWordEmbeddings == nil {
