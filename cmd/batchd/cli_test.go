@@ -699,3 +699,39 @@ func TestBenchKL(t *testing.T) {
 		t.Errorf("demo-model --type q9_k: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// demo-model --format hf writes a Hugging Face directory the engine runs
+// (bench engine loads it), says where on a second call without rewriting
+// it, and refuses a type or format it does not write by name.
+func TestDemoModelHF(t *testing.T) {
+	data := t.TempDir()
+	code, stdout, stderr := cli(t, "demo-model", "--data", data, "--shape", "tiny-gemma3", "--type", "bf16", "--format", "hf")
+	dir := strings.TrimSpace(stdout)
+	if code != exitOK || dir != filepath.Join(data, "models", "demo-tiny-gemma3-bf16-hf") {
+		t.Fatalf("exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("the directory lacks %s: %v", f, err)
+		}
+	}
+	st, err := os.Stat(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, again, _ := cli(t, "demo-model", "--data", data, "--shape", "tiny-gemma3", "--type", "bf16", "--format", "hf"); code != exitOK || again != stdout {
+		t.Errorf("second call: exit %d, stdout %q", code, again)
+	}
+	if st2, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil || !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("the second call rewrote the directory: %v", err)
+	}
+	if code, out, stderr := cli(t, "bench", "engine", "--model", dir, "--threads", "1", "--seqs", "1", "--prompt", "8", "--steps", "2"); code != exitOK {
+		t.Errorf("bench engine on the directory: exit %d, %s %s", code, out, stderr)
+	}
+	for _, c := range []struct{ args, want string }{{"--type q4_k_m", "not Q4_K_M"}, {"--dequantized", "not"}, {"--format onnx", `"onnx"`}} {
+		args := append([]string{"demo-model", "--data", data, "--format", "hf"}, strings.Fields(c.args)...)
+		if code, _, stderr := cli(t, args...); code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want a usage error with %q", c.args, code, stderr, c.want)
+		}
+	}
+}

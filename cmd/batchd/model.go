@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -25,7 +26,8 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		shapes = append(shapes, k)
 	}
 	sort.Strings(shapes)
-	out := fs.String("out", "", "where to write the .gguf (default: models/demo-SHAPE-TYPE.gguf under --data)")
+	out := fs.String("out", "", "where to write the .gguf, or the directory with --format hf (default: models/demo-SHAPE-TYPE.gguf or models/demo-SHAPE-TYPE-hf under --data)")
+	format := fs.String("format", "gguf", "gguf, or hf: a Hugging Face checkpoint directory (config.json, model.safetensors, tokenizer.json) of the same weights, in f32, f16 or bf16")
 	data := dataFlag(fs)
 	shapeName := fs.String("shape", "tiny", "model shape: "+strings.Join(shapes, ", "))
 	typeName := fs.String("type", "f32", "weight type, or llama.cpp mixture: "+strings.Join(demomodel.TypeNames(), ", "))
@@ -52,6 +54,16 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return errorf(stderr, exitUsage, "%v", err)
 	}
 	q.Dequantized = *dequantized
+	switch *format {
+	case "gguf":
+	case "hf":
+		if *dequantized || !slices.Contains(demomodel.HFTypes, q.Base) || q.Name != q.Base.String() {
+			return errorf(stderr, exitUsage, "--format hf writes f32, f16 or bf16 weights (gpt-oss's experts MXFP4), not %s", q)
+		}
+		return demoHF(stdout, stderr, *out, *data, shape, q, *seed, *force)
+	default:
+		return errorf(stderr, exitUsage, "--format %q: want gguf or hf", *format)
+	}
 	path := *out
 	if path == "" {
 		name := fmt.Sprintf("demo-%s-%s", shape.Name, strings.ToLower(*typeName))
@@ -92,6 +104,32 @@ func cmdDemoModel(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stderr, "batchd: wrote a demo model, shape %s, %s weights — random weights: its text is noise\n", shape, q)
 	fmt.Fprintln(stdout, path)
+	return exitOK
+}
+
+// demoHF writes the demo model of shape as a Hugging Face directory.
+func demoHF(stdout, stderr io.Writer, out, data string, shape demomodel.Shape, q demomodel.Quant, seed uint64, force bool) int {
+	dir := out
+	if dir == "" {
+		dir = filepath.Join(data, "models", fmt.Sprintf("demo-%s-%s-hf", shape.Name, strings.ToLower(q.Name)))
+	}
+	if _, err := os.Stat(dir); err == nil {
+		if !force {
+			fmt.Fprintln(stdout, dir)
+			return exitOK
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return errorf(stderr, exitFailure, "%v", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return errorf(stderr, exitFailure, "%v", err)
+	}
+	if err := demomodel.WriteHF(dir, shape, q.Base, seed); err != nil {
+		return errorf(stderr, exitFailure, "demo model: %v", err)
+	}
+	fmt.Fprintf(stderr, "batchd: wrote a demo model as a Hugging Face directory, shape %s, %s weights — random weights: its text is noise\n", shape, demomodel.HFQuant(shape, q.Base))
+	fmt.Fprintln(stdout, dir)
 	return exitOK
 }
 

@@ -1,7 +1,6 @@
 package native
 
 import (
-	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -165,91 +164,4 @@ func TestMoEBatchInvariance(t *testing.T) {
 			checkBatchInvariance64(t, moePath(t, dt))
 		})
 	}
-}
-
-// The same MoE weights as a Hugging Face qwen3_moe directory (per-expert
-// tensors, the router as mlp.gate) load to the same model as the GGUF:
-// the same logits to the bit.
-func TestMoEHFMatchesGGUF(t *testing.T) {
-	skipMoEDevice(t)
-	g, err := weights.Load(moePath(t, kernels.F32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	c := g.Config
-	layer := hfLayerNames(map[string]string{"ffn_norm.weight": "post_attention_layernorm.weight", "ffn_gate_inp.weight": "mlp.gate.weight"})
-	extra := map[string]weights.SafeTensor{}
-	for name, exps := range g.Experts {
-		var l int
-		var suf string
-		fmt.Sscanf(strings.Replace(name, ".", " ", 2), "blk %d %s", &l, &suf)
-		proj := map[string]string{"ffn_gate_exps.weight": "gate_proj", "ffn_up_exps.weight": "up_proj", "ffn_down_exps.weight": "down_proj"}[suf]
-		for e, x := range exps {
-			extra[fmt.Sprintf("model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj)] =
-				weights.SafeTensor{DType: "F32", Shape: []int{x.Rows, x.Cols}, Data: x.Data}
-		}
-	}
-	dir := hfDirFrom(t, g, layer, 0, map[string]any{
-		"model_type": "qwen3_moe", "hidden_size": c.Dim, "num_hidden_layers": c.Layers,
-		"num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads, "head_dim": c.HeadDim,
-		"intermediate_size": 6144, "moe_intermediate_size": c.ExpertFFNDim, "num_experts": c.Experts,
-		"num_experts_per_tok": c.ExpertsUsed, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": []int{},
-		"rms_norm_eps": c.RMSEps, "rope_theta": c.RopeTheta, "max_position_embeddings": c.ContextLength,
-		"vocab_size": c.VocabSize, "tie_word_embeddings": false, "hidden_act": "silu",
-	}, extra)
-	h, err := weights.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if h.Config.Arch != "qwen3moe" || h.Config.Experts != c.Experts || h.Config.ExpertsUsed != c.ExpertsUsed || h.Config.ExpertFFNDim != c.ExpertFFNDim {
-		t.Fatalf("HF config %+v", h.Config)
-	}
-	checkSameLogits(t, g, h)
-}
-
-// TestMixtralHFMatchesGGUF: the tiny-mixtral GGUF rewritten as a Hugging
-// Face mixtral checkpoint (block_sparse_moe's router and w1/w3/w2 experts,
-// Q and K rows in the rotate-half layout) gives the same logits within
-// 1e-5: the same routing, experts and attention either way.
-func TestMixtralHFMatchesGGUF(t *testing.T) {
-	skipMoEDevice(t)
-	g := demoWeights(t, demomodel.Shapes["tiny-mixtral"], kernels.F32)
-	c := g.Config
-	rest := &weights.Model{Config: c, Matrices: map[string]*kernels.Matrix{}, Vectors: g.Vectors}
-	extra := map[string]weights.SafeTensor{}
-	for name, x := range g.Matrices {
-		if strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight") {
-			rot := *x
-			rot.Data = toRotateHalf(x.Data, x.Rows, x.Cols, c.HeadDim)
-			x = &rot
-		}
-		rest.Matrices[name] = x
-	}
-	for name, exps := range g.Experts {
-		var l int
-		var suf string
-		fmt.Sscanf(strings.Replace(name, ".", " ", 2), "blk %d %s", &l, &suf)
-		w := map[string]string{"ffn_gate_exps.weight": "w1", "ffn_up_exps.weight": "w3", "ffn_down_exps.weight": "w2"}[suf]
-		for e, x := range exps {
-			extra[fmt.Sprintf("model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, w)] =
-				weights.SafeTensor{DType: "F32", Shape: []int{x.Rows, x.Cols}, Data: x.Data}
-		}
-	}
-	dir := hfDirFrom(t, rest, hfLayerNames(map[string]string{"ffn_norm.weight": "post_attention_layernorm.weight", "ffn_gate_inp.weight": "block_sparse_moe.gate.weight"}), 0, map[string]any{
-		"model_type": "mixtral", "hidden_size": c.Dim, "num_hidden_layers": c.Layers, "num_attention_heads": c.Heads,
-		"num_key_value_heads": c.KVHeads, "intermediate_size": c.ExpertFFNDim, "num_local_experts": c.Experts,
-		"num_experts_per_tok": c.ExpertsUsed, "rms_norm_eps": c.RMSEps, "rope_theta": c.RopeTheta, "sliding_window": nil,
-		"max_position_embeddings": c.ContextLength, "vocab_size": c.VocabSize, "tie_word_embeddings": false, "hidden_act": "silu",
-	}, extra)
-	h, err := weights.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if h.Config.Experts != c.Experts || h.Config.ExpertsUsed != c.ExpertsUsed || !h.Config.ExpertNormTopK || !h.Config.RopeNeox {
-		t.Fatalf("HF config %+v", h.Config)
-	}
-	checkLogitsWithin(t, g, h, 1e-5)
 }

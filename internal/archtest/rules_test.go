@@ -50,7 +50,7 @@ var rules = []struct {
 	{"engine/native/hub", "model downloads from the Hugging Face hub", nil},
 	{"engine/native/tokenizer", "tokenizers", nil},
 	{"engine/native/weights", "loading weights into kernels' types", []string{"engine/native/gguf", "kernels"}},
-	{"engine/native/demomodel", "random-weight demo models in GGUF, for benchmarks and tests", []string{"engine/native/chat", "engine/native/gguf", "kernels"}},
+	{"engine/native/demomodel", "random-weight demo models in GGUF and as Hugging Face directories, for benchmarks and tests", []string{"engine/native/chat", "engine/native/gguf", "engine/native/weights", "kernels"}},
 	// gguf: bench kl counts a file's bits per weight from its tensor table.
 	{"engine/native/nativebench", "the native engine's benchmarks (batchd bench engine, bench kl)", []string{"engine", "engine/native",
 		"engine/native/demomodel", "engine/native/gguf", "engine/native/weights"}},

@@ -1,9 +1,11 @@
-// Package demomodel writes the demo model: a small Llama-family GGUF with
-// deterministic random weights and a real byte-level BPE tokenizer, so that
-// batchd runs, and its tests run, on a machine that can download nothing.
+// Package demomodel writes the demo model: a small GGUF of any family the
+// engine runs, with deterministic random weights and a real byte-level BPE
+// tokenizer, so that batchd runs, and its tests run, on a machine that can
+// download nothing; and the same weights as a Hugging Face directory
+// (WriteHF).
 //
-// It imports kernels and the native engine's gguf and chat packages; never
-// the engine itself.
+// It imports kernels and the native engine's gguf, chat and weights
+// packages; never the engine itself.
 package demomodel
 
 import (
@@ -589,6 +591,9 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			} {
 				matrix(p+m.name, m.r, l, e*m.rows, m.cols)
 				out[len(out)-1].Experts = e
+				if q.ExpertType != 0 {
+					out[len(out)-1].Type = q.ExpertType
+				}
 			}
 		}
 		if arch == "gpt-oss" {

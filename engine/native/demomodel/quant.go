@@ -25,6 +25,10 @@ type Quant struct {
 	// decoded: the same model's weight rounding error alone, loadable by
 	// an engine that cannot run the type itself.
 	Dequantized bool
+	// ExpertType, when set, stores the experts' matrices of a mixture of
+	// experts in that type whatever the rest takes (gpt-oss's MXFP4
+	// experts beside F16 or BF16 attention).
+	ExpertType kernels.DType
 }
 
 // Single is Quant of one type for every matrix.

@@ -49,32 +49,35 @@ func gptOSSExperts(raw map[string]*rawTensor, c *Config) error {
 	E, ff, dim := c.Experts, c.ExpertFFNDim, c.Dim
 	for l := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.mlp.experts.", l)
-		if _, bf16 := raw[p+"gate_up_proj"]; bf16 {
-			return unsupported("tensor %q: gpt-oss experts unquantized (BF16) are not supported yet; the MXFP4 checkpoints (gate_up_proj_blocks, _scales) are", p+"gate_up_proj")
-		}
-		gateUp, err := mxfp4Experts(raw, p+"gate_up_proj", E, 2*ff, dim)
-		if err != nil {
-			return err
-		}
-		down, err := mxfp4Experts(raw, p+"down_proj", E, dim, ff)
-		if err != nil {
-			return err
-		}
-		rb := (dim / 32) * 17
-		for e := range E {
-			gate, up := make([]byte, 0, ff*rb), make([]byte, 0, ff*rb)
-			for r := range 2 * ff {
-				row := gateUp[e][r*rb : (r+1)*rb]
-				if r%2 == 0 {
-					gate = append(gate, row...)
-				} else {
-					up = append(up, row...)
+		if _, dense := raw[p+"gate_up_proj"]; dense {
+			if err := denseExperts(raw, p, l, E, ff, dim); err != nil {
+				return err
+			}
+		} else {
+			gateUp, err := mxfp4Experts(raw, p+"gate_up_proj", E, 2*ff, dim)
+			if err != nil {
+				return err
+			}
+			down, err := mxfp4Experts(raw, p+"down_proj", E, dim, ff)
+			if err != nil {
+				return err
+			}
+			rb := (dim / 32) * 17
+			for e := range E {
+				gate, up := make([]byte, 0, ff*rb), make([]byte, 0, ff*rb)
+				for r := range 2 * ff {
+					row := gateUp[e][r*rb : (r+1)*rb]
+					if r%2 == 0 {
+						gate = append(gate, row...)
+					} else {
+						up = append(up, row...)
+					}
 				}
+				for suf, data := range map[string][]byte{sufGateExps: gate, sufUpExps: up} {
+					raw[fmt.Sprintf("%s#%d", BlockName(l, suf), e)] = mxfp4Raw(p+"gate_up_proj_blocks", ff, dim, data)
+				}
+				raw[fmt.Sprintf("%s#%d", BlockName(l, sufDownExps), e)] = mxfp4Raw(p+"down_proj_blocks", dim, ff, down[e])
 			}
-			for suf, data := range map[string][]byte{sufGateExps: gate, sufUpExps: up} {
-				raw[fmt.Sprintf("%s#%d", BlockName(l, suf), e)] = mxfp4Raw(p+"gate_up_proj_blocks", ff, dim, data)
-			}
-			raw[fmt.Sprintf("%s#%d", BlockName(l, sufDownExps), e)] = mxfp4Raw(p+"down_proj_blocks", dim, ff, down[e])
 		}
 		gub, err := vectorOf(raw, p+"gate_up_proj_bias", E*2*ff)
 		if err != nil {
@@ -98,6 +101,64 @@ func gptOSSExperts(raw map[string]*rawTensor, c *Config) error {
 		}
 	}
 	renameHFLayers(raw, map[string]string{"mlp.router.weight": sufRouter, "mlp.router.bias": sufRouterB, "self_attn.sinks": sufSinks})
+	return nil
+}
+
+// denseExperts splits layer l's unquantized gpt-oss experts (F32, F16 or
+// BF16, as fine-tunes are saved: gate_up_proj [E][dim][2·ff] and down_proj
+// [E][ff][dim], each expert's matrix input-major, gate and up interleaved
+// by output column) into per-expert matrices output-major, in their type:
+// a heap copy the size of the experts.
+func denseExperts(raw map[string]*rawTensor, p string, l, E, ff, dim int) error {
+	var gu, dn *rawTensor
+	for _, t := range []struct {
+		name string
+		r    **rawTensor
+		dims []int
+	}{{p + "gate_up_proj", &gu, []int{E, dim, 2 * ff}}, {p + "down_proj", &dn, []int{E, ff, dim}}} {
+		r, ok := raw[t.name]
+		if !ok {
+			return invalid("tensor %q is missing", t.name)
+		}
+		if !r.ok || (r.dtype != kernels.F32 && r.dtype != kernels.F16 && r.dtype != kernels.BF16) {
+			return unsupported("tensor %q: type %s (gpt-oss's unquantized experts are read in F32, F16 or BF16)", t.name, r.typeName)
+		}
+		if !shapeEq(r.shape, t.dims...) {
+			return invalid("tensor %q: shape %v, want %v", t.name, r.shape, t.dims)
+		}
+		r.used = true
+		delete(raw, t.name)
+		*t.r = r
+	}
+	if gu.dtype != dn.dtype {
+		return invalid("tensors %q and %q: types %s and %s differ", p+"gate_up_proj", p+"down_proj", gu.typeName, dn.typeName)
+	}
+	esz := map[kernels.DType]int{kernels.F32: 4, kernels.F16: 2, kernels.BF16: 2}[gu.dtype]
+	// column col of the in × out matrix at src (expert e's) as row r of out.
+	transpose := func(src []byte, in, out, col0, colStep int) []byte {
+		rows := out / colStep
+		dst := make([]byte, rows*in*esz)
+		for r := range rows {
+			c := col0 + r*colStep
+			for i := range in {
+				copy(dst[(r*in+i)*esz:][:esz], src[(i*out+c)*esz:][:esz])
+			}
+		}
+		return dst
+	}
+	dense := func(src string, rows, cols int, data []byte) *rawTensor {
+		return &rawTensor{source: src, dtype: gu.dtype, ok: true, typeName: gu.typeName, shape: []uint64{uint64(rows), uint64(cols)}, data: data}
+	}
+	guSize, dnSize := dim*2*ff*esz, ff*dim*esz
+	if len(gu.data) != E*guSize || len(dn.data) != E*dnSize {
+		return invalid("tensors %q and %q: %d and %d bytes for their shapes", p+"gate_up_proj", p+"down_proj", len(gu.data), len(dn.data))
+	}
+	for e := range E {
+		g := gu.data[e*guSize : (e+1)*guSize]
+		raw[fmt.Sprintf("%s#%d", BlockName(l, sufGateExps), e)] = dense(p+"gate_up_proj", ff, dim, transpose(g, dim, 2*ff, 0, 2))
+		raw[fmt.Sprintf("%s#%d", BlockName(l, sufUpExps), e)] = dense(p+"gate_up_proj", ff, dim, transpose(g, dim, 2*ff, 1, 2))
+		raw[fmt.Sprintf("%s#%d", BlockName(l, sufDownExps), e)] = dense(p+"down_proj", dim, ff, transpose(dn.data[e*dnSize:(e+1)*dnSize], ff, dim, 0, 1))
+	}
 	return nil
 }
 
