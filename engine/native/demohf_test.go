@@ -18,7 +18,7 @@ import (
 )
 
 // familyShapes are the demo shapes of every family the engine loads.
-var familyShapes = []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss", "tiny-phi"}
+var familyShapes = []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss", "tiny-phi", "tiny-glm4moe"}
 
 // demoTwins writes shape's demo model in t as a GGUF and as the Hugging
 // Face directory demo-model --format hf writes, from one seed.
@@ -72,7 +72,9 @@ func TestDemoHFMatchesGGUF(t *testing.T) {
 			g, h := loadBoth(t, gp, hp)
 			gc, hc := g.Config, h.Config
 			// What the two formats spell differently but mean alike.
-			if gc.Arch != hc.Arch || gc.Experts != hc.Experts || gc.ExpertsUsed != hc.ExpertsUsed || gc.ExpertNormTopK != hc.ExpertNormTopK ||
+			if gc.Arch != hc.Arch || gc.Layers != hc.Layers || gc.Experts != hc.Experts || gc.ExpertsUsed != hc.ExpertsUsed || gc.ExpertNormTopK != hc.ExpertNormTopK ||
+				gc.ExpertSigmoid != hc.ExpertSigmoid || gc.ExpertSelBias != hc.ExpertSelBias || gc.ExpertScale != hc.ExpertScale ||
+				gc.SharedFFNDim != hc.SharedFFNDim || gc.DenseLayers != hc.DenseLayers || gc.RopeDim != hc.RopeDim || gc.QKVBias != hc.QKVBias || gc.QKNorm != hc.QKNorm ||
 				!slices.Equal(gc.SlidingLayers, hc.SlidingLayers) || gc.SlidingWindow != hc.SlidingWindow || gc.TiedEmbeddings != hc.TiedEmbeddings ||
 				gc.AttnSoftCap != hc.AttnSoftCap || gc.FinalSoftCap != hc.FinalSoftCap || gc.RopeAttnFactor != hc.RopeAttnFactor ||
 				gc.VocabSize != hc.VocabSize || (gc.Yarn == nil) != (hc.Yarn == nil) || gc.Yarn != nil && *gc.Yarn != *hc.Yarn ||
@@ -214,6 +216,35 @@ func prefixSafetensors(t *testing.T, path, prefix string) {
 	}
 }
 
+// addShard adds tensors to the directory dir of one model.safetensors as
+// a second shard, extra.safetensors, with the index that maps both.
+func addShard(t *testing.T, dir string, tensors map[string]weights.SafeTensor) {
+	t.Helper()
+	if err := weights.WriteSafetensors(filepath.Join(dir, "extra.safetensors"), tensors); err != nil {
+		t.Fatal(err)
+	}
+	weightMap := map[string]string{}
+	for _, shard := range []string{"model.safetensors", "extra.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(dir, shard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var header map[string]json.RawMessage
+		if err := json.Unmarshal(b[8:8+binary.LittleEndian.Uint64(b)], &header); err != nil {
+			t.Fatal(err)
+		}
+		for name := range header {
+			if name != "__metadata__" {
+				weightMap[name] = shard
+			}
+		}
+	}
+	ib, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": weightMap})
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), ib, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestGemma3MultimodalHF: Gemma 3's multimodal checkpoints
 // (Gemma3ForConditionalGeneration) hold the language model's tensors
 // under language_model., its config as text_config, a vision tower and
@@ -231,33 +262,10 @@ func TestGemma3MultimodalHF(t *testing.T) {
 		return map[string]any{"model_type": "gemma3", "architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": cfg,
 			"eos_token_id": []int{1, 106}, "vision_config": map[string]any{"model_type": "siglip_vision_model"}}
 	})
-	vision := map[string]weights.SafeTensor{
+	addShard(t, mm, map[string]weights.SafeTensor{
 		"vision_tower.vision_model.post_layernorm.weight": {DType: "F32", Shape: []int{4}, Data: make([]byte, 16)},
 		"multi_modal_projector.mm_soft_emb_norm.weight":   {DType: "F32", Shape: []int{4}, Data: make([]byte, 16)},
-	}
-	if err := weights.WriteSafetensors(filepath.Join(mm, "vision.safetensors"), vision); err != nil {
-		t.Fatal(err)
-	}
-	index := map[string]any{"metadata": map[string]any{}, "weight_map": map[string]string{}}
-	for _, shard := range []string{"model.safetensors", "vision.safetensors"} {
-		b, err := os.ReadFile(filepath.Join(mm, shard))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var header map[string]json.RawMessage
-		if err := json.Unmarshal(b[8:8+binary.LittleEndian.Uint64(b)], &header); err != nil {
-			t.Fatal(err)
-		}
-		for name := range header {
-			if name != "__metadata__" {
-				index["weight_map"].(map[string]string)[name] = shard
-			}
-		}
-	}
-	ib, _ := json.Marshal(index)
-	if err := os.WriteFile(filepath.Join(mm, "model.safetensors.index.json"), ib, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
 	a, b := loadBoth(t, text, mm)
 	if !slices.Equal(a.Config.SlidingLayers, b.Config.SlidingLayers) || a.Config.RopeThetaLocal != b.Config.RopeThetaLocal {
 		t.Fatalf("multimodal config %+v, text-only %+v", b.Config, a.Config)

@@ -21,6 +21,10 @@ type layer struct {
 	// of wGate, wUp, wDown (moe.go).
 	router            kernels.Weight
 	gateE, upE, downE []kernels.Weight
+	// GLM-4.5's: the experts' selection bias (host-side, as routing is)
+	// and the shared expert every token takes (nil without one).
+	selBias                          []float32
+	gateShared, upShared, downShared kernels.Weight
 	// Gemma's norms of the attention and FFN outputs (empty otherwise).
 	postAttnNorm, postFFNNorm kernels.Buf
 	// attn is the layer's attention variant (its sliding window, the
@@ -236,11 +240,22 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 			l.upEB = vec(p+"ffn_up_exps.bias", c.Experts*c.ExpertFFNDim, false)
 			l.downEB = vec(p+"ffn_down_exps.bias", c.Experts*c.Dim, false)
 		}
-		if c.Experts > 0 {
+		if c.MoELayer(i) {
 			l.router = mat(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
 			l.gateE = experts(p+"ffn_gate_exps.weight", c.ExpertFFNDim, c.Dim)
 			l.upE = experts(p+"ffn_up_exps.weight", c.ExpertFFNDim, c.Dim)
 			l.downE = experts(p+"ffn_down_exps.weight", c.Dim, c.ExpertFFNDim)
+			if c.ExpertSelBias {
+				l.selBias = w.Vectors[p+"exp_probs_b.bias"]
+				if len(l.selBias) != c.Experts && err == nil {
+					err = fmt.Errorf("model: tensor %sexp_probs_b.bias has %d values, want %d", p, len(l.selBias), c.Experts)
+				}
+			}
+			if sff := c.SharedFFNDim; sff > 0 {
+				l.gateShared = mat(p+"ffn_gate_shexp.weight", sff, c.Dim)
+				l.upShared = mat(p+"ffn_up_shexp.weight", sff, c.Dim)
+				l.downShared = mat(p+"ffn_down_shexp.weight", c.Dim, sff)
+			}
 		} else {
 			l.wGate = mat(p+"ffn_gate.weight", c.FFNDim, c.Dim)
 			l.wUp = mat(p+"ffn_up.weight", c.FFNDim, c.Dim)

@@ -3,6 +3,7 @@ package native
 import (
 	"math"
 
+	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
 )
 
@@ -47,11 +48,33 @@ type routes struct {
 	pick   []int
 }
 
-// route fills r from router logits [T][experts] as llama.cpp's qwen3moe
-// does: softmax over all experts, the used most probable ones (the lower
-// index first on a tie), their probabilities renormalized to sum to 1 when
-// norm.
-func (r *routes) route(logits []float32, T, experts, used int, norm bool) {
+// gating is how a family turns router logits into experts and weights.
+type gating struct {
+	used int
+	// norm renormalizes the chosen experts' weights to sum to 1.
+	norm bool
+	// sigmoid: each expert's probability is its logit's sigmoid (GLM-4.5,
+	// DeepSeek V3); otherwise the softmax over all experts.
+	sigmoid bool
+	// selBias (one per expert, or nil) is added to the probabilities to
+	// choose by; the weights are the probabilities themselves.
+	selBias []float32
+	// scale > 0 multiplies the weights last.
+	scale float32
+}
+
+// gatingOf is layer L's gating under c.
+func gatingOf(c *weights.Config, L *layer) gating {
+	return gating{used: c.ExpertsUsed, norm: c.ExpertNormTopK, sigmoid: c.ExpertSigmoid, selBias: L.selBias, scale: c.ExpertScale}
+}
+
+// route fills r from router logits [T][experts] as llama.cpp does: the
+// probabilities (softmax over all experts, or each one's sigmoid), the
+// g.used ones with the highest probability plus selection bias (the lower
+// index first on a tie), weighted by their probabilities, renormalized to
+// sum to 1 when g.norm (a sigmoid sum no smaller than 2⁻¹⁴, llama.cpp's
+// clamp), times g.scale.
+func (r *routes) route(logits []float32, T, experts int, g gating) {
 	if cap(r.rows) < experts {
 		r.rows, r.weight = make([][]int32, experts), make([][]float32, experts)
 	}
@@ -69,18 +92,31 @@ func (r *routes) route(logits []float32, T, experts, used int, norm bool) {
 		for _, v := range row {
 			mx = max(mx, float64(v))
 		}
-		var sum float64
-		for e, v := range row {
-			p[e] = math.Exp(float64(v) - mx)
-			sum += p[e]
+		sum := 1.0 // sigmoid: the probabilities as they are
+		if g.sigmoid {
+			for e, v := range row {
+				p[e] = 1 / (1 + math.Exp(-float64(v)))
+			}
+		} else {
+			sum = 0
+			for e, v := range row {
+				p[e] = math.Exp(float64(v) - mx)
+				sum += p[e]
+			}
+		}
+		sel := func(e int) float64 {
+			if g.selBias != nil {
+				return p[e] + float64(g.selBias[e])
+			}
+			return p[e]
 		}
 		clear(taken)
 		r.pick = r.pick[:0]
 		var chosen float64
-		for range used {
+		for range g.used {
 			best := -1
 			for e := range p {
-				if !taken[e] && (best < 0 || p[e] > p[best]) {
+				if !taken[e] && (best < 0 || sel(e) > sel(best)) {
 					best = e
 				}
 			}
@@ -88,10 +124,16 @@ func (r *routes) route(logits []float32, T, experts, used int, norm bool) {
 			r.pick = append(r.pick, best)
 			chosen += p[best] / sum
 		}
+		if g.sigmoid {
+			chosen = max(chosen, 1.0/(1<<14))
+		}
 		for _, e := range r.pick {
 			w := p[e] / sum
-			if norm {
+			if g.norm {
 				w /= chosen
+			}
+			if g.scale > 0 {
+				w *= float64(g.scale)
 			}
 			r.rows[e] = append(r.rows[e], int32(t))
 			r.weight[e] = append(r.weight[e], float32(w))
@@ -117,7 +159,7 @@ func (m *Model) moe(li int, h, out kernels.Buf, T int, s *scratch) {
 	if L.routerB.Len() > 0 {
 		dev.AddBias(router, L.routerB, T, c.Experts)
 	}
-	ms.routes.route(host(router, &ms.logits), T, c.Experts, c.ExpertsUsed, c.ExpertNormTopK)
+	ms.routes.route(host(router, &ms.logits), T, c.Experts, gatingOf(&c, L))
 	var o []float32
 	if hv != nil {
 		o = hv.Host(out)
@@ -166,5 +208,15 @@ func (m *Model) moe(li int, h, out kernels.Buf, T int, s *scratch) {
 	}
 	if hv == nil {
 		dev.Upload(out, o)
+	}
+	if L.gateShared != nil {
+		// The shared expert, on every row, added to the routed sum.
+		sff := c.SharedFFNDim
+		gate, up, y := m.buf(&ms.gate, T*sff), m.buf(&ms.up, T*sff), m.buf(&ms.y, T*dim)
+		dev.MatMul(gate, h, T, L.gateShared)
+		dev.MatMul(up, h, T, L.upShared)
+		dev.SiLUMul(gate, up)
+		dev.MatMul(y, gate, T, L.downShared)
+		dev.Add(out, y)
 	}
 }

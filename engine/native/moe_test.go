@@ -32,7 +32,7 @@ func TestMoERoute(t *testing.T) {
 		1, 0, 3, -9, // row 2: experts 2, 0
 	}
 	var r routes
-	r.route(logits, 3, 4, 2, true)
+	r.route(logits, 3, 4, gating{used: 2, norm: true})
 	wantRows := [][]int32{{1, 2}, {0, 1}, {0, 2}, {}}
 	for e, want := range wantRows {
 		if !slices.Equal(r.rows[e], want) {
@@ -59,15 +59,42 @@ func TestMoERoute(t *testing.T) {
 		}
 	}
 	// Without renormalization the weights are the softmax probabilities.
-	r.route(logits, 3, 4, 2, false)
+	r.route(logits, 3, 4, gating{used: 2})
 	p := math.Exp(2) / (1 + math.Exp(2) + math.E + math.Exp(-9))
 	if w := weightOf(1, 0); math.Abs(w-p) > 1e-6 {
 		t.Errorf("unnormalized row 0 expert 1: weight %g, want %g", w, p)
 	}
 	// Reused for a smaller batch, nothing of the last one is left.
-	r.route(logits[:4], 1, 4, 1, true)
+	r.route(logits[:4], 1, 4, gating{used: 1, norm: true})
 	if len(r.rows[0])+len(r.rows[2])+len(r.rows[3]) != 0 || !slices.Equal(r.rows[1], []int32{0}) || r.weight[1][0] != 1 {
 		t.Errorf("one row, one expert: %v %v", r.rows, r.weight)
+	}
+}
+
+// route with GLM-4.5's gating: each expert's sigmoid, the experts chosen
+// by sigmoid plus selection bias but weighted by the sigmoid alone,
+// renormalized or not, then scaled.
+func TestMoERouteSigmoid(t *testing.T) {
+	logits := []float32{0, 2, 1, -1} // sigmoids .5, .88, .73, .27
+	sig := func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+	var r routes
+	// The bias lifts expert 3 over expert 2 (and 0): chosen 1 and 3.
+	bias := []float32{0, 0, 0, 0.5}
+	r.route(logits, 1, 4, gating{used: 2, sigmoid: true, selBias: bias, scale: 2.5})
+	if !slices.Equal(r.rows[1], []int32{0}) || !slices.Equal(r.rows[3], []int32{0}) || len(r.rows[0])+len(r.rows[2]) != 0 {
+		t.Fatalf("rows %v, want experts 1 and 3", r.rows)
+	}
+	if w, want := float64(r.weight[3][0]), 2.5*sig(-1); math.Abs(w-want) > 1e-6 {
+		t.Errorf("unnormalized expert 3: weight %g, want 2.5·σ(-1) = %g (the bias chooses, it does not weigh)", w, want)
+	}
+	r.route(logits, 1, 4, gating{used: 2, sigmoid: true, selBias: bias, norm: true, scale: 2.5})
+	if w, want := float64(r.weight[1][0]), 2.5*sig(2)/(sig(2)+sig(-1)); math.Abs(w-want) > 1e-6 {
+		t.Errorf("normalized expert 1: weight %g, want %g", w, want)
+	}
+	// Without the bias the two most probable: 1 and 2.
+	r.route(logits, 1, 4, gating{used: 2, sigmoid: true})
+	if len(r.rows[1]) != 1 || len(r.rows[2]) != 1 {
+		t.Errorf("no bias: rows %v, want experts 1 and 2", r.rows)
 	}
 }
 

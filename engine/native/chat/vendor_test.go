@@ -34,7 +34,8 @@ func vendorTemplate(t *testing.T, name string) string {
 
 // TestVendorTemplates: gpt-oss's harmony template (tools as a TypeScript
 // namespace, reasoning effort, a tool call on the commentary channel and
-// its result) and Phi-3.5's render through the Jinja engine as the
+// its result), GLM-4.6's (tools as JSON, thinking off, a tool call as
+// XML-ish argument pairs, its result as an observation) and Phi-3.5's render through the Jinja engine as the
 // templates define them.
 func TestVendorTemplates(t *testing.T) {
 	tools := json.RawMessage(`[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]`)
@@ -61,6 +62,28 @@ func TestVendorTemplates(t *testing.T) {
 		}
 		if !strings.HasSuffix(out, "<|end|><|start|>assistant") {
 			t.Errorf("harmony prompt does not end by opening the assistant's turn:\n%s", out)
+		}
+	})
+	t.Run("glm-4.6", func(t *testing.T) {
+		tm, err := Parse(vendorTemplate(t, "GLM-4.6"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := render(t, tm, `[{"role":"system","content":"Be brief."},{"role":"user","content":"What is the weather?"},
+			{"role":"assistant","content":"<think>Ask the tool.</think>","tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},
+			{"role":"tool","content":"sunny"}]`, string(tools), Options{AddGenerationPrompt: true, Extra: map[string]any{"enable_thinking": false}})
+		for _, want := range []string{
+			"[gMASK]<sop><|system|>\n# Tools", `{"type": "function", "function": {"name": "get_weather"`,
+			"<|system|>\nBe brief.<|user|>\nWhat is the weather?/nothink<|assistant|>\n<think>Ask the tool.</think>",
+			"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+			"<|observation|>\n<tool_response>\nsunny\n</tool_response>",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("GLM prompt lacks %q:\n%s", want, out)
+			}
+		}
+		if !strings.HasSuffix(out, "<|assistant|>\n<think></think>") {
+			t.Errorf("GLM prompt does not end by opening the assistant's turn without thinking:\n%s", out)
 		}
 	})
 	t.Run("phi-3.5", func(t *testing.T) {

@@ -212,6 +212,13 @@ type Shape struct {
 	// factor √(1+ln(Context/LongRopeContext)/ln LongRopeContext), as
 	// llama.cpp's converter writes them.
 	LongRopeContext int
+	// glm4moe (GLM-4.5's kind): SharedExperts shared experts of ExpertFFN
+	// each; the first DenseLayers layers dense (FFNDim); ExpertScale the
+	// routed weights' scale; NextN multi-token-prediction layers after the
+	// decoder's, which decoding skips; RopeDim < head dim rotates only that
+	// many dimensions of each head (partial RoPE).
+	SharedExperts, DenseLayers, NextN, RopeDim int
+	ExpertScale                                float32
 }
 
 // LongRopeFactors are the LongRoPE divisors per rotated pair a shape with
@@ -294,6 +301,12 @@ var Shapes = map[string]Shape{
 	// per token, head 64, window 128), for benchmarks.
 	"gpt-oss-20b": {Name: "gpt-oss-20b", Arch: "gpt-oss", Dim: 2880, Layers: 24, Heads: 64, KVHeads: 8, HeadDim: 64, Context: 131072, Vocab: 201088,
 		Experts: 32, ExpertsUsed: 4, ExpertFFN: 2880, Window: 128, RopeTheta: 150000, YarnFactor: 32, YarnContext: 4096},
+	// tiny-glm4moe: GLM-4.5-Air's kind (q/k/v biases, half the head
+	// rotated; one dense layer, then 8 experts routed by sigmoid and a
+	// selection bias, 2 per token renormalized and scaled by 2.5, beside a
+	// shared expert; one multi-token-prediction layer at the end).
+	"tiny-glm4moe": {Name: "tiny-glm4moe", Arch: "glm4moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 96, SharedExperts: 1, DenseLayers: 1, ExpertScale: 2.5, NextN: 1, RopeDim: 16},
 	// tiny-phi: Phi-3's kind (fused qkv and gate/up, LongRoPE's long
 	// factors: its original context of 16 positions is shorter than any
 	// test's, llama.cpp's included; not named phi3, which llama.cpp takes as
@@ -404,7 +417,7 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 		{Key: "general.name", Value: gguf.MustValue("batchd demo " + shape.Name + " (random weights: its text is noise)")},
 		{Key: arch + ".context_length", Value: gguf.MustValue(uint32(shape.Context))},
 		{Key: arch + ".embedding_length", Value: gguf.MustValue(uint32(shape.Dim))},
-		{Key: arch + ".block_count", Value: gguf.MustValue(uint32(shape.Layers))},
+		{Key: arch + ".block_count", Value: gguf.MustValue(uint32(shape.Layers + shape.NextN))},
 		{Key: arch + ".feed_forward_length", Value: gguf.MustValue(uint32(cmp.Or(shape.FFNDim, shape.ExpertFFN)))},
 		{Key: arch + ".attention.head_count", Value: gguf.MustValue(uint32(shape.Heads))},
 		{Key: arch + ".attention.head_count_kv", Value: gguf.MustValue(uint32(shape.KVHeads))},
@@ -436,6 +449,18 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 			gguf.KV{Key: arch + ".expert_count", Value: gguf.MustValue(uint32(shape.Experts))},
 			gguf.KV{Key: arch + ".expert_used_count", Value: gguf.MustValue(uint32(shape.ExpertsUsed))},
 			gguf.KV{Key: arch + ".expert_feed_forward_length", Value: gguf.MustValue(uint32(shape.ExpertFFN))})
+	}
+	if arch == "glm4moe" {
+		meta = append(meta,
+			gguf.KV{Key: arch + ".expert_shared_count", Value: gguf.MustValue(uint32(shape.SharedExperts))},
+			gguf.KV{Key: arch + ".leading_dense_block_count", Value: gguf.MustValue(uint32(shape.DenseLayers))},
+			gguf.KV{Key: arch + ".expert_weights_scale", Value: gguf.MustValue(shape.ExpertScale)},
+			gguf.KV{Key: arch + ".expert_weights_norm", Value: gguf.MustValue(true)},
+			gguf.KV{Key: arch + ".expert_gating_func", Value: gguf.MustValue(uint32(2))}, // sigmoid
+			gguf.KV{Key: arch + ".nextn_predict_layers", Value: gguf.MustValue(uint32(shape.NextN))})
+	}
+	if shape.RopeDim > 0 {
+		meta = append(meta, gguf.KV{Key: arch + ".rope.dimension_count", Value: gguf.MustValue(uint32(shape.RopeDim))})
 	}
 	meta = append(meta, []gguf.KV{
 		{Key: "tokenizer.ggml.model", Value: gguf.MustValue("gpt2")},
@@ -555,10 +580,10 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 	if !tied {
 		matrix("output.weight", roleOutput, 0, vocab, shape.Dim)
 	}
-	for l := range shape.Layers {
+	for l := range shape.Layers + shape.NextN {
 		p := fmt.Sprintf("blk.%d.", l)
 		vector(p+"attn_norm.weight", shape.Dim, fillOnes)
-		if arch == "gpt-oss" { // its FFN input norm's name
+		if arch == "gpt-oss" || arch == "glm4moe" { // their FFN input norm's name
 			vector(p+"post_attention_norm.weight", shape.Dim, fillOnes)
 		} else {
 			vector(p+"ffn_norm.weight", shape.Dim, fillOnes)
@@ -575,14 +600,14 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 		if arch == "phi3" { // fused: q, k, v rows in one; gate then up rows in one
 			mats = []mat{{"attn_qkv.weight", roleAttnQ, qDim + 2*kvDim, shape.Dim}, {"attn_output.weight", roleAttnOut, shape.Dim, qDim},
 				{"ffn_up.weight", roleFFNUp, 2 * shape.FFNDim, shape.Dim}, {"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim}}
-		} else if shape.Experts == 0 {
+		} else if shape.Experts == 0 || l < shape.DenseLayers {
 			mats = append(mats, mat{"ffn_gate.weight", roleFFNGate, shape.FFNDim, shape.Dim},
 				mat{"ffn_up.weight", roleFFNUp, shape.FFNDim, shape.Dim}, mat{"ffn_down.weight", roleFFNDown, shape.Dim, shape.FFNDim})
 		}
 		for _, m := range mats {
 			matrix(p+m.name, m.r, l, m.rows, m.cols)
 		}
-		if e := shape.Experts; e > 0 {
+		if e := shape.Experts; e > 0 && l >= shape.DenseLayers {
 			// The router stays F32, as llama.cpp's quantize leaves it.
 			out = append(out, planned{Tensor: Tensor{Name: p + "ffn_gate_inp.weight", Type: kernels.F32, Rows: e, Cols: shape.Dim}, fill: fillWeights})
 			for _, m := range []mat{
@@ -595,6 +620,19 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 					out[len(out)-1].Type = q.ExpertType
 				}
 			}
+			if arch == "glm4moe" {
+				vector(p+"exp_probs_b.bias", e, fillSmall)
+				sff := shape.SharedExperts * shape.ExpertFFN
+				for _, m := range []mat{{"ffn_gate_shexp.weight", roleFFNGate, sff, shape.Dim}, {"ffn_up_shexp.weight", roleFFNUp, sff, shape.Dim},
+					{"ffn_down_shexp.weight", roleFFNDown, shape.Dim, sff}} {
+					matrix(p+m.name, m.r, l, m.rows, m.cols)
+				}
+			}
+		}
+		if l >= shape.Layers { // a multi-token-prediction layer's own tensors
+			matrix(p+"nextn.eh_proj.weight", roleAttnOut, l, shape.Dim, 2*shape.Dim)
+			vector(p+"nextn.enorm.weight", shape.Dim, fillOnes)
+			vector(p+"nextn.hnorm.weight", shape.Dim, fillOnes)
 		}
 		if arch == "gpt-oss" {
 			vector(p+"attn_q.bias", qDim, fillSmall)
@@ -611,7 +649,7 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			}
 		}
 		switch arch {
-		case "qwen2":
+		case "qwen2", "glm4moe":
 			vector(p+"attn_q.bias", qDim, fillSmall)
 			vector(p+"attn_k.bias", kvDim, fillSmall)
 			vector(p+"attn_v.bias", kvDim, fillSmall)

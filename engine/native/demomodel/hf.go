@@ -123,6 +123,7 @@ var hfModelTypes = map[string][2]string{
 	"qwen2": {"qwen2", "Qwen2ForCausalLM"}, "qwen3": {"qwen3", "Qwen3ForCausalLM"}, "llama": {"llama", "LlamaForCausalLM"},
 	"qwen3moe": {"qwen3_moe", "Qwen3MoeForCausalLM"}, "gemma2": {"gemma2", "Gemma2ForCausalLM"},
 	"gemma3": {"gemma3_text", "Gemma3ForCausalLM"}, "gpt-oss": {"gpt_oss", "GptOssForCausalLM"}, "phi3": {"phi3", "Phi3ForCausalLM"},
+	"glm4moe": {"glm4_moe", "Glm4MoeForCausalLM"},
 }
 
 // hfConfig is config.json for the model c of shape, stored in t.
@@ -175,6 +176,12 @@ func hfConfig(c weights.Config, shape Shape, t kernels.DType) map[string]any {
 			"truncate": false, "original_max_position_embeddings": shape.YarnContext}
 		cfg["quantization_config"] = map[string]any{"quant_method": "mxfp4", "modules_to_not_convert": []string{
 			"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}
+	case "glm4moe":
+		cfg["moe_intermediate_size"], cfg["n_routed_experts"], cfg["num_experts_per_tok"] = c.ExpertFFNDim, c.Experts, c.ExpertsUsed
+		cfg["n_shared_experts"], cfg["first_k_dense_replace"], cfg["num_nextn_predict_layers"] = shape.SharedExperts, c.DenseLayers, shape.NextN
+		cfg["norm_topk_prob"], cfg["routed_scaling_factor"], cfg["n_group"], cfg["topk_group"] = c.ExpertNormTopK, c.ExpertScale, 1, 1
+		cfg["partial_rotary_factor"] = float64(c.RopeDim) / float64(c.HeadDim)
+		cfg["attention_bias"], cfg["use_qk_norm"] = c.QKVBias, c.QKNorm
 	case "phi3":
 		f64 := func(v []float32) []float64 {
 			out := make([]float64, len(v))
@@ -206,6 +213,8 @@ var hfFamilyNames = map[string]map[string]string{
 		"post_ffw_norm.weight": "post_feedforward_layernorm.weight"},
 	"gpt-oss": {"ffn_gate_inp.weight": "mlp.router.weight", "ffn_gate_inp.bias": "mlp.router.bias", "attn_sinks.weight": "self_attn.sinks"},
 	"mixtral": {"ffn_gate_inp.weight": "block_sparse_moe.gate.weight"},
+	"glm4moe": {"exp_probs_b.bias": "mlp.gate.e_score_correction_bias", "ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight",
+		"ffn_up_shexp.weight": "mlp.shared_experts.up_proj.weight", "ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight"},
 }
 
 // hfTensors are m's weights under the Hugging Face names and layouts of
@@ -309,6 +318,9 @@ func hfTensors(m *weights.Model, shape Shape, dtype string) (map[string]weights.
 func hfExperts(out map[string]weights.SafeTensor, m *weights.Model, family, dtype string) error {
 	c := m.Config
 	for l := range c.Layers {
+		if !c.MoELayer(l) {
+			continue
+		}
 		exps := func(suf string) []*kernels.Matrix { return m.Experts[weights.BlockName(l, suf)] }
 		gate, up, down := exps("ffn_gate_exps.weight"), exps("ffn_up_exps.weight"), exps("ffn_down_exps.weight")
 		if len(gate) != c.Experts || len(up) != c.Experts || len(down) != c.Experts {

@@ -303,7 +303,7 @@ func preForName(name string) (pipeline, bool, error) {
 	switch name {
 	case "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2":
 		return pipeline{stageLlama3}, true, nil
-	case "dbrx", "smaug-bpe":
+	case "dbrx", "smaug-bpe", "glm4", "chatglm-bpe": // GLM-4's is Llama 3's regex, its merges always applied
 		return pipeline{stageLlama3}, false, nil
 	case "qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "kormo":
 		return pipeline{stageQwen2}, false, nil

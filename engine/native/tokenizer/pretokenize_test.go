@@ -26,6 +26,7 @@ func TestPreTokenizers(t *testing.T) {
 		{"qwen2", "'ſ", []string{"'ſ"}},
 		{"llama-bpe", "1234567 x", []string{"123", "456", "7", " x"}},
 		{"llama3", "Hello, y'all!", []string{"Hello", ",", " y", "'all", "!"}},
+		{"glm4", "GLM 45678 y'all", []string{"GLM", " ", "456", "78", " y", "'all"}},
 		{"gpt-2", "Hello, y'all! 123  x\t\ty", []string{"Hello", ",", " y", "'", "all", "!", " 123", " ", " x", "\t", "\t", "y"}},
 		{"gpt-2", "I'LL", []string{"I", "'", "LL"}},
 		{"gpt-2", "  ", []string{"  "}},

@@ -57,6 +57,7 @@ var ggufArchs = map[string]struct {
 	gemma                      int  // 2 or 3: the Gemma generation
 	gptOSS                     bool // gpt-oss's sinks, biases, clamped SwiGLU
 	phi3                       bool // fused qkv and gate/up, LongRoPE factors
+	glm                        bool // GLM-4.5's sigmoid routing, shared expert, dense lead layers, MTP layers
 }{
 	"llama":    {},
 	"qwen2":    {neox: true, qkvBias: true},
@@ -66,6 +67,7 @@ var ggufArchs = map[string]struct {
 	"gemma3":   {neox: true, qkNorm: true, gemma: 3},
 	"gpt-oss":  {neox: true, qkvBias: true, moe: true, gptOSS: true},
 	"phi3":     {neox: true, phi3: true},
+	"glm4moe":  {neox: true, qkvBias: true, moe: true, glm: true},
 }
 
 const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
@@ -184,7 +186,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if arch == "" {
 			return invalid("GGUF metadata general.architecture is missing")
 		}
-		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss or phi3)", arch)
+		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, phi3 or glm4moe)", arch)
 	}
 	k := func(s string) string { return arch + "." + s }
 
@@ -241,6 +243,15 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 	c.ContextLength = r.uint(k("context_length"), -1)
 	c.Dim = r.uint(k("embedding_length"), -1)
 	c.Layers = r.uint(k("block_count"), -1)
+	// GLM-4.5's files end with its multi-token-prediction layers, which
+	// only draft; llama.cpp's decoder skips them, and so does batchd.
+	nextn := r.uint(k("nextn_predict_layers"), 0)
+	if nextn > 0 && r.err == nil {
+		if !traits.glm || nextn >= c.Layers {
+			return unsupported("GGUF metadata %s = %d (multi-token-prediction layers) is not supported for arch %s with %d blocks", k("nextn_predict_layers"), nextn, arch, c.Layers)
+		}
+		c.Layers -= nextn
+	}
 	// llama with experts is Mixtral's GGUF (the merged ffn_*_exps tensors;
 	// the old per-expert ffn_gate.E tensors are refused as unused).
 	if arch == "llama" && r.uint(k("expert_count"), 0) > 0 {
@@ -254,8 +265,12 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		c.ExpertFFNDim = r.uint(k("expert_feed_forward_length"), r.uint(k("feed_forward_length"), -1)) // Mixtral's files give only the latter
 		c.ExpertNormTopK = true
 		c.FFNDim = c.ExpertFFNDim // feed_forward_length is a dense FFN's, which qwen3moe has none of
-		if n := r.uint(k("expert_shared_count"), 0); n != 0 && r.err == nil {
-			return unsupported("GGUF metadata %s = %d: shared experts are not supported yet", k("expert_shared_count"), n)
+		if traits.glm {
+			if err := glmFromGGUF(&c, r, k, f); err != nil {
+				return err
+			}
+		} else if n := r.uint(k("expert_shared_count"), 0); n != 0 && r.err == nil {
+			return unsupported("GGUF metadata %s = %d: shared experts are not supported for arch %s", k("expert_shared_count"), n, arch)
 		}
 	} else {
 		c.FFNDim = r.uint(k("feed_forward_length"), -1)
@@ -372,8 +387,14 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 			return err
 		}
 	}
-	if traits.gptOSS {
-		// gpt-oss's FFN input norm is stored as post_attention_norm.
+	for name := range raw {
+		var l int
+		if _, err := fmt.Sscanf(name, blockPrefix+"%d.", &l); err == nil && l >= c.Layers && l < c.Layers+nextn {
+			delete(raw, name) // a multi-token-prediction layer's
+		}
+	}
+	if traits.gptOSS || traits.glm {
+		// gpt-oss's and GLM's FFN input norm is stored as post_attention_norm.
 		for l := range c.Layers {
 			if rt, ok := raw[BlockName(l, sufPostAttn)]; ok {
 				delete(raw, BlockName(l, sufPostAttn))
@@ -382,6 +403,36 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		}
 	}
 	return m.build(raw, nil, nil)
+}
+
+// glmFromGGUF reads GLM-4.5's mixture as llama.cpp does: the first
+// leading_dense_block_count layers dense (feed_forward_length), the rest
+// routed by expert_gating_func (sigmoid unless it says softmax) with the
+// selection bias exp_probs_b, weights renormalized when
+// expert_weights_norm and scaled by expert_weights_scale, plus
+// expert_shared_count shared experts of the experts' size taken as one; q
+// and k normalized when the file has their norms (GLM-4.5, not -Air).
+func glmFromGGUF(c *Config, r *ggufReader, k func(string) string, f *gguf.File) error {
+	c.DenseLayers = r.uint(k("leading_dense_block_count"), 0)
+	c.FFNDim = r.uint(k("feed_forward_length"), c.ExpertFFNDim)
+	c.ExpertNormTopK = r.bool(k("expert_weights_norm"), false)
+	if sc := r.float(k("expert_weights_scale"), 0, false); sc != 1 {
+		c.ExpertScale = sc
+	}
+	switch g := r.uint(k("expert_gating_func"), 0); g {
+	case 0, 2: // none given (glm4moe's default), sigmoid
+		c.ExpertSigmoid = true
+	case 1: // softmax
+	default:
+		return unsupported("GGUF metadata %s = %d: only softmax (1) and sigmoid (2) gating are supported", k("expert_gating_func"), g)
+	}
+	if g := r.uint(k("expert_group_count"), 0); g > 1 {
+		return unsupported("GGUF metadata %s = %d: grouped expert routing (DeepSeek V3's) is not supported yet", k("expert_group_count"), g)
+	}
+	c.SharedFFNDim = c.ExpertFFNDim * r.uint(k("expert_shared_count"), 0)
+	c.ExpertSelBias = true
+	_, c.QKNorm = f.Tensor(BlockName(0, sufQNorm))
+	return r.err
 }
 
 // gemmaFromGGUF sets what Gemma 2 and 3 add to the decoder, as llama.cpp

@@ -49,6 +49,9 @@ var hfArchs = map[string]string{
 	// Mixtral: Llama with block_sparse_moe experts (w1 gate, w3 up, w2
 	// down), softmax routing renormalized over the chosen.
 	"mixtral": "llama",
+	// GLM-4.5, 4.6 and 4.7 (Glm4MoeForCausalLM): sigmoid routing with a
+	// selection bias, a shared expert, dense first layers (glmFromHF).
+	"glm4_moe": "glm4moe",
 }
 
 // hfConfig is the part of config.json we read. Pointers tell absent from zero.
@@ -102,6 +105,15 @@ type hfConfig struct {
 	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
 	MlpOnlyLayers       []int `json:"mlp_only_layers"`
 	SharedExpertSize    *int  `json:"shared_expert_intermediate_size"`
+	// glm4_moe
+	NRoutedExperts        *int     `json:"n_routed_experts"`
+	NSharedExperts        *int     `json:"n_shared_experts"`
+	FirstKDenseReplace    *int     `json:"first_k_dense_replace"`
+	RoutedScalingFactor   *float64 `json:"routed_scaling_factor"`
+	NGroup                *int     `json:"n_group"`
+	TopkGroup             *int     `json:"topk_group"`
+	UseQKNorm             *bool    `json:"use_qk_norm"`
+	NumNextnPredictLayers *int     `json:"num_nextn_predict_layers"`
 }
 
 // hfRope is rope_scaling (or rope_parameters).
@@ -198,6 +210,9 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Arch == "glm4moe" {
+		glmHFNames(raw, &cfg, c)
+	}
 	if c.Experts > 0 {
 		hfExperts(raw, c)
 	}
@@ -281,7 +296,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if h.ModelType == "gemma3" {
 			return nil, invalid("model_type gemma3 without a text_config")
 		}
-		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3 or gpt_oss)", h.ModelType)
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3, gpt_oss or glm4_moe)", h.ModelType)
 	}
 	gemma := arch == "gemma2" || arch == "gemma3"
 	if act := cmp.Or(h.HiddenActivation, h.HiddenAct); gemma && act != "" && act != "gelu_pytorch_tanh" {
@@ -317,6 +332,11 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 			return nil, err
 		}
 	}
+	if arch == "glm4moe" {
+		if err := glmFromHF(h, c); err != nil {
+			return nil, err
+		}
+	}
 	if h.ModelType == "mixtral" {
 		experts, used := h.NumLocalExperts, h.NumExpertsPerTok
 		if experts == nil || *experts <= 0 || used == nil || *used <= 0 || *used > *experts {
@@ -327,7 +347,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 	// qwen2 always has q/k/v biases (and no o_proj bias) whatever
 	// attention_bias says; llama and qwen3 put a bias on o_proj too when
 	// attention_bias is set, which the runner has no place for.
-	if arch != "qwen2" && arch != "gpt-oss" && h.AttentionBias != nil && *h.AttentionBias {
+	if arch != "qwen2" && arch != "gpt-oss" && arch != "glm4moe" && h.AttentionBias != nil && *h.AttentionBias {
 		return nil, unsupported("attention_bias=true for model_type %s (a bias on o_proj) is not supported yet", h.ModelType)
 	}
 	for _, f := range []struct {
@@ -527,6 +547,80 @@ func moeFromHF(h *hfConfig, c *Config) error {
 	}
 	c.FFNDim = c.ExpertFFNDim // intermediate_size is a dense FFN's, which it has none of
 	return nil
+}
+
+// glmFromHF reads a glm4_moe config as transformers runs it: the first
+// first_k_dense_replace layers dense (intermediate_size), the rest routed
+// by sigmoid with e_score_correction_bias choosing (n_group 1: no group
+// stage), top-k weights renormalized when norm_topk_prob and scaled by
+// routed_scaling_factor, n_shared_experts shared experts of
+// moe_intermediate_size taken as one FFN; q/k/v biases when
+// attention_bias, q/k norms when use_qk_norm. Its multi-token-prediction
+// layers (model.layers.N for N ≥ num_hidden_layers) are left unread.
+func glmFromHF(h *hfConfig, c *Config) error {
+	need := func(name string, v *int) (int, error) {
+		if v == nil || *v <= 0 {
+			return 0, invalid("%s is missing or not positive", name)
+		}
+		return *v, nil
+	}
+	var err error
+	if c.Experts, err = need("n_routed_experts", h.NRoutedExperts); err != nil {
+		return err
+	}
+	if c.ExpertsUsed, err = need("num_experts_per_tok", h.NumExpertsPerTok); err != nil {
+		return err
+	}
+	if c.ExpertFFNDim, err = need("moe_intermediate_size", h.MoeIntermediateSize); err != nil {
+		return err
+	}
+	for _, g := range []struct {
+		name string
+		v    *int
+	}{{"n_group", h.NGroup}, {"topk_group", h.TopkGroup}} {
+		if g.v != nil && *g.v > 1 {
+			return unsupported("%s = %d: grouped expert routing (DeepSeek V3's) is not supported yet", g.name, *g.v)
+		}
+	}
+	c.ExpertSigmoid, c.ExpertSelBias = true, true
+	c.ExpertNormTopK = h.NormTopkProb != nil && *h.NormTopkProb
+	if f := h.RoutedScalingFactor; f != nil && *f != 1 {
+		c.ExpertScale = float32(*f)
+	}
+	if n := h.NSharedExperts; n != nil {
+		c.SharedFFNDim = *n * c.ExpertFFNDim
+	}
+	if d := h.FirstKDenseReplace; d != nil {
+		c.DenseLayers = *d
+	}
+	c.QKVBias = h.AttentionBias != nil && *h.AttentionBias
+	c.QKNorm = h.UseQKNorm != nil && *h.UseQKNorm
+	return nil
+}
+
+// glmHFNames gives GLM's MoE tensors their canonical names and drops its
+// num_nextn_predict_layers multi-token-prediction layers (those past the
+// decoder's).
+func glmHFNames(raw map[string]*rawTensor, h *hfConfig, c *Config) {
+	nextn := 0
+	if h.NumNextnPredictLayers != nil {
+		nextn = *h.NumNextnPredictLayers
+	}
+	for name := range raw {
+		var l int
+		if m := hfLayerName.FindStringSubmatch(textModelName(name)); m != nil {
+			l, _ = strconv.Atoi(m[1])
+		} else if _, err := fmt.Sscanf(name, blockPrefix+"%d.", &l); err != nil {
+			continue
+		}
+		if l >= c.Layers && l < c.Layers+nextn {
+			delete(raw, name) // already canonical, or not
+		}
+	}
+	renameHFLayers(raw, map[string]string{
+		"mlp.gate.e_score_correction_bias": sufSelBias, "mlp.shared_experts.gate_proj.weight": sufGateShexp,
+		"mlp.shared_experts.up_proj.weight": sufUpShexp, "mlp.shared_experts.down_proj.weight": sufDownShexp,
+	})
 }
 
 // hfExperts gathers qwen3_moe's per-expert tensors

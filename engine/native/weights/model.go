@@ -84,6 +84,23 @@ type Config struct {
 	// over the chosen ones when ExpertNormTopK). FFNDim is then unused.
 	Experts, ExpertsUsed, ExpertFFNDim int
 	ExpertNormTopK                     bool
+	// GLM-4.5's kind of mixture (glm4moe; DeepSeek V3 routes alike) adds
+	// the fields below; their zero values are qwen3moe's.
+	//
+	// ExpertSigmoid gates by each expert's sigmoid (not the softmax over
+	// all); ExpertSelBias adds a per-expert bias (exp_probs_b.bias, HF's
+	// e_score_correction_bias) to those probabilities to choose the
+	// experts by, not to weight them; ExpertScale > 0 multiplies the
+	// chosen experts' weights (after any renormalization).
+	ExpertSigmoid, ExpertSelBias bool
+	ExpertScale                  float32
+	// SharedFFNDim > 0: each mixture layer also has a shared expert, a
+	// SwiGLU FFN of that size every token takes (ffn_{gate,up,down}_shexp),
+	// added to the routed experts' sum.
+	SharedFFNDim int
+	// DenseLayers: the first DenseLayers layers have a dense FFN of FFNDim
+	// instead of a mixture (GLM-4.5's first_k_dense_replace).
+	DenseLayers int
 
 	// The Gemma families (gemma2, gemma3) differ from Llama's decoder in
 	// the fields below; their zero values are Llama's.
@@ -146,6 +163,9 @@ type YarnScaling struct {
 	BetaFast, BetaSlow float32
 	AttnFactor         float32
 }
+
+// MoELayer reports whether layer's FFN is a mixture of experts.
+func (c *Config) MoELayer(layer int) bool { return c.Experts > 0 && layer >= c.DenseLayers }
 
 // Sliding reports whether layer attends through the sliding window.
 func (c *Config) Sliding(layer int) bool {
@@ -435,6 +455,10 @@ const (
 	sufGateExpsB = "ffn_gate_exps.bias"
 	sufUpExpsB   = "ffn_up_exps.bias"
 	sufDownExpsB = "ffn_down_exps.bias"
+	sufSelBias   = "exp_probs_b.bias"
+	sufGateShexp = "ffn_gate_shexp.weight"
+	sufUpShexp   = "ffn_up_shexp.weight"
+	sufDownShexp = "ffn_down_shexp.weight"
 	sufPostFFN   = "post_ffw_norm.weight"
 	sufFFNGate   = "ffn_gate.weight"
 	sufFFNUp     = "ffn_up.weight"
@@ -511,10 +535,18 @@ func (c Config) specs() []tensorSpec {
 			b(sufPostAttn, c.Dim, 0)
 			b(sufPostFFN, c.Dim, 0)
 		}
-		if c.Experts > 0 {
+		if c.MoELayer(l) {
 			b(sufRouter, c.Experts, c.Dim)
 			if c.RouterBias {
 				b(sufRouterB, c.Experts, 0)
+			}
+			if c.ExpertSelBias {
+				b(sufSelBias, c.Experts, 0)
+			}
+			if c.SharedFFNDim > 0 {
+				b(sufGateShexp, c.SharedFFNDim, c.Dim)
+				b(sufUpShexp, c.SharedFFNDim, c.Dim)
+				b(sufDownShexp, c.Dim, c.SharedFFNDim)
 			}
 			e := func(suf string, rows, cols int) {
 				s = append(s, tensorSpec{name: BlockName(l, suf), rows: rows, cols: cols, experts: c.Experts})
@@ -559,6 +591,15 @@ func (c *Config) validate() error {
 		}
 		if c.ExpertFFNDim <= 0 || c.ExpertFFNDim > maxDimension {
 			return invalid("expert ffn dim = %d: want 1 to %d", c.ExpertFFNDim, maxDimension)
+		}
+		if c.SharedFFNDim < 0 || c.SharedFFNDim > maxDimension {
+			return invalid("shared expert ffn dim = %d: want 0 (none) to %d", c.SharedFFNDim, maxDimension)
+		}
+		if c.DenseLayers < 0 || c.DenseLayers > c.Layers {
+			return invalid("%d leading dense layers of %d layers", c.DenseLayers, c.Layers)
+		}
+		if !(c.ExpertScale >= 0) || math.IsInf(float64(c.ExpertScale), 0) {
+			return invalid("expert weights scale = %g: want a positive number (or none)", c.ExpertScale)
 		}
 	}
 	if c.ContextLength <= 0 || c.ContextLength > 1<<30 {
