@@ -41,6 +41,15 @@ func demoTwinsQuant(t *testing.T, shape demomodel.Shape, q demomodel.Quant) (ggu
 	return gguf, hf
 }
 
+// skipShortFormats skips, under -short (the emulated CPUs' runs in CI),
+// a test of what the two file formats hold, which no kernel backend
+// changes.
+func skipShortFormats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the GGUF and Hugging Face formats' agreement does not depend on the CPU")
+	}
+}
+
 // loadBoth loads the models at paths a and b, closed when t ends.
 func loadBoth(t *testing.T, a, b string) (*weights.Model, *weights.Model) {
 	t.Helper()
@@ -65,6 +74,7 @@ func loadBoth(t *testing.T, a, b string) (*weights.Model, *weights.Model) {
 // tokens from either.
 func TestDemoHFMatchesGGUF(t *testing.T) {
 	skipFamilyDevice(t)
+	skipShortFormats(t)
 	for _, name := range familyShapes {
 		t.Run(name, func(t *testing.T) {
 			shape := demomodel.Shapes[name]
@@ -130,6 +140,7 @@ func TestDemoHFMatchesGGUF(t *testing.T) {
 // in is refused, and an existing directory is never overwritten.
 func TestDemoHFTypes(t *testing.T) {
 	skipFamilyDevice(t)
+	skipShortFormats(t)
 	for _, tc := range []struct {
 		shape string
 		q     demomodel.Quant
