@@ -282,6 +282,10 @@ var Shapes = map[string]Shape{
 	// one's), for benchmarks: its rows are whole 256-value blocks, so a
 	// K mixture runs K-quants where the 0.5B shape falls back to Q5_0.
 	"qwen2.5-1.5b": {Name: "qwen2.5-1.5b", Dim: 1536, Layers: 28, Heads: 12, KVHeads: 2, FFNDim: 8960, Context: 32768, Vocab: 151936},
+	// qwen2.5-3b: Qwen2.5-3B's shape (tied), for benchmarks: the dense
+	// model whose active parameters per token (≈3.1B) match
+	// Qwen3-30B-A3B's (≈3.3B).
+	"qwen2.5-3b": {Name: "qwen2.5-3b", Dim: 2048, Layers: 36, Heads: 16, KVHeads: 2, FFNDim: 11008, Context: 32768, Vocab: 151936},
 	// tiny-moe: a qwen3moe mixture of experts, 8 experts, 2 per token.
 	"tiny-moe": {Name: "tiny-moe", Arch: "qwen3moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, Context: 2048, Experts: 8, ExpertsUsed: 2, ExpertFFN: 96},
 	// tiny-mixtral: a Mixtral-style mixture of experts (GGUF llama with
