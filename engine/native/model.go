@@ -23,7 +23,9 @@ type layer struct {
 	gateE, upE, downE []kernels.Weight
 	// GLM-4.5's: the experts' selection bias (host-side, as routing is)
 	// and the shared expert every token takes (nil without one).
-	selBias                          []float32
+	selBias []float32
+	// Qwen2-MoE's shared expert gate vector (host-side), nil without one.
+	sharedGate                       []float32
 	gateShared, upShared, downShared kernels.Weight
 	// Gemma's norms of the attention and FFN outputs (empty otherwise).
 	postAttnNorm, postFFNNorm kernels.Buf
@@ -255,6 +257,12 @@ func newModelOn(w *weights.Model, dev kernels.Device, pack bool) (*Model, error)
 				l.gateShared = mat(p+"ffn_gate_shexp.weight", sff, c.Dim)
 				l.upShared = mat(p+"ffn_up_shexp.weight", sff, c.Dim)
 				l.downShared = mat(p+"ffn_down_shexp.weight", c.Dim, sff)
+				if c.SharedGate {
+					l.sharedGate = w.Vectors[p+"ffn_gate_inp_shexp.weight"]
+					if len(l.sharedGate) != c.Dim && err == nil {
+						err = fmt.Errorf("model: tensor %sffn_gate_inp_shexp.weight has %d values, want %d", p, len(l.sharedGate), c.Dim)
+					}
+				}
 			}
 		} else {
 			l.wGate = mat(p+"ffn_gate.weight", c.FFNDim, c.Dim)

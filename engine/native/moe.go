@@ -33,7 +33,7 @@ type moeScratch struct {
 	router, x, gate, up, y kernels.Buf
 	routes                 routes
 	// host copies of router, y and out on a device without a host view
-	logits, yh, acc []float32
+	logits, yh, acc, hh []float32
 	// rows counts, per layer and expert, the rows the last pass sent it.
 	rows [][]int
 }
@@ -217,6 +217,24 @@ func (m *Model) moe(li int, h, out kernels.Buf, T int, s *scratch) {
 		dev.MatMul(up, h, T, L.upShared)
 		dev.SiLUMul(gate, up)
 		dev.MatMul(y, gate, T, L.downShared)
+		if g := L.sharedGate; g != nil {
+			// Qwen2-MoE's: each row's shared output times σ(h·g).
+			hh := host(h, &ms.hh)
+			yh := host(y, &ms.yh)
+			for t := range T {
+				var dot float64
+				for j, v := range hh[t*dim : (t+1)*dim] {
+					dot += float64(v) * float64(g[j])
+				}
+				s := float32(1 / (1 + math.Exp(-dot)))
+				for j := range yh[t*dim : (t+1)*dim] {
+					yh[t*dim+j] *= s
+				}
+			}
+			if hv == nil {
+				dev.Upload(y, yh)
+			}
+		}
 		dev.Add(out, y)
 	}
 }

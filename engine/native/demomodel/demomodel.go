@@ -305,6 +305,11 @@ var Shapes = map[string]Shape{
 	// per token, head 64, window 128), for benchmarks.
 	"gpt-oss-20b": {Name: "gpt-oss-20b", Arch: "gpt-oss", Dim: 2880, Layers: 24, Heads: 64, KVHeads: 8, HeadDim: 64, Context: 131072, Vocab: 201088,
 		Experts: 32, ExpertsUsed: 4, ExpertFFN: 2880, Window: 128, RopeTheta: 150000, YarnFactor: 32, YarnContext: 4096},
+	// tiny-qwen2moe: Qwen1.5-MoE's kind (q/k/v biases; 8 experts, 2 per
+	// token, not renormalized; a shared expert twice an expert's size,
+	// gated per token).
+	"tiny-qwen2moe": {Name: "tiny-qwen2moe", Arch: "qwen2moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, Context: 2048,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 96, SharedExperts: 2},
 	// tiny-glm4moe: GLM-4.5-Air's kind (q/k/v biases, half the head
 	// rotated; one dense layer, then 8 experts routed by sigmoid and a
 	// selection bias, 2 per token renormalized and scaled by 2.5, beside a
@@ -462,6 +467,9 @@ func WriteQuant(w io.Writer, shape Shape, q Quant, seed uint64) error {
 			gguf.KV{Key: arch + ".expert_weights_norm", Value: gguf.MustValue(true)},
 			gguf.KV{Key: arch + ".expert_gating_func", Value: gguf.MustValue(uint32(2))}, // sigmoid
 			gguf.KV{Key: arch + ".nextn_predict_layers", Value: gguf.MustValue(uint32(shape.NextN))})
+	}
+	if arch == "qwen2moe" {
+		meta = append(meta, gguf.KV{Key: arch + ".expert_shared_feed_forward_length", Value: gguf.MustValue(uint32(shape.SharedExperts * shape.ExpertFFN))})
 	}
 	if shape.RopeDim > 0 {
 		meta = append(meta, gguf.KV{Key: arch + ".rope.dimension_count", Value: gguf.MustValue(uint32(shape.RopeDim))})
@@ -626,11 +634,16 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			}
 			if arch == "glm4moe" {
 				vector(p+"exp_probs_b.bias", e, fillSmall)
+			}
+			if arch == "glm4moe" || arch == "qwen2moe" {
 				sff := shape.SharedExperts * shape.ExpertFFN
 				for _, m := range []mat{{"ffn_gate_shexp.weight", roleFFNGate, sff, shape.Dim}, {"ffn_up_shexp.weight", roleFFNUp, sff, shape.Dim},
 					{"ffn_down_shexp.weight", roleFFNDown, shape.Dim, sff}} {
 					matrix(p+m.name, m.r, l, m.rows, m.cols)
 				}
+			}
+			if arch == "qwen2moe" {
+				vector(p+"ffn_gate_inp_shexp.weight", shape.Dim, fillSmall)
 			}
 		}
 		if l >= shape.Layers { // a multi-token-prediction layer's own tensors
@@ -653,7 +666,7 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			}
 		}
 		switch arch {
-		case "qwen2", "glm4moe":
+		case "qwen2", "qwen2moe", "glm4moe":
 			vector(p+"attn_q.bias", qDim, fillSmall)
 			vector(p+"attn_k.bias", kvDim, fillSmall)
 			vector(p+"attn_v.bias", kvDim, fillSmall)

@@ -123,7 +123,7 @@ var hfModelTypes = map[string][2]string{
 	"qwen2": {"qwen2", "Qwen2ForCausalLM"}, "qwen3": {"qwen3", "Qwen3ForCausalLM"}, "llama": {"llama", "LlamaForCausalLM"},
 	"qwen3moe": {"qwen3_moe", "Qwen3MoeForCausalLM"}, "gemma2": {"gemma2", "Gemma2ForCausalLM"},
 	"gemma3": {"gemma3_text", "Gemma3ForCausalLM"}, "gpt-oss": {"gpt_oss", "GptOssForCausalLM"}, "phi3": {"phi3", "Phi3ForCausalLM"},
-	"glm4moe": {"glm4_moe", "Glm4MoeForCausalLM"},
+	"glm4moe": {"glm4_moe", "Glm4MoeForCausalLM"}, "qwen2moe": {"qwen2_moe", "Qwen2MoeForCausalLM"},
 }
 
 // hfConfig is config.json for the model c of shape, stored in t.
@@ -176,6 +176,11 @@ func hfConfig(c weights.Config, shape Shape, t kernels.DType) map[string]any {
 			"truncate": false, "original_max_position_embeddings": shape.YarnContext}
 		cfg["quantization_config"] = map[string]any{"quant_method": "mxfp4", "modules_to_not_convert": []string{
 			"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}
+	case "qwen2moe":
+		cfg["intermediate_size"] = 3 * c.ExpertFFNDim // the dense FFN of mlp_only_layers: none here
+		cfg["moe_intermediate_size"], cfg["num_experts"], cfg["num_experts_per_tok"] = c.ExpertFFNDim, c.Experts, c.ExpertsUsed
+		cfg["shared_expert_intermediate_size"], cfg["norm_topk_prob"] = c.SharedFFNDim, c.ExpertNormTopK
+		cfg["decoder_sparse_step"], cfg["mlp_only_layers"], cfg["use_sliding_window"] = 1, []int{}, false
 	case "glm4moe":
 		cfg["moe_intermediate_size"], cfg["n_routed_experts"], cfg["num_experts_per_tok"] = c.ExpertFFNDim, c.Experts, c.ExpertsUsed
 		cfg["n_shared_experts"], cfg["first_k_dense_replace"], cfg["num_nextn_predict_layers"] = shape.SharedExperts, c.DenseLayers, shape.NextN
@@ -213,6 +218,8 @@ var hfFamilyNames = map[string]map[string]string{
 		"post_ffw_norm.weight": "post_feedforward_layernorm.weight"},
 	"gpt-oss": {"ffn_gate_inp.weight": "mlp.router.weight", "ffn_gate_inp.bias": "mlp.router.bias", "attn_sinks.weight": "self_attn.sinks"},
 	"mixtral": {"ffn_gate_inp.weight": "block_sparse_moe.gate.weight"},
+	"qwen2moe": {"ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight", "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
+		"ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight", "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight"},
 	"glm4moe": {"exp_probs_b.bias": "mlp.gate.e_score_correction_bias", "ffn_gate_shexp.weight": "mlp.shared_experts.gate_proj.weight",
 		"ffn_up_shexp.weight": "mlp.shared_experts.up_proj.weight", "ffn_down_shexp.weight": "mlp.shared_experts.down_proj.weight"},
 }

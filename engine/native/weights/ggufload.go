@@ -68,6 +68,7 @@ var ggufArchs = map[string]struct {
 	"gpt-oss":  {neox: true, qkvBias: true, moe: true, gptOSS: true},
 	"phi3":     {neox: true, phi3: true},
 	"glm4moe":  {neox: true, qkvBias: true, moe: true, glm: true},
+	"qwen2moe": {neox: true, qkvBias: true, moe: true},
 }
 
 const noToken = 0xFFFFFFFF // GGUF writers store an absent token id as uint32(-1)
@@ -186,7 +187,7 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 		if arch == "" {
 			return invalid("GGUF metadata general.architecture is missing")
 		}
-		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, gpt-oss, phi3 or glm4moe)", arch)
+		return unsupported("architecture %q is not supported yet (want llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, gpt-oss, phi3 or glm4moe)", arch)
 	}
 	k := func(s string) string { return arch + "." + s }
 
@@ -269,6 +270,16 @@ func (m *Model) fromGGUF(f *gguf.File, log *slog.Logger) error {
 			if err := glmFromGGUF(&c, r, k, f); err != nil {
 				return err
 			}
+		} else if arch == "qwen2moe" {
+			// Qwen1.5-MoE and Qwen2-57B-A14B as llama.cpp runs them: the
+			// softmax's top-k not renormalized, a shared expert gated by
+			// σ(h·ffn_gate_inp_shexp) beside them.
+			c.ExpertNormTopK = false
+			if sc := r.float(k("expert_weights_scale"), 0, false); sc != 1 {
+				c.ExpertScale = sc
+			}
+			c.SharedFFNDim = r.uint(k("expert_shared_feed_forward_length"), r.uint(k("feed_forward_length"), -1))
+			c.SharedGate = true
 		} else if n := r.uint(k("expert_shared_count"), 0); n != 0 && r.err == nil {
 			return unsupported("GGUF metadata %s = %d: shared experts are not supported for arch %s", k("expert_shared_count"), n, arch)
 		}

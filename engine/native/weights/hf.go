@@ -38,6 +38,9 @@ var hfArchs = map[string]string{
 	"qwen3":   "qwen3",
 	// qwen3_moe: every layer a mixture of experts (moe.go in the runner).
 	"qwen3_moe": "qwen3moe",
+	// qwen2_moe (Qwen1.5-MoE, Qwen2-57B-A14B): that, plus a gated shared
+	// expert.
+	"qwen2_moe": "qwen2moe",
 	// Gemma 2, and Gemma 3's text-only checkpoints (Gemma3ForCausalLM):
 	// GeGLU, post-norms, norms stored as weight-1 (gemmaFromHF).
 	"gemma2":      "gemma2",
@@ -213,6 +216,12 @@ func loadHF(dir string, log *slog.Logger) (*Model, error) {
 	if c.Arch == "glm4moe" {
 		glmHFNames(raw, &cfg, c)
 	}
+	if c.Arch == "qwen2moe" {
+		renameHFLayers(raw, map[string]string{
+			"mlp.shared_expert.gate_proj.weight": sufGateShexp, "mlp.shared_expert.up_proj.weight": sufUpShexp,
+			"mlp.shared_expert.down_proj.weight": sufDownShexp, "mlp.shared_expert_gate.weight": sufGateInpSh,
+		})
+	}
 	if c.Experts > 0 {
 		hfExperts(raw, c)
 	}
@@ -296,7 +305,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		if h.ModelType == "gemma3" {
 			return nil, invalid("model_type gemma3 without a text_config")
 		}
-		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, phi3, gpt_oss or glm4_moe)", h.ModelType)
+		return nil, unsupported("model_type %q is not supported yet (want llama, mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, gemma2, gemma3_text, phi3, gpt_oss or glm4_moe)", h.ModelType)
 	}
 	gemma := arch == "gemma2" || arch == "gemma3"
 	if act := cmp.Or(h.HiddenActivation, h.HiddenAct); gemma && act != "" && act != "gelu_pytorch_tanh" {
@@ -319,10 +328,10 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 		RMSEps:        1e-6,
 		RopeTheta:     10000,
 		RopeNeox:      true, // HF stores Q/K for rotate-half, whatever the arch
-		QKVBias:       arch == "qwen2",
+		QKVBias:       arch == "qwen2" || arch == "qwen2moe",
 		QKNorm:        arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3",
 	}
-	if arch == "qwen3moe" {
+	if arch == "qwen3moe" || arch == "qwen2moe" {
 		if err := moeFromHF(h, c); err != nil {
 			return nil, err
 		}
@@ -347,7 +356,7 @@ func configFromHF(h *hfConfig, gen *hfGenerationConfig, log *slog.Logger) (*Conf
 	// qwen2 always has q/k/v biases (and no o_proj bias) whatever
 	// attention_bias says; llama and qwen3 put a bias on o_proj too when
 	// attention_bias is set, which the runner has no place for.
-	if arch != "qwen2" && arch != "gpt-oss" && arch != "glm4moe" && h.AttentionBias != nil && *h.AttentionBias {
+	if arch != "qwen2" && arch != "qwen2moe" && arch != "gpt-oss" && arch != "glm4moe" && h.AttentionBias != nil && *h.AttentionBias {
 		return nil, unsupported("attention_bias=true for model_type %s (a bias on o_proj) is not supported yet", h.ModelType)
 	}
 	for _, f := range []struct {
@@ -535,7 +544,9 @@ func moeFromHF(h *hfConfig, c *Config) error {
 	if c.ExpertFFNDim, err = need("moe_intermediate_size", h.MoeIntermediateSize); err != nil {
 		return err
 	}
-	c.ExpertNormTopK = h.NormTopkProb == nil || *h.NormTopkProb
+	// norm_topk_prob's default: true in Qwen3MoeConfig, false in
+	// Qwen2MoeConfig.
+	c.ExpertNormTopK = h.NormTopkProb == nil && c.Arch == "qwen3moe" || h.NormTopkProb != nil && *h.NormTopkProb
 	if h.DecoderSparseStep != nil && *h.DecoderSparseStep != 1 {
 		return unsupported("decoder_sparse_step %d (dense layers between sparse ones) is not supported yet", *h.DecoderSparseStep)
 	}
@@ -543,7 +554,12 @@ func moeFromHF(h *hfConfig, c *Config) error {
 		return unsupported("mlp_only_layers %v (dense layers among sparse ones) is not supported yet", h.MlpOnlyLayers)
 	}
 	if h.SharedExpertSize != nil && *h.SharedExpertSize > 0 {
-		return unsupported("shared_expert_intermediate_size %d: shared experts are not supported yet", *h.SharedExpertSize)
+		if c.Arch != "qwen2moe" {
+			return unsupported("shared_expert_intermediate_size %d: model_type %s has no shared expert", *h.SharedExpertSize, h.ModelType)
+		}
+		c.SharedFFNDim, c.SharedGate = *h.SharedExpertSize, true
+	} else if c.Arch == "qwen2moe" {
+		return invalid("shared_expert_intermediate_size is missing or not positive")
 	}
 	c.FFNDim = c.ExpertFFNDim // intermediate_size is a dense FFN's, which it has none of
 	return nil

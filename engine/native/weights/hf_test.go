@@ -400,7 +400,7 @@ func TestHFMoERejects(t *testing.T) {
 		{with("moe_intermediate_size", 0), "moe_intermediate_size is missing or not positive"},
 		{with("decoder_sparse_step", 2), "decoder_sparse_step 2"},
 		{with("mlp_only_layers", []int{0}), "mlp_only_layers [0]"},
-		{with("shared_expert_intermediate_size", 64), "shared experts"},
+		{with("shared_expert_intermediate_size", 64), "has no shared expert"},
 		{with("num_experts_per_tok", 5), "used per token = 5"},
 	} {
 		_, err := Load(writeHF(t, c, tc.extra, hfTensors(c, "F32", "F32")))

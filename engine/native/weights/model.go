@@ -98,6 +98,9 @@ type Config struct {
 	// SwiGLU FFN of that size every token takes (ffn_{gate,up,down}_shexp),
 	// added to the routed experts' sum.
 	SharedFFNDim int
+	// SharedGate: the shared expert's output is scaled per token by
+	// σ(h·g), g its gate vector (ffn_gate_inp_shexp; Qwen2-MoE's).
+	SharedGate bool
 	// DenseLayers: the first DenseLayers layers have a dense FFN of FFNDim
 	// instead of a mixture (GLM-4.5's first_k_dense_replace).
 	DenseLayers int
@@ -459,6 +462,7 @@ const (
 	sufGateShexp = "ffn_gate_shexp.weight"
 	sufUpShexp   = "ffn_up_shexp.weight"
 	sufDownShexp = "ffn_down_shexp.weight"
+	sufGateInpSh = "ffn_gate_inp_shexp.weight"
 	sufPostFFN   = "post_ffw_norm.weight"
 	sufFFNGate   = "ffn_gate.weight"
 	sufFFNUp     = "ffn_up.weight"
@@ -547,6 +551,9 @@ func (c Config) specs() []tensorSpec {
 				b(sufGateShexp, c.SharedFFNDim, c.Dim)
 				b(sufUpShexp, c.SharedFFNDim, c.Dim)
 				b(sufDownShexp, c.Dim, c.SharedFFNDim)
+				if c.SharedGate {
+					b(sufGateInpSh, c.Dim, 0)
+				}
 			}
 			e := func(suf string, rows, cols int) {
 				s = append(s, tensorSpec{name: BlockName(l, suf), rows: rows, cols: cols, experts: c.Experts})
