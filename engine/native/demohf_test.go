@@ -18,7 +18,7 @@ import (
 )
 
 // familyShapes are the demo shapes of every family the engine loads.
-var familyShapes = []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss", "tiny-phi", "tiny-glm4moe", "tiny-qwen2moe"}
+var familyShapes = []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss", "tiny-phi", "tiny-glm4moe", "tiny-glm4.5", "tiny-qwen2moe"}
 
 // demoTwins writes shape's demo model in t as a GGUF and as the Hugging
 // Face directory demo-model --format hf writes, from one seed.

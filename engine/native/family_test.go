@@ -68,7 +68,7 @@ func TestFamiliesMatchLlamaCpp(t *testing.T) {
 		t.Fatal(err)
 	}
 	const steps = 8
-	for _, name := range []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss", "tiny-phi", "tiny-glm4moe", "tiny-qwen2moe"} {
+	for _, name := range []string{"tiny", "tiny-qwen3", "tiny-llama", "tiny-moe", "tiny-mixtral", "tiny-gemma2", "tiny-gemma3", "tiny-llama3", "tiny-gpt-oss", "tiny-phi", "tiny-glm4moe", "tiny-glm4.5", "tiny-qwen2moe"} {
 		t.Run(name, func(t *testing.T) {
 			shape := demomodel.Shapes[name]
 			path := filepath.Join(t.TempDir(), name+".gguf")

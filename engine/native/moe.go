@@ -7,9 +7,12 @@ import (
 	"github.com/batchd/batchd/kernels"
 )
 
-// Mixture of experts (qwen3moe, Mixtral, gpt-oss): a layer's FFN is
-// Experts SwiGLU FFNs of which a router picks ExpertsUsed per token
-// (gpt-oss: the router and the experts with biases, the SwiGLU clamped). The experts run grouped by
+// Mixture of experts (qwen3moe, Mixtral, gpt-oss, glm4moe, qwen2moe): a
+// layer's FFN is Experts SwiGLU FFNs of which a router picks ExpertsUsed
+// per token (gating: by softmax or, GLM's, by sigmoid plus a selection
+// bias; gpt-oss: the router and the experts with biases, the SwiGLU
+// clamped), plus, where the family has one, a shared expert every row
+// takes (Qwen2-MoE's gated per row). The experts run grouped by
 // expert: each expert's rows are gathered, its three matrices multiply all
 // of them in one call each (its weights stream once per step however many
 // tokens chose it), and its outputs are added into their rows weighted by
@@ -32,7 +35,7 @@ const swiGLUAlpha = 1.702
 type moeScratch struct {
 	router, x, gate, up, y kernels.Buf
 	routes                 routes
-	// host copies of router, y and out on a device without a host view
+	// host copies of router, y, out and h on a device without a host view
 	logits, yh, acc, hh []float32
 	// rows counts, per layer and expert, the rows the last pass sent it.
 	rows [][]int

@@ -219,6 +219,9 @@ type Shape struct {
 	// many dimensions of each head (partial RoPE).
 	SharedExperts, DenseLayers, NextN, RopeDim int
 	ExpertScale                                float32
+	// QKNorm gives a glm4moe shape per-head q and k norms (GLM-4.5's; the
+	// -Air model has none).
+	QKNorm bool
 }
 
 // LongRopeFactors are the LongRoPE divisors per rotated pair a shape with
@@ -316,6 +319,9 @@ var Shapes = map[string]Shape{
 	// shared expert; one multi-token-prediction layer at the end).
 	"tiny-glm4moe": {Name: "tiny-glm4moe", Arch: "glm4moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048,
 		Experts: 8, ExpertsUsed: 2, ExpertFFN: 96, SharedExperts: 1, DenseLayers: 1, ExpertScale: 2.5, NextN: 1, RopeDim: 16},
+	// tiny-glm4.5: tiny-glm4moe with GLM-4.5's q and k norms.
+	"tiny-glm4.5": {Name: "tiny-glm4.5", Arch: "glm4moe", Dim: 128, Layers: 3, Heads: 4, KVHeads: 2, FFNDim: 352, Context: 2048,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 96, SharedExperts: 1, DenseLayers: 1, ExpertScale: 2.5, NextN: 1, RopeDim: 16, QKNorm: true},
 	// tiny-phi: Phi-3's kind (fused qkv and gate/up, LongRoPE's long
 	// factors: its original context of 16 positions is shorter than any
 	// test's, llama.cpp's included; not named phi3, which llama.cpp takes as
@@ -670,7 +676,8 @@ func planTensors(shape Shape, vocab int, q Quant) ([]planned, error) {
 			vector(p+"attn_q.bias", qDim, fillSmall)
 			vector(p+"attn_k.bias", kvDim, fillSmall)
 			vector(p+"attn_v.bias", kvDim, fillSmall)
-		case "qwen3", "qwen3moe", "gemma3":
+		}
+		if arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" || shape.QKNorm {
 			vector(p+"attn_q_norm.weight", headDim, fillNorm)
 			vector(p+"attn_k_norm.weight", headDim, fillNorm)
 		}
