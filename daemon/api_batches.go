@@ -176,7 +176,7 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 // the upload, or a copy), its options, and last its record.
 func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
 	dir := d.apiDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsx.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	in := filepath.Join(dir, meta.ID+watcher.SuffixJSONL)
@@ -559,26 +559,11 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "Batches from the bucket are retried by uploading their input again.")
 		return
 	}
-	base := b.Name + "." + b.Format
-	src := filepath.Join(d.dirs.Done, base)
-	if _, err := os.Stat(src); err != nil {
+	switch err := folder.Unretire(b.Name, b.Name+"."+b.Format, dir, d.dirs.Done); {
+	case errors.Is(err, folder.ErrNotRetired):
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
 		return
-	}
-	if err := fsx.WriteFile(filepath.Join(dir, b.Name+watcher.SuffixRetry), nil, true); err != nil {
-		logAPI(d.log, r, err)
-		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
-		return
-	}
-	opt := filepath.Join(d.dirs.Done, b.Name+watcher.SuffixOptions)
-	if _, err := os.Stat(opt); err == nil {
-		if err := os.Rename(opt, filepath.Join(dir, b.Name+watcher.SuffixOptions)); err != nil {
-			logAPI(d.log, r, err)
-			writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
-			return
-		}
-	}
-	if err := os.Rename(src, filepath.Join(dir, base)); err != nil {
+	case err != nil:
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
 		return
@@ -603,10 +588,7 @@ func (d *Daemon) waitIdle(ctx context.Context, name string, timeout time.Duratio
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		d.mu.Lock()
-		busy := d.active[name]
-		d.mu.Unlock()
-		if !busy {
+		if !d.runs.busy(name) {
 			return true
 		}
 		select {

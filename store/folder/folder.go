@@ -151,7 +151,7 @@ func (s *Store) Progress(_ context.Context, object []byte) error {
 	if s.published {
 		return nil
 	}
-	if err := os.MkdirAll(s.outbox, 0o755); err != nil {
+	if err := fsx.MkdirAll(s.outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
 	return fsx.WriteFile(s.outPath(watcher.SuffixBatch), object, false)
@@ -162,7 +162,7 @@ func (s *Store) Progress(_ context.Context, object []byte) error {
 // their final names, fsynced and renamed into place, the outbox fsynced, and
 // then the object written the same way.
 func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
-	if err := os.MkdirAll(s.outbox, 0o755); err != nil {
+	if err := fsx.MkdirAll(s.outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
 	out, errs, doc := s.outPath(watcher.SuffixOutput), s.outPath(watcher.SuffixErrors), s.outPath(watcher.SuffixResults)
@@ -245,7 +245,7 @@ func (s *Store) Retire(context.Context) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(s.done, 0o755); err != nil {
+	if err := fsx.MkdirAll(s.done, 0o755); err != nil {
 		return fmt.Errorf("create done dir: %w", err)
 	}
 	if s.stillOpened() {
@@ -294,8 +294,55 @@ func FinishRetire(name string, record []byte) error {
 			}
 		}
 	}
-	if err := os.Remove(filepath.Join(rec.Inbox, name+watcher.SuffixCancel)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cancel request: %w", err)
+	// The cancel request and the retry mark were for this run: removed
+	// durably, so that a power cut never revives one for a later batch.
+	removed := false
+	for _, m := range []struct{ suffix, what string }{{watcher.SuffixCancel, "cancel request"}, {watcher.SuffixRetry, "retry mark"}} {
+		switch err := os.Remove(filepath.Join(rec.Inbox, name+m.suffix)); {
+		case err == nil:
+			removed = true
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("remove %s: %w", m.what, err)
+		}
+	}
+	if removed {
+		return fsx.SyncDir(rec.Inbox)
+	}
+	return nil
+}
+
+// ErrNotRetired is Unretire's error when the input is not in done/.
+var ErrNotRetired = errors.New("the input is not in done/")
+
+// Unretire is Retire undone, to run a finished batch's failed requests
+// again: batch name's input (base: NAME.jsonl or NAME.json) moves back from
+// done to inbox with its options file, after a NAME.retry mark beside it,
+// which makes the pipeline rerun the failed and cancelled requests and keep
+// the completed ones (FinishRetire removes the mark when the rerun
+// retires). Each step is durable before the next begins (the mark fsynced
+// with its folder; each move fsyncs both folders), in this order, so that
+// a power cut leaves the input either still in done/ or in the inbox with
+// its options and its mark, never without them. An input that is not in
+// done/ gives an error wrapping ErrNotRetired.
+func Unretire(name, base, inbox, done string) error {
+	src := filepath.Join(done, base)
+	if _, err := os.Lstat(src); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("unretire %s: %w", name, ErrNotRetired)
+		}
+		return fmt.Errorf("unretire %s: %w", name, err)
+	}
+	if err := fsx.WriteFile(filepath.Join(inbox, name+watcher.SuffixRetry), nil, true); err != nil {
+		return fmt.Errorf("unretire %s: %w", name, err)
+	}
+	opt := filepath.Join(done, name+watcher.SuffixOptions)
+	if _, err := os.Lstat(opt); err == nil {
+		if err := moveFile(opt, filepath.Join(inbox, name+watcher.SuffixOptions)); err != nil {
+			return fmt.Errorf("unretire %s: %w", name, err)
+		}
+	}
+	if err := moveFile(src, filepath.Join(inbox, base)); err != nil {
+		return fmt.Errorf("unretire %s: %w", name, err)
 	}
 	return nil
 }

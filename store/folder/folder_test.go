@@ -83,3 +83,51 @@ func TestFinishRetireLeavesOptionsOfAnUnmovedInput(t *testing.T) {
 		t.Fatalf("the options did not follow the moved input: %v", err)
 	}
 }
+
+// Unretire brings a retired input back with its options and a retry mark
+// (the mark first: an input in the inbox never lacks it); the retire that
+// ends the rerun removes the mark again. An input not in done/ is
+// ErrNotRetired and changes nothing.
+func TestUnretireAndRetireAgain(t *testing.T) {
+	root := t.TempDir()
+	dir := func(d string) string { return filepath.Join(root, d) }
+	for _, d := range []string{"inbox", "outbox", "done"} {
+		if err := os.MkdirAll(dir(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := folder.Unretire("a", "a.jsonl", dir("inbox"), dir("done")); !errors.Is(err, folder.ErrNotRetired) {
+		t.Fatalf("unretire of an input not in done/: %v, want ErrNotRetired", err)
+	}
+	if ents, _ := os.ReadDir(dir("inbox")); len(ents) != 0 {
+		t.Fatalf("a refused unretire left %d entries in the inbox", len(ents))
+	}
+	for base, data := range map[string]string{"a.jsonl": "{}\n", "a.options.json": `{"metadata":{"k":"v"}}`} {
+		if err := os.WriteFile(filepath.Join(dir("done"), base), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := folder.Unretire("a", "a.jsonl", dir("inbox"), dir("done")); err != nil {
+		t.Fatal(err)
+	}
+	for _, base := range []string{"a.jsonl", "a.options.json", "a.retry"} {
+		if _, err := os.Stat(filepath.Join(dir("inbox"), base)); err != nil {
+			t.Fatalf("after unretire: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir("done"), base)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after unretire %s is still in done/ (%v)", base, err)
+		}
+	}
+	st := folder.New("a", filepath.Join(dir("inbox"), "a.jsonl"), dir("outbox"), dir("done"))
+	if err := st.Retire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir("inbox"), "a.retry")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the retry mark outlived the rerun's retire (%v)", err)
+	}
+	for _, base := range []string{"a.jsonl", "a.options.json"} {
+		if _, err := os.Stat(filepath.Join(dir("done"), base)); err != nil {
+			t.Fatalf("after the second retire: %v", err)
+		}
+	}
+}
