@@ -96,7 +96,7 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "expected a multipart/form-data body with purpose and file: %v", err)
 		return
 	}
-	if err := os.MkdirAll(d.filesDir(), 0o755); err != nil {
+	if err := fsx.MkdirAll(d.filesDir(), 0o755); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store files")
 		return
@@ -171,7 +171,12 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store the file")
 		return
 	}
-	if err := os.Rename(tmp, d.uploadPath(obj.ID)); err != nil {
+	err = os.Rename(tmp, d.uploadPath(obj.ID))
+	if err == nil {
+		// The file's id is answered only once the file is durable.
+		err = fsx.SyncDir(d.filesDir())
+	}
+	if err != nil {
 		os.Remove(d.uploadPath(obj.ID) + ".json")
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "cannot store the file")

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/batchd/batchd/internal/fsx"
+	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
 )
@@ -21,8 +22,8 @@ import (
 // delivers again every batch whose input has not retired yet, with its
 // cancel request first.
 type apiSource struct {
-	dir, outbox, done string
-	log               *slog.Logger
+	dir, outbox, done, rejected string
+	log                         *slog.Logger
 
 	mu      sync.Mutex
 	pending []watcher.Event // to deliver, in order
@@ -34,8 +35,8 @@ type apiSource struct {
 	wg      sync.WaitGroup
 }
 
-func newAPISource(dir, outbox, done string, log *slog.Logger) *apiSource {
-	return &apiSource{dir: dir, outbox: outbox, done: done, log: log, out: map[string]bool{}, again: map[string]bool{},
+func newAPISource(dir, outbox, done, rejected string, log *slog.Logger) *apiSource {
+	return &apiSource{dir: dir, outbox: outbox, done: done, rejected: rejected, log: log, out: map[string]bool{}, again: map[string]bool{},
 		wake: make(chan struct{}, 1), events: make(chan watcher.Event)}
 }
 
@@ -45,6 +46,7 @@ func (s *apiSource) cancelPath(id string) string {
 }
 func (s *apiSource) finalPath(id string) string { return filepath.Join(s.dir, id+".final.json") }
 func (s *apiSource) retryWhen() string          { return "restart or a retry request" }
+func (s *apiSource) kind() string               { return "api" }
 
 // Open queues every API batch whose input has not retired (moved to
 // done/) and starts delivering.
@@ -160,6 +162,13 @@ func (s *apiSource) Close(context.Context) error {
 func (s *apiSource) Start(ctx context.Context, ev watcher.Event, _ Canceller) (*Started, error) {
 	st := &apiStore{Store: folder.New(ev.Name, ev.Path, s.outbox, s.done), id: ev.Name, final: s.finalPath(ev.Name)}
 	return folderJob(ctx, ev, st), nil
+}
+
+// Refuse implements Source. The API checks what it accepts when it is
+// uploaded, so it delivers no refused input; one would be failed as the
+// inbox fails its own, moved to rejected/.
+func (s *apiSource) Refuse(ctx context.Context, ev watcher.Event, p Refuser) (*ledger.Batch, error) {
+	return refuseFile(ctx, ev, s.outbox, s.rejected, p)
 }
 
 // RequestCancel implements Source: DATA/api/ID.cancel keeps the request

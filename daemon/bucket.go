@@ -32,6 +32,7 @@ func (br *bucketSource) Events() <-chan watcher.Event    { return br.w.Events() 
 func (br *bucketSource) Forget(ev watcher.Event)         { br.w.Forget(ev.Path) }
 func (br *bucketSource) Close(ctx context.Context) error { return br.w.Close(ctx) }
 func (br *bucketSource) retryWhen() string               { return "the next listing" }
+func (br *bucketSource) kind() string                    { return "bucket" }
 
 // serveEvents takes MinIO webhook notifications (POST /v1/bucket-events):
 // new inputs start at once instead of at the next listing.
@@ -84,30 +85,19 @@ func (br *bucketSource) RequestCancel(ctx context.Context, name string) error {
 	return err
 }
 
-// refuse fails an inbox object the watcher refused (watcher.Refused: a
-// name batchd cannot use), without reading it: a failed NAME.batch.json
-// under the safe name in the outbox, the object moved to rejected/. A
-// failure is retried at the next listing; once moved, the object is not
-// delivered again. It returns the failed batch's record (nil when another
-// daemon holds the object, or on error).
-func (br *bucketSource) refuse(ctx context.Context, ev watcher.Event, pipe *pipeline.Pipeline) *ledger.Batch {
+// Refuse implements Source for an inbox object the watcher refused (a name
+// batchd cannot use), without reading it: a failed NAME.batch.json under
+// the safe name in the outbox, the object moved to rejected/. A failure is
+// retried at the next listing; once moved, the object is not delivered
+// again. A nil batch and no error: another daemon holds the object.
+func (br *bucketSource) Refuse(ctx context.Context, ev watcher.Event, p Refuser) (*ledger.Batch, error) {
 	st, err := bucket.OpenRefused(ctx, br.cfg, ev.Name, ev.Path, ev.Version)
-	if err == nil && st == nil {
-		return nil
+	if err != nil || st == nil {
+		return nil, err
 	}
-	if err == nil {
-		br.log.Warn("inbox object refused", "key", ev.Path, "name", ev.Name, "code", ev.Code, "error", ev.Message)
-		var b *ledger.Batch
-		b, err = pipe.Refuse(ctx, pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, st.Identity(), ev.Code, ev.Message)
-		st.Close()
-		if err == nil {
-			return b
-		}
-	}
-	if ctx.Err() == nil {
-		br.log.Error("failing a refused input failed; it is retried on the next listing", "name", ev.Name, "key", ev.Path, "error", err)
-	}
-	return nil
+	defer st.Close()
+	br.log.Warn("inbox object refused", "key", ev.Path, "name", ev.Name, "code", ev.Code, "error", ev.Message)
+	return p.Refuse(ctx, pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, st.Identity(), ev.Code, ev.Message)
 }
 
 // Start implements Source: the bucket store claims the input and owns its

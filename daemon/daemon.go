@@ -21,6 +21,7 @@ import (
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
@@ -81,12 +82,7 @@ type Daemon struct {
 	reloadMu sync.Mutex
 	live     *Config // the config in effect after reloads (reload.go)
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []delivery
-	active  map[string]bool     // names queued or running
-	again   map[string]delivery // refused inputs to fail once their name's run is finished
-	closing bool
+	runs *runQueue // the inputs waiting for a batch runner (runqueue.go)
 }
 
 // delivery is an event and the source it came from.
@@ -100,10 +96,7 @@ func New(cfg Config, log *slog.Logger) *Daemon {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), active: make(map[string]bool), again: make(map[string]delivery),
-		sd: newSystemd()}
-	d.cond = sync.NewCond(&d.mu)
-	return d
+	return &Daemon{cfg: cfg, log: log, dirs: DataDirs(cfg.Data), runs: newRunQueue(), sd: newSystemd()}
 }
 
 // NewEngine builds the engine the config names.
@@ -187,7 +180,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		return fmt.Errorf("config: %w", err)
 	}
 	for _, p := range []string{d.dirs.Inbox, d.dirs.Outbox, d.dirs.Done, d.dirs.State} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
+		if err := fsx.MkdirAll(p, 0o755); err != nil {
 			return fmt.Errorf("create data dir: %w", err)
 		}
 	}
@@ -252,7 +245,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		}
 	}
 	d.started = time.Now()
-	d.api = newAPISource(d.apiDir(), d.dirs.Outbox, d.dirs.Done, d.log.With("component", "api"))
+	d.api = newAPISource(d.apiDir(), d.dirs.Outbox, d.dirs.Done, d.dirs.Rejected, d.log.With("component", "api"))
 	if err := d.api.Open(runCtx); err != nil {
 		return err
 	}
@@ -361,72 +354,37 @@ func (d *Daemon) receive(ctx context.Context, src Source) {
 // runs, it waits for that run to finish.
 func (d *Daemon) refuse(dl delivery) {
 	ev := dl.ev
-	d.mu.Lock()
-	if d.closing {
-		d.mu.Unlock()
-		return // draining: it is refused after the restart
+	if !d.runs.claim(dl) {
+		return // waits for its name's run, or draining: refused after the restart
 	}
-	if d.active[ev.Name] {
-		d.again[ev.Name] = dl
-		d.mu.Unlock()
-		return
-	}
-	d.active[ev.Name] = true
-	d.mu.Unlock()
-	if bs, ok := dl.src.(*bucketSource); ok {
-		if b := bs.refuse(d.runCtx, ev, d.pipe); b != nil {
-			d.notifyEnd(b)
-		}
-		d.finished(dl)
-		return
-	}
-	st := folder.Refused(ev.Name, ev.Path, d.dirs.Outbox, d.dirs.Rejected)
-	identity, err := st.Identity()
-	var b *ledger.Batch
-	if err == nil {
-		b, err = d.pipe.Refuse(d.runCtx, pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, identity, ev.Code, ev.Message)
-	}
+	b, err := dl.src.Refuse(d.runCtx, ev, d.pipe)
 	switch {
 	case err == nil:
 		d.notifyEnd(b)
 	case errors.Is(err, os.ErrNotExist):
 		d.log.Info("refused input vanished", "name", ev.Name)
+	case d.runCtx.Err() != nil:
 	default:
 		d.log.Error("failing a refused input failed; it is retried on "+dl.src.retryWhen(), "name", ev.Name, "error", err)
 	}
 	d.finished(dl)
 }
 
+// enqueue queues an input for a batch runner. While draining it stays in
+// its source for the restart; while its name runs or waits already its
+// source delivers it again after Forget if it is still pending there.
 func (d *Daemon) enqueue(dl delivery) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closing {
-		return // draining: the input stays in the source for the restart
+	if d.runs.push(dl) {
+		d.pokeStatus()
 	}
-	if d.active[dl.ev.Name] {
-		// Running or queued already: its source delivers it again after
-		// Forget if it is still pending there.
-		return
-	}
-	d.active[dl.ev.Name] = true
-	d.queue = append(d.queue, dl)
-	d.cond.Signal()
-	d.pokeStatus()
 }
 
 func (d *Daemon) next() (delivery, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for len(d.queue) == 0 && !d.closing {
-		d.cond.Wait()
+	dl, ok := d.runs.next()
+	if ok {
+		d.pokeStatus()
 	}
-	if d.closing {
-		return delivery{}, false
-	}
-	ev := d.queue[0]
-	d.queue = d.queue[1:]
-	d.pokeStatus()
-	return ev, true
+	return dl, ok
 }
 
 // requeue puts back first in the queue an input whose run stopped (ran),
@@ -436,10 +394,7 @@ func (d *Daemon) requeue(dl delivery, ran bool) {
 	if ran {
 		d.log.Info("batch paused: the disk is full; it resumes when space returns", "name", dl.ev.Name)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.queue = append([]delivery{dl}, d.queue...)
-	d.cond.Signal()
+	d.runs.requeue(dl)
 }
 
 // runBatches runs queued inputs, first come first served: the source
@@ -533,11 +488,7 @@ func (d *Daemon) notifyEnd(b *ledger.Batch) {
 }
 
 func (d *Daemon) finished(dl delivery) {
-	d.mu.Lock()
-	delete(d.active, dl.ev.Name)
-	again, ok := d.again[dl.ev.Name]
-	delete(d.again, dl.ev.Name)
-	d.mu.Unlock()
+	again, ok := d.runs.finished(dl.ev.Name)
 	d.pokeStatus()
 	dl.src.Forget(dl.ev)
 	if ok {
@@ -641,10 +592,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	if d.cancel != nil {
 		d.cancel()
 	}
-	d.mu.Lock()
-	d.closing = true
-	d.cond.Broadcast()
-	d.mu.Unlock()
+	d.runs.close()
 	for _, src := range d.sources {
 		errs = append(errs, src.Close(ctx))
 	}

@@ -71,9 +71,8 @@ func (s opsSource) Intake() ops.IntakeView {
 
 // queued is how many inputs wait for a batch runner.
 func (d *Daemon) queued() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.queue)
+	queued, _ := d.runs.snapshot()
+	return len(queued)
 }
 
 // inboxWaiting is batchd_inbox_waiting by source (ops.IntakeView): the
@@ -87,17 +86,14 @@ func (d *Daemon) inboxWaiting() map[string]int {
 	} else {
 		out["dir"] = 0
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, dl := range d.queue {
+	queued, _ := d.runs.snapshot()
+	for _, dl := range queued {
 		if dl.ev.Kind != watcher.Input {
 			continue
 		}
-		switch dl.src.(type) {
-		case *folderSource:
-			out["dir"]++
-		case *apiSource:
-			out["api"]++
+		// A bucket's waiting inputs are its listing's, counted above.
+		if kind := dl.src.kind(); kind != "bucket" {
+			out[kind]++
 		}
 	}
 	return out

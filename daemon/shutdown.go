@@ -41,11 +41,7 @@ func (r DrainReport) Finished() int { return max(0, r.InFlight-r.Abandoned) }
 func (d *Daemon) Drain(ctx context.Context) DrainReport {
 	d.notifyStopping() // systemd: shutdown begins with the drain
 	d.draining.Store(true)
-	d.mu.Lock()
-	d.closing = true
-	rep := DrainReport{Batches: len(d.active) - len(d.queue)}
-	d.cond.Broadcast()
-	d.mu.Unlock()
+	rep := DrainReport{Batches: d.runs.close()}
 	if d.pipe != nil {
 		st := d.pipe.Drain()
 		rep.InFlight, rep.Dropped = st.InFlight, st.Waiting

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
@@ -45,11 +46,19 @@ type Source interface {
 	// RequestCancel records a cancel request for batch name durably (it
 	// survives a restart); it comes back as a Cancel event.
 	RequestCancel(ctx context.Context, name string) error
+	// Refuse fails input ev, which the source refused unread
+	// (watcher.Refused), through p at once: its failed batch object is
+	// published and the entry set aside. A nil batch and no error: there is
+	// nothing to fail (another daemon did it). An error wrapping
+	// os.ErrNotExist: the entry vanished.
+	Refuse(ctx context.Context, ev watcher.Event, p Refuser) (*ledger.Batch, error)
 	// Forget acknowledges ev: the consumer is done with it.
 	Forget(ev watcher.Event)
 	Close(ctx context.Context) error
 	// retryWhen says when an input whose run failed is delivered again.
 	retryWhen() string
+	// kind names the source in metrics: dir, bucket or api.
+	kind() string
 }
 
 // Started is an input a source prepared to run.
@@ -70,7 +79,15 @@ type Canceller interface {
 	CancelOnStart(name string)
 }
 
+// Refuser is what a source's refusal asks of the pipeline.
+type Refuser interface {
+	// Refuse fails job at once with code and message, without reading
+	// its input; identity names the refused entry (pipeline.Refuse).
+	Refuse(ctx context.Context, job pipeline.Job, identity, code, message string) (*ledger.Batch, error)
+}
+
 var (
+	_ Refuser   = (*pipeline.Pipeline)(nil)
 	_ Source    = (*folderSource)(nil)
 	_ Source    = (*bucketSource)(nil)
 	_ Source    = (*apiSource)(nil)
@@ -88,11 +105,28 @@ func (s *folderSource) Events() <-chan watcher.Event    { return s.w.Events() }
 func (s *folderSource) Forget(ev watcher.Event)         { s.w.Forget(ev.Path) }
 func (s *folderSource) Close(ctx context.Context) error { return s.w.Close(ctx) }
 func (s *folderSource) retryWhen() string               { return "the next rescan" }
+func (s *folderSource) kind() string                    { return "dir" }
 
 // Start implements Source: the input runs from the inbox, its outputs go
 // to the outbox.
 func (s *folderSource) Start(ctx context.Context, ev watcher.Event, _ Canceller) (*Started, error) {
 	return folderJob(ctx, ev, folder.New(ev.Name, ev.Path, s.dirs.Outbox, s.dirs.Done)), nil
+}
+
+// Refuse implements Source: the entry moves to rejected/.
+func (s *folderSource) Refuse(ctx context.Context, ev watcher.Event, p Refuser) (*ledger.Batch, error) {
+	return refuseFile(ctx, ev, s.dirs.Outbox, s.dirs.Rejected, p)
+}
+
+// refuseFile fails the refused entry ev.Path of a folder, publishing its
+// failed object in outbox and moving the entry to rejected.
+func refuseFile(ctx context.Context, ev watcher.Event, outbox, rejected string, p Refuser) (*ledger.Batch, error) {
+	st := folder.Refused(ev.Name, ev.Path, outbox, rejected)
+	identity, err := st.Identity()
+	if err != nil {
+		return nil, err
+	}
+	return p.Refuse(ctx, pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, identity, ev.Code, ev.Message)
 }
 
 // folderJob is the job of an input in a folder (the inbox, DATA/api),

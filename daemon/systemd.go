@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -147,19 +146,7 @@ func (d *Daemon) systemdLoop(ctx context.Context) {
 // statusLine says what runs and what waits, e.g.
 // "2 batches running: a 120/500, b 0/10; 3 queued".
 func (d *Daemon) statusLine() (string, error) {
-	d.mu.Lock()
-	queued := make(map[string]bool, len(d.queue))
-	for _, dl := range d.queue {
-		queued[dl.ev.Name] = true
-	}
-	var running []string
-	for name := range d.active {
-		if !queued[name] {
-			running = append(running, name)
-		}
-	}
-	d.mu.Unlock()
-	slices.Sort(running)
+	queued, running := d.runs.snapshot()
 	var parts []string
 	for _, name := range running {
 		b, err := d.pipe.Ledger().ByName(name)

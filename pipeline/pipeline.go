@@ -13,13 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/pipeline/validate"
 )
@@ -197,7 +197,7 @@ func (p *Pipeline) Open(ctx context.Context) error {
 	if err := p.cfg.Validate(); err != nil {
 		return fmt.Errorf("pipeline config: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(p.cfg.StateDir, "batches"), 0o755); err != nil {
+	if err := fsx.MkdirAll(filepath.Join(p.cfg.StateDir, "batches"), 0o755); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
 	path := ledgerPath(p.cfg.StateDir)

@@ -523,7 +523,7 @@ func (p *Pipeline) reopen(b *ledger.Batch, eff Options, retryAll bool) (bool, er
 // committed lengths, and removes files of other generations.
 func (r *run) openResults() error {
 	dir := r.p.batchDir(r.b.ID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsx.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create batch dir: %w", err)
 	}
 	outPath, errPath := r.p.resultPaths(r.b, r.b.Gen)
@@ -551,7 +551,17 @@ func (r *run) openResults() error {
 // openAt opens path for appending after its first n bytes, discarding
 // anything written after the last commit.
 func openAt(path string, n int64) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		// A new file: its name is made durable before the ledger can
+		// record a length of it.
+		if err := fsx.SyncDir(filepath.Dir(path)); err != nil {
+			f.Close()
+			return nil, err
+		}
+	} else if errors.Is(err, os.ErrExist) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0o644)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open results: %w", err)
 	}

@@ -28,6 +28,34 @@ func SyncDir(dir string) error {
 	return nil
 }
 
+// MkdirAll creates dir and every missing parent, as os.MkdirAll does, and
+// makes each directory it creates durable: the directory that holds it is
+// fsynced, so that a power cut never takes away a folder whose files were
+// made durable.
+func MkdirAll(dir string, perm os.FileMode) error {
+	if st, err := os.Stat(dir); err == nil {
+		if st.IsDir() {
+			return nil
+		}
+		return fmt.Errorf("create dir %s: %w", dir, syscall.ENOTDIR)
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := MkdirAll(parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, perm); err != nil {
+		// Another creator raced this one: the directory is its to make
+		// durable, but syncing the parent again costs little and makes
+		// sure of it before this caller relies on it.
+		if st, serr := os.Stat(dir); !errors.Is(err, os.ErrExist) || serr != nil || !st.IsDir() {
+			return fmt.Errorf("create dir %s: %w", dir, err)
+		}
+	}
+	return SyncDir(parent)
+}
+
 // WriteFile replaces path with data through a temporary file beside it
 // (".BASE-*.tmp", unique, so concurrent writers never share one), renamed
 // over path; with durable, the file is fsynced before the rename and the

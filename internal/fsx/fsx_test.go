@@ -91,3 +91,40 @@ func TestCopyFileRefusesALinkAtTheDestination(t *testing.T) {
 		t.Fatalf("the link's target changed: %q", got)
 	}
 }
+
+// MkdirAll creates every missing level, takes an existing directory as
+// done (also when many callers race), and refuses a file in the way.
+// That each level is durable is shown on a filesystem that forgets what
+// was not fsynced (cmd/batchd TestPowerCut*).
+func TestMkdirAll(t *testing.T) {
+	root := t.TempDir()
+	deep := filepath.Join(root, "a", "b", "c")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = MkdirAll(deep, 0o755)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := os.Stat(deep); err != nil || !st.IsDir() {
+		t.Fatalf("%s: %v", deep, err)
+	}
+	file := filepath.Join(root, "a", "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAll(filepath.Join(file, "x"), 0o755); err == nil {
+		t.Fatal("MkdirAll under a file succeeded")
+	}
+	if err := MkdirAll(file, 0o755); err == nil {
+		t.Fatal("MkdirAll of a file succeeded")
+	}
+}
