@@ -303,9 +303,31 @@ func (sc *scheduler) noteBlocksUsed() {
 
 // postprocess takes the step's results: the positions computed, and
 // tokens[i], the new tokens of p.sample[i] (one each today; several when a
-// draft is verified). It appends them until one ends the sequence, and
-// retires finished sequences.
+// draft is verified). It appends them until one ends the sequence, turning
+// each into output, and retires finished sequences.
 func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
+	sc.computed(p)
+	for i, s := range p.sample {
+		before := len(s.tokens)
+		for _, t := range tokens[i] {
+			if s.finished() {
+				break
+			}
+			if sc.advance(s, t) {
+				sc.output(s, t)
+			}
+			s.emit()
+		}
+		if len(s.draft) > 0 {
+			sc.takeVerified(s, tokens[i], before)
+		}
+	}
+	sc.retire()
+}
+
+// computed moves p's sequences past the positions the step computed
+// (except those that verified drafts: takeVerified moves them).
+func (sc *scheduler) computed(p plan) {
 	for _, s := range p.seqs {
 		if len(s.draft) > 0 {
 			continue // verified: takeVerified moves it on by the drafts kept
@@ -317,55 +339,22 @@ func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
 		s.chunk = 0
 		sc.bm.hashBlocks(s)
 	}
-	for i, s := range p.sample {
-		before := len(s.tokens)
-		for _, t := range tokens[i] {
-			if s.finished() {
-				break
-			}
-			sc.advance(s, t)
-		}
-		if len(s.draft) > 0 {
-			sc.takeVerified(s, tokens[i], before)
-		}
-	}
-	sc.retire()
 }
 
-// advance appends a sampled token and decides whether the sequence ends.
-func (sc *scheduler) advance(s *seq, tok int32) {
-	defer s.emit()
-	p := s.job.p
-	generated := len(s.tokens) - s.promptLen
+// advance appends a sampled token to s, or ends s with it, and says
+// whether it appended it. It ends s ("stop") at an end-of-generation or
+// stop token, which is not part of the output, and ("length") at
+// max_tokens or the context length; stop strings are the output step's.
+func (sc *scheduler) advance(s *seq, tok int32) bool {
 	if endsSeq(s, tok, sc.tok.IsEOG) {
-		s.end("stop") // the token is not part of the output
-		return
+		s.end("stop")
+		return false
 	}
 	s.tokens = append(s.tokens, tok)
-	generated++
-	old := s.text.Len()
-	piece := s.dec.Next(tok)
-	s.text.WriteString(piece)
-	if sc.onToken != nil {
-		sc.onToken(s, tok, piece)
-	}
-	// Stop strings count once min_tokens are out (vLLM's rule); only a
-	// match ending in the new text can be new.
-	if len(p.stop) > 0 && generated > p.minTokens {
-		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
-			text := s.text.String()
-			s.stopStr = stopAt(text, i, p.stop)
-			s.text.Reset()
-			s.text.WriteString(text[:i])
-			cutLogprobs(s, i)
-			s.end("stop")
-			return
-		}
-	}
-	if generated >= p.maxTokens || (sc.ctxLen > 0 && len(s.tokens) >= sc.ctxLen) {
+	if len(s.tokens)-s.promptLen >= s.job.p.maxTokens || (sc.ctxLen > 0 && len(s.tokens) >= sc.ctxLen) {
 		s.end("length")
-		s.text.WriteString(s.dec.Flush())
 	}
+	return true
 }
 
 // retire removes finished sequences and completes their jobs.
