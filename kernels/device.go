@@ -157,30 +157,12 @@ type KVPool struct {
 // ErrDeviceMemory is what Alloc and AllocKV wrap when the device has no room.
 var ErrDeviceMemory = errors.New("device out of memory")
 
-// Segment is one sequence's part of a forward pass, for SegmentDevice: the
+// Segment is one sequence's part of a forward pass, for FusedDevice: the
 // pass's tokens First..First+N-1, at positions Start..Start+N-1 of the
 // sequence whose block table is Blocks.
 type Segment struct {
 	First, N, Start int
 	Blocks          []int32
-}
-
-// SegmentDevice is implemented by devices that take all of a forward pass's
-// sequences in one call per layer instead of WriteKV and PagedAttention
-// once per sequence (a GPU, where a launch and a copy per sequence would
-// leave it idle). The results are those of the per-sequence calls.
-type SegmentDevice interface {
-	Device
-	// SetSegments describes the pass's sequences, over KV pools of
-	// blockSize positions; the calls below use them until the next
-	// SetSegments. segs may be reused once it returns.
-	SetSegments(segs []Segment, blockSize int)
-	// WriteKVSegments is WriteKV of every segment's rows of k and v
-	// ([tokens][p.Width]).
-	WriteKVSegments(p KVPool, k, v Buf)
-	// PagedAttentionSegments is PagedAttention of every segment: q and out
-	// are [tokens][nHeads][headDim].
-	PagedAttentionSegments(out, q Buf, p KVPool, nHeads, nKVHeads, headDim int, scale float32)
 }
 
 // FamilyDevice is implemented by devices that run the operations of the
@@ -205,11 +187,23 @@ type FamilyDevice interface {
 	SwiGLUOAI(gate, up Buf, alpha, limit float32)
 }
 
-// FusedDevice is implemented by devices with fused kernels for the
-// decoder's chains of small operations; each method's result is that of
-// the chain it replaces.
+// FusedDevice is implemented by devices that take all of a forward pass's
+// sequences in one call per layer instead of WriteKV and PagedAttention
+// once per sequence (a GPU, where a launch and a copy per sequence would
+// leave it idle), and that have fused kernels for the decoder's chains of
+// small operations. Each method's result is that of the calls it replaces.
 type FusedDevice interface {
-	SegmentDevice
+	Device
+	// SetSegments describes the pass's sequences, over KV pools of
+	// blockSize positions; the calls below use them until the next
+	// SetSegments. segs may be reused once it returns.
+	SetSegments(segs []Segment, blockSize int)
+	// WriteKVSegments is WriteKV of every segment's rows of k and v
+	// ([tokens][p.Width]).
+	WriteKVSegments(p KVPool, k, v Buf)
+	// PagedAttentionSegments is PagedAttention of every segment: q and out
+	// are [tokens][nHeads][headDim].
+	PagedAttentionSegments(out, q Buf, p KVPool, nHeads, nKVHeads, headDim int, scale float32)
 	// AddRMSNorm is Add(resid, delta) then RMSNorm(out, resid, w, rows,
 	// dim, eps): the residual add and the next norm in one pass.
 	AddRMSNorm(out, resid, delta, w Buf, rows, dim int, eps float32)

@@ -393,7 +393,7 @@ type scratch struct {
 	loraIdx                               []int32
 	rows                                  []int32 // b.logitRows
 	moe                                   moeScratch
-	segs                                  []kernels.Segment // b.segs, for a SegmentDevice
+	segs                                  []kernels.Segment // b.segs, for a FusedDevice
 	logits                                []float32
 }
 
@@ -474,17 +474,17 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 	down := m.buf(&s.down, T*dim)
 	dev := m.dev
 	kv := b.kv
-	// A device that takes the whole pass per layer gets the segments once,
-	// first (they are its persistent inputs); one with fused kernels also
-	// runs the QKV tail and the residual+norm pairs as one call each.
-	segDev, _ := dev.(kernels.SegmentDevice)
+	// A fused device takes the whole pass per layer: it gets the segments
+	// once, first (they are its persistent inputs), and runs the QKV tail
+	// (with the K/V writes), plain attention and the residual+norm pairs
+	// as one call each.
 	fused, _ := dev.(kernels.FusedDevice)
-	if segDev != nil {
+	if fused != nil {
 		s.segs = s.segs[:0]
 		for _, sg := range b.segs {
 			s.segs = append(s.segs, kernels.Segment{First: sg.first, N: sg.n, Start: sg.start, Blocks: sg.blocks})
 		}
-		segDev.SetSegments(s.segs, kv.bs)
+		fused.SetSegments(s.segs, kv.bs)
 	}
 	dev.Embed(x, m.embd, b.tokens)
 	if c.EmbedScale > 0 {
@@ -521,16 +521,13 @@ func (m *Model) hidden(b *batch, s *scratch) kernels.Buf {
 			}
 			dev.RoPE(q, T, c.Heads, c.HeadDim, b.pos, L.invFreq, c.RopeNeox)
 			dev.RoPE(k, T, c.KVHeads, c.HeadDim, b.pos, L.invFreq, c.RopeNeox)
-			if segDev != nil {
-				segDev.WriteKVSegments(pool, k, v)
-			}
 		}
 		switch {
-		case segDev != nil && L.attn.Plain():
-			segDev.PagedAttentionSegments(att, q, pool, c.Heads, c.KVHeads, c.HeadDim, scale)
+		case fused != nil && L.attn.Plain():
+			fused.PagedAttentionSegments(att, q, pool, c.Heads, c.KVHeads, c.HeadDim, scale)
 		default:
 			for _, sg := range b.segs {
-				if segDev == nil { // else QKVPost or WriteKVSegments wrote them
+				if fused == nil { // else QKVPost wrote them
 					dev.WriteKV(pool, k.Slice(sg.first*kvDim, sg.n*kvDim), v.Slice(sg.first*kvDim, sg.n*kvDim), sg.blocks, sg.start, sg.n)
 				}
 				if L.attn.Plain() {

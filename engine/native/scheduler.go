@@ -115,9 +115,48 @@ func (sc *scheduler) drop(s *seq, reason string) {
 // may call it.
 func (sc *scheduler) noteCancel() { sc.cancels.Store(true) }
 
-// schedule plans the next step.
+// schedule plans the next step. After taking what was submitted and
+// sweeping out what was cancelled, it fills the step's token budget in
+// order of urgency: the running sequences' decode tokens, then their
+// prompt chunks, then first chunks of newly admitted sequences.
 func (sc *scheduler) schedule() plan {
 	sc.take()
+	sc.sweep()
+	pl := planning{budget: sc.maxBatchTokens, iso: sc.isolated()}
+	preempted := sc.stats.preemptions.Load()
+	sc.planDecodes(&pl)
+	sc.planPromptChunks(&pl)
+	sc.planAdmissions(&pl, sc.stats.preemptions.Load() != preempted)
+	sc.noteBlocksUsed()
+	return pl.plan
+}
+
+// planning is a plan while schedule builds it.
+type planning struct {
+	plan
+	budget int  // tokens the step has left
+	iso    *job // the suspect job that runs alone (isolated), or nil
+}
+
+// add puts s in the step with n tokens.
+func (pl *planning) add(s *seq, n int) {
+	s.chunk = n
+	pl.seqs = append(pl.seqs, s)
+	if s.sampled() {
+		pl.sample = append(pl.sample, s)
+	}
+	pl.tokens += n
+	pl.budget -= n
+}
+
+// skips says whether s stays out of the step because a suspect job runs
+// alone in it.
+func (pl *planning) skips(s *seq) bool { return pl.iso != nil && s.job != pl.iso }
+
+// sweep drops the sequences whose request went away: the running ones,
+// freeing their blocks, at every step, and the waiting ones when
+// noteCancel said a job was cancelled since the last step.
+func (sc *scheduler) sweep() {
 	if sc.cancels.Swap(false) {
 		sc.waiting = slices.DeleteFunc(sc.waiting, func(s *seq) bool {
 			if s.job.cancelled.Load() {
@@ -127,7 +166,6 @@ func (sc *scheduler) schedule() plan {
 			return false
 		})
 	}
-	// Drop running sequences whose request went away.
 	sc.running = slices.DeleteFunc(sc.running, func(s *seq) bool {
 		if !s.job.cancelled.Load() {
 			return false
@@ -137,73 +175,94 @@ func (sc *scheduler) schedule() plan {
 		sc.drop(s, "cancelled")
 		return true
 	})
-	budget := sc.maxBatchTokens
-	var p plan
-	preempted := sc.stats.preemptions.Load()
-	add := func(s *seq, n int) {
-		s.chunk = n
-		p.seqs = append(p.seqs, s)
-		if s.sampled() {
-			p.sample = append(p.sample, s)
-		}
-		p.tokens += n
-		budget -= n
+}
+
+// planDecodes decides which running sequences decode in this step: those
+// with one token to compute, oldest first, while the budget lasts. Each
+// costs one token and keeps its sequence moving, so it gets its block
+// even if that preempts a more recently admitted sequence (grow). Before
+// that, proposeDrafts gives decodes drafts to verify in the tokens the
+// budget has left after one for every decode.
+func (sc *scheduler) planDecodes(pl *planning) {
+	decodes := sc.decoding(pl)
+	if spare := pl.budget - len(decodes); spare > 0 {
+		sc.proposeDrafts(decodes, spare)
 	}
-	// Decodes first, oldest first: each costs one token and keeps its
-	// sequence moving.
-	// A speculating one verifies its drafts with it, in the tokens the
-	// budget has left after one for every decode.
-	iso := sc.isolated()
+	for _, s := range decodes {
+		if pl.budget <= 0 || s.status != seqRunning || s.chunk != 0 {
+			s.draft = nil // preempted for an earlier decode's block
+			continue
+		}
+		if n := sc.growDecode(s); n > 0 {
+			pl.add(s, n)
+		}
+	}
+}
+
+// decoding is the running sequences with one token to compute that may
+// join the step, oldest first (in sc.decodes, reused).
+func (sc *scheduler) decoding(pl *planning) []*seq {
 	decodes := sc.decodes[:0]
 	for _, s := range sc.running {
-		if (iso == nil || s.job == iso) && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n == 1 {
+		if !pl.skips(s) && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n == 1 {
 			decodes = append(decodes, s)
 		}
 	}
 	sc.decodes = decodes
-	if spare := budget - len(decodes); spare > 0 {
-		sc.proposeDrafts(decodes, spare)
+	return decodes
+}
+
+// growDecode gives decoding sequence s blocks for its next token and its
+// drafts, and returns how many tokens it got blocks for (0: none). Blocks
+// for the drafts are taken only if free: drafts never preempt, and
+// without room they are dropped.
+func (sc *scheduler) growDecode(s *seq) int {
+	if d := len(s.draft); d > 0 {
+		if sc.bm.mayAppend(s, 1+d, false) == 1+d {
+			sc.bm.appendSlots(s, 1+d)
+			return 1 + d
+		}
+		s.draft = nil
 	}
-	for _, s := range decodes {
-		if budget <= 0 || s.status != seqRunning || s.chunk != 0 {
-			s.draft = nil // preempted for an earlier decode's block
+	return sc.grow(s, 1, false)
+}
+
+// planPromptChunks decides how much of their prompts (or of what a
+// preempted sequence recomputes) the running sequences compute in this
+// step, in running order: as much of what the decodes left of the budget
+// as free blocks hold, preempting more recently admitted sequences when
+// no block is free (grow).
+func (sc *scheduler) planPromptChunks(pl *planning) {
+	for _, s := range slices.Clone(sc.running) { // grow may preempt, changing sc.running
+		if pl.skips(s) || pl.budget <= 0 || s.status != seqRunning || s.chunk != 0 {
 			continue
 		}
-		if d := len(s.draft); d > 0 {
-			// Blocks for the drafts only if free: drafts never preempt.
-			if sc.bm.mayAppend(s, 1+d, false) == 1+d {
-				sc.bm.appendSlots(s, 1+d)
-				add(s, 1+d)
-				continue
-			}
-			s.draft = nil
-		}
-		if sc.grow(s, 1, false) == 1 {
-			add(s, 1)
-		}
-	}
-	// Then prompt (or recompute) chunks with what the budget leaves.
-	for _, s := range slices.Clone(sc.running) {
-		if iso != nil && s.job != iso {
-			continue
-		}
-		if budget > 0 && s.status == seqRunning && s.chunk == 0 && len(s.tokens)-s.n > 1 {
-			if k := sc.grow(s, min(len(s.tokens)-s.n, budget), true); k > 0 {
-				add(s, k)
+		if left := len(s.tokens) - s.n; left > 1 {
+			if k := sc.grow(s, min(left, pl.budget), true); k > 0 {
+				pl.add(s, k)
 			}
 		}
 	}
-	// Then admit waiting sequences, in order, while blocks and budget last
-	// (not in a step that had to preempt: memory is short).
+}
+
+// planAdmissions decides which waiting sequences join the running ones,
+// in orderWaiting's order, while the budget, maxSeqs and the free KV
+// blocks last: each with a first chunk of its prompt and its cached prefix
+// blocks (admit). It admits none in a step that had to preempt (short):
+// memory is short. It drops the cancelled ones it comes to.
+func (sc *scheduler) planAdmissions(pl *planning, short bool) {
 	pending := sc.pendingBlocks()
 	sc.orderWaiting()
+	if short {
+		return
+	}
 	kept := sc.waiting[:0]
 	for i, s := range sc.waiting {
-		if budget <= 0 || len(sc.running) >= sc.maxSeqs || sc.stats.preemptions.Load() != preempted {
+		if pl.budget <= 0 || len(sc.running) >= sc.maxSeqs {
 			kept = append(kept, sc.waiting[i:]...)
 			break
 		}
-		if iso != nil && s.job != iso {
+		if pl.skips(s) {
 			kept = append(kept, s)
 			continue
 		}
@@ -219,30 +278,56 @@ func (sc *scheduler) schedule() plan {
 			kept = append(kept, s)
 			continue
 		}
-		k := sc.admit(s, budget)
+		k := sc.admit(s, pl.budget)
 		if k == 0 {
 			kept = append(kept, sc.waiting[i:]...)
 			break
 		}
 		sc.running = append(sc.running, s)
-		add(s, k)
+		pl.add(s, k)
 		sc.addPending(s, pending)
 	}
 	clear(sc.waiting[len(kept):])
 	sc.waiting = kept
+}
+
+// noteBlocksUsed records the KV blocks the planned step holds, and their
+// peak.
+func (sc *scheduler) noteBlocksUsed() {
 	used := int64(sc.bm.used())
 	sc.stats.blocksUsed.Store(used)
 	if used > sc.stats.blocksPeak.Load() {
 		sc.stats.blocksPeak.Store(used)
 	}
-	return p
 }
 
 // postprocess takes the step's results: the positions computed, and
 // tokens[i], the new tokens of p.sample[i] (one each today; several when a
-// draft is verified). It appends them until one ends the sequence, and
-// retires finished sequences.
+// draft is verified). It appends them until one ends the sequence, turning
+// each into output, and retires finished sequences.
 func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
+	sc.computed(p)
+	for i, s := range p.sample {
+		before := len(s.tokens)
+		for _, t := range tokens[i] {
+			if s.finished() {
+				break
+			}
+			if sc.advance(s, t) {
+				sc.output(s, t)
+			}
+			s.emit()
+		}
+		if len(s.draft) > 0 {
+			sc.takeVerified(s, tokens[i], before)
+		}
+	}
+	sc.retire()
+}
+
+// computed moves p's sequences past the positions the step computed
+// (except those that verified drafts: takeVerified moves them).
+func (sc *scheduler) computed(p plan) {
 	for _, s := range p.seqs {
 		if len(s.draft) > 0 {
 			continue // verified: takeVerified moves it on by the drafts kept
@@ -254,55 +339,22 @@ func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
 		s.chunk = 0
 		sc.bm.hashBlocks(s)
 	}
-	for i, s := range p.sample {
-		before := len(s.tokens)
-		for _, t := range tokens[i] {
-			if s.finished() {
-				break
-			}
-			sc.advance(s, t)
-		}
-		if len(s.draft) > 0 {
-			sc.takeVerified(s, tokens[i], before)
-		}
-	}
-	sc.retire()
 }
 
-// advance appends a sampled token and decides whether the sequence ends.
-func (sc *scheduler) advance(s *seq, tok int32) {
-	defer s.emit()
-	p := s.job.p
-	generated := len(s.tokens) - s.promptLen
+// advance appends a sampled token to s, or ends s with it, and says
+// whether it appended it. It ends s ("stop") at an end-of-generation or
+// stop token, which is not part of the output, and ("length") at
+// max_tokens or the context length; stop strings are the output step's.
+func (sc *scheduler) advance(s *seq, tok int32) bool {
 	if endsSeq(s, tok, sc.tok.IsEOG) {
-		s.end("stop") // the token is not part of the output
-		return
+		s.end("stop")
+		return false
 	}
 	s.tokens = append(s.tokens, tok)
-	generated++
-	old := s.text.Len()
-	piece := s.dec.Next(tok)
-	s.text.WriteString(piece)
-	if sc.onToken != nil {
-		sc.onToken(s, tok, piece)
-	}
-	// Stop strings count once min_tokens are out (vLLM's rule); only a
-	// match ending in the new text can be new.
-	if len(p.stop) > 0 && generated > p.minTokens {
-		if i := findStop(s.text.String(), old, p.stop); i >= 0 {
-			text := s.text.String()
-			s.stopStr = stopAt(text, i, p.stop)
-			s.text.Reset()
-			s.text.WriteString(text[:i])
-			cutLogprobs(s, i)
-			s.end("stop")
-			return
-		}
-	}
-	if generated >= p.maxTokens || (sc.ctxLen > 0 && len(s.tokens) >= sc.ctxLen) {
+	if len(s.tokens)-s.promptLen >= s.job.p.maxTokens || (sc.ctxLen > 0 && len(s.tokens) >= sc.ctxLen) {
 		s.end("length")
-		s.text.WriteString(s.dec.Flush())
 	}
+	return true
 }
 
 // retire removes finished sequences and completes their jobs.

@@ -3,7 +3,6 @@ package native
 import (
 	"strings"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/tokenizer"
@@ -90,31 +89,6 @@ func (s *seq) adapterName() string {
 	return s.adapter.name
 }
 
-// emit streams the text of s decided since the last call: all of it once s
-// has finished, else all but what could still turn out to be the start of
-// a stop string.
-func (s *seq) emit() {
-	if s.job.stream == nil {
-		return
-	}
-	text := s.text.String()
-	upto := len(text)
-	if !s.finished() {
-		hold := 0
-		for _, st := range s.job.p.stop {
-			hold = max(hold, len(st)-1)
-		}
-		upto = max(s.streamed, len(text)-hold)
-		for upto > s.streamed && upto < len(text) && !utf8.RuneStart(text[upto]) {
-			upto--
-		}
-	}
-	if upto > s.streamed {
-		s.job.stream(s.index, text[s.streamed:upto])
-		s.streamed = upto
-	}
-}
-
 // job is one request: its sequences and where its result goes.
 type job struct {
 	p         *params
@@ -156,18 +130,6 @@ func (j *job) retireSeq() {
 	if j.remaining == 0 && j.complete != nil {
 		j.complete(j)
 	}
-}
-
-// stopAt returns the stop string of stops that matches text at i (the
-// earliest match findStop found; of strings matching there, the first
-// listed).
-func stopAt(text string, i int, stops []string) *string {
-	for _, st := range stops {
-		if st != "" && strings.HasPrefix(text[i:], st) {
-			return &st
-		}
-	}
-	return nil
 }
 
 // stopReason is s's choice's stop_reason: the stop string that ended it,
