@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -288,6 +289,82 @@ func TestConnectErrors(t *testing.T) {
 	srv.Start()
 	if err := <-connected; err != nil {
 		t.Fatalf("after the server came up: %v", err)
+	}
+}
+
+// Connect's probe reads one object of a long inbox and stops: the
+// client's listing goroutine ends too, instead of blocking forever on the
+// object the probe does not read.
+func TestConnectProbeEndsListing(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	b := testBucket(t, srv, bucket, "a", nil)
+	for _, name := range []string{"a", "b", "c", "d"} {
+		srv.Put(bucket, "team/inbox/"+name+".jsonl", []byte("{}\n"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		if err := b.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The drained channel is closed, so the goroutine is on its way out;
+	// wait for it to be gone, not for a time.
+	const lister = "minio-go/v7.(*Client).ListObjects"
+	deadline := time.Now().Add(time.Minute)
+	for n := listers(lister); n > 0; n = listers(lister) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d listing goroutines outlived Connect", n)
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// listers counts the goroutines whose stack holds fn.
+func listers(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
+}
+
+// Open with a context that is already done starts nothing; the listing of
+// an open watcher outlives Open's context (it runs until Close).
+func TestWatcherOpenContext(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	b := testBucket(t, srv, bucket, "a", func(c *Config) {
+		c.ListInterval = 50 * time.Millisecond
+	})
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := NewWatcher(b).Open(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Open with a cancelled context: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := NewWatcher(b)
+	if err := w.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close(context.Background()) })
+	cancel()
+	srv.Put(bucket, "team/inbox/a.jsonl", []byte("{}\n"))
+	if ev := <-w.Events(); ev.Path != "team/inbox/a.jsonl" {
+		t.Fatalf("event %+v", ev)
 	}
 }
 
