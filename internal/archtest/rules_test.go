@@ -32,6 +32,7 @@ var rules = []struct {
 	{"internal/fsx", "atomic file writes and fsyncs, paths a request names under a configured root", nil},
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},
+	{"internal/goroutines", "counts the goroutines running given code, for tests' leak checks", nil},
 	{"internal/miniotest", "a real MinIO server for tests", nil},
 	{"internal/sdnotify", "systemd's notification protocol (sd_notify)", nil},
 	{"internal/formatdocs", "the published format descriptions' examples, for tests", nil},

@@ -9,12 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/internal/goroutines"
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/watcher"
@@ -309,37 +309,8 @@ func TestConnectProbeEndsListing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The drained channel is closed, so the goroutine is on its way out;
-	// wait for it to be gone, not for a time.
-	const lister = "minio-go/v7.(*Client).ListObjects"
-	deadline := time.Now().Add(time.Minute)
-	for n := listers(lister); n > 0; n = listers(lister) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d listing goroutines outlived Connect", n)
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// listers counts the goroutines whose stack holds fn.
-func listers(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
+	// The drained channel is closed, so the goroutine is on its way out.
+	goroutines.WaitGone(t, time.Minute, "minio-go/v7.(*Client).ListObjects")
 }
 
 // Open with a context that is already done starts nothing; the listing of
