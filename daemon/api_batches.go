@@ -274,7 +274,7 @@ func (d *Daemon) apiBatchRecord(id string) (*ledger.Batch, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("record of batch %s: %w", id, err)
 	}
 	// A shared record that ended, while this batch's input waits to run:
 	// another batch's end (the same content), not yet this one's. (An

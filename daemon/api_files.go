@@ -243,7 +243,11 @@ func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
 	case prefixInput:
 		// The input keeps its batch's name; a later batch of that name
 		// (other content) makes it another file.
-		if cur, err := d.pipe.Ledger().ByName(b.Name); err != nil || cur.ID != b.ID {
+		cur, err := d.pipe.Ledger().ByName(b.Name)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return "", nil, fmt.Errorf("input file %s: %w", id, err)
+		}
+		if err != nil || cur.ID != b.ID {
 			return "", nil, errNotFound
 		}
 		purpose = "batch"

@@ -51,6 +51,9 @@ func (s *apiSource) kind() string               { return "api" }
 // Open queues every API batch whose input has not retired (moved to
 // done/) and starts delivering.
 func (s *apiSource) Open(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("open api source: %w", err)
+	}
 	ents, err := os.ReadDir(s.dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read api dir: %w", err)
@@ -65,7 +68,8 @@ func (s *apiSource) Open(ctx context.Context) error {
 		}
 		s.Submit(id)
 	}
-	ctx, s.cancel = context.WithCancel(context.Background())
+	// Delivery runs until Close, not until ctx is done.
+	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.wg.Add(1)
 	go s.deliver(ctx)
 	return nil

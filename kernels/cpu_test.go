@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestCPUBasics(t *testing.T) {
@@ -55,30 +56,60 @@ func TestPoolCoversRange(t *testing.T) {
 	}
 }
 
-// TestPoolAfterIdle: helpers that parked wake up for the next job.
+// TestPoolAfterIdle: helpers that parked wake up for the next job, and the
+// job they share is done in full. The caller's first range waits until a
+// helper has run one, so a job that no parked helper joins never finishes
+// (the deadline turns that hang into a failure).
 func TestPoolAfterIdle(t *testing.T) {
+	const size = 300
 	p := newPool(3)
 	defer p.close()
-	for range 3 {
-		var mu sync.Mutex
-		workers := map[int]bool{}
-		p.run(300, 1, func(w, lo, hi int) {
-			mu.Lock()
-			workers[w] = true
-			mu.Unlock()
+	for round := range 3 {
+		waitParked(t, p)
+		out := make([]int, size)
+		helped := make(chan struct{})
+		var once sync.Once
+		p.run(size, 1, func(w, lo, hi int) {
+			if w == 0 && lo == 0 {
+				select {
+				case <-helped:
+				case <-time.After(time.Minute):
+					t.Errorf("round %d: no parked helper joined the job", round)
+				}
+			}
+			for i := lo; i < hi; i++ {
+				out[i] = round*size + i + 1
+			}
+			if w != 0 {
+				once.Do(func() { close(helped) })
+			}
 		})
-		waitParked(p)
+		for i, v := range out {
+			if want := round*size + i + 1; v != want {
+				t.Fatalf("round %d: out[%d] = %d, want %d", round, i, v, want)
+			}
+		}
+		if t.Failed() {
+			return
+		}
 	}
 }
 
-func waitParked(p *pool) {
-	for i := 0; i < 1000; i++ {
+// waitParked waits until every helper of p is parked, failing t if they do
+// not all park within a generous deadline.
+func waitParked(t *testing.T, p *pool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
 		parked := 0
 		for j := range p.parked {
 			parked += int(p.parked[j].Load())
 		}
 		if parked == len(p.parked) {
 			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d helpers parked", parked, len(p.parked))
 		}
 		runtime.Gosched()
 		sleepMicro(500)

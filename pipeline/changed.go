@@ -270,7 +270,7 @@ func (p *Pipeline) failStale(job Job, id string) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("check for a stale batch: %w", err)
 	}
 	if old.ID == id || old.Format != job.Format || Terminal(old.Status) {
 		return nil

@@ -164,10 +164,11 @@ type Pipeline struct {
 	stopDisk context.CancelFunc
 	diskDone chan struct{}
 
+	locks batchLocks // per batch id: one run at a time
+
 	mu      sync.Mutex
-	locks   map[string]*sync.Mutex // per batch id: one run at a time
-	running map[string]*run        // by name
-	cancels map[string]bool        // names asked to cancel before they ran
+	running map[string]*run // by name
+	cancels map[string]bool // names asked to cancel before they ran
 	// draining: intake stopped for a graceful shutdown (drain.go).
 	draining atomic.Bool
 }
@@ -186,7 +187,6 @@ func New(cfg Config, eng engine.Engine) *Pipeline {
 		eng:     eng,
 		log:     log,
 		disk:    newDiskGuard(cfg, log),
-		locks:   make(map[string]*sync.Mutex),
 		running: make(map[string]*run),
 		cancels: make(map[string]bool),
 	}
@@ -338,17 +338,6 @@ func (p *Pipeline) CancelOnStart(name string) {
 	if r != nil {
 		r.cancel(errCancelled)
 	}
-}
-
-func (p *Pipeline) batchLock(id string) *sync.Mutex {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := p.locks[id]
-	if m == nil {
-		m = new(sync.Mutex)
-		p.locks[id] = m
-	}
-	return m
 }
 
 func (p *Pipeline) batchDir(id string) string { return stateBatchDir(p.cfg.StateDir, id) }

@@ -17,9 +17,9 @@ import (
 // queueEngine is a test double at the engine boundary: an engine.Queue
 // standing for the native engine's scheduler. It holds what it is handed
 // and answers from a goroutine it owns: each request at once, or (with
-// answerAt) only once that many are held, or (manual) only when the test
-// calls release. A request whose context ends is answered with its error
-// at once, as the contract asks.
+// answerAt) only once that many are held, or (manual) never. A request
+// whose context ends is answered with its error at once, as the contract
+// asks.
 type queueEngine struct {
 	window int
 	// onSubmit, when set, runs first in Submit, outside the double's lock.
@@ -163,15 +163,6 @@ func answer(hs []*heldRequest) {
 		h.cancel()
 		h.done(&engine.Response{StatusCode: 200, RequestID: "req-" + h.req.CustomID, Body: okBody}, nil)
 	}
-}
-
-// release answers everything held now.
-func (e *queueEngine) release() {
-	e.mu.Lock()
-	out := e.held
-	e.held = nil
-	e.mu.Unlock()
-	answer(out)
 }
 
 // setMode sets when the double answers (see queueEngine) and whether it

@@ -152,7 +152,7 @@ func setBody(line []byte, sets []bodySet) ([]byte, error) {
 			}
 		}
 		if !found {
-			body = append(body, member{s.key, s.val})
+			body = append(body, member(s))
 		}
 	}
 	top[bi].val = appendObject(nil, body)

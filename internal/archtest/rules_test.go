@@ -32,6 +32,7 @@ var rules = []struct {
 	{"internal/fsx", "atomic file writes and fsyncs, paths a request names under a configured root", nil},
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},
+	{"internal/goroutines", "counts the goroutines running given code, for tests' leak checks", nil},
 	{"internal/miniotest", "a real MinIO server for tests", nil},
 	{"internal/sdnotify", "systemd's notification protocol (sd_notify)", nil},
 	{"internal/formatdocs", "the published format descriptions' examples, for tests", nil},
@@ -56,9 +57,9 @@ var rules = []struct {
 		"engine/native/demomodel", "engine/native/gguf", "engine/native/weights"}},
 
 	// Sources of batch files.
-	{"watcher", "the Job and Source types, the file names of the inbox/outbox contract", nil},
+	{"watcher", "the Event every source delivers, the file names of the inbox/outbox contract", nil},
 	{"watcher/dir", "the directory source", []string{"watcher"}},
-	{"watcher/s3", "the bucket source", []string{"watcher"}},
+	{"watcher/s3", "the bucket source, and the bucket client the bucket store claims, checkpoints and publishes with", []string{"watcher"}},
 
 	// The pipeline: validate, ledger, dispatch to an Engine, write. It knows
 	// engines only through the engine package.
@@ -68,7 +69,7 @@ var rules = []struct {
 		"pipeline/validate", "pipeline/ledger", "internal/fsx", "internal/failpoint"}},
 
 	// Where results go: stores pair a source with the pipeline's outputs.
-	{"store", "the Store interface", []string{"pipeline", "watcher"}},
+	{"store", "what the stores share: the contract's names of a batch's files (the interface is pipeline.Store)", []string{"pipeline", "watcher"}},
 	{"store/storetest", "the contract suite every store passes", []string{"pipeline"}},
 	{"store/folder", "the directory store", []string{"store", "pipeline", "watcher", "internal/fsx", "internal/failpoint"}},
 	{"store/bucket", "the bucket store", []string{"store", "pipeline", "watcher", "watcher/s3",

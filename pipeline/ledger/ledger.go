@@ -203,10 +203,13 @@ func (l *Ledger) Get(id string) (*Batch, error) {
 // ByName returns the batch last recorded under name, or ErrNotFound.
 func (l *Ledger) ByName(name string) (*Batch, error) {
 	var id []byte
-	l.db.View(func(tx *bolt.Tx) error {
+	err := l.db.View(func(tx *bolt.Tx) error {
 		id = append(id, tx.Bucket(bucketNames).Get([]byte(name))...)
 		return nil
 	})
+	if err != nil {
+		return nil, fmt.Errorf("look up batch named %s: %w", name, err)
+	}
 	if len(id) == 0 {
 		return nil, fmt.Errorf("batch named %s: %w", name, ErrNotFound)
 	}

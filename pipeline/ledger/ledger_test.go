@@ -173,6 +173,17 @@ func TestByName(t *testing.T) {
 	if _, err := l.ByName("x"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after deleting it: %v", err)
 	}
+	// A ledger that cannot be read says so: it does not pass for one
+	// without the name.
+	if err := l.Put(&Batch{ID: "batch_3", Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := l.ByName("x"); err == nil || errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "batch named x") {
+		t.Fatalf("closed ledger: %+v %v", b, err)
+	}
 }
 
 // A ledger whose records were mostly deleted is compacted to a smaller

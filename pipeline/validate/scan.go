@@ -224,7 +224,7 @@ func parseInt(v []byte) (int64, intStatus) {
 	if !isNumber(v) {
 		return 0, intNotNumber
 	}
-	if bytes.IndexAny(v, ".eE") < 0 {
+	if !bytes.ContainsAny(v, ".eE") {
 		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
 			return 0, intOverflow

@@ -52,27 +52,26 @@ type Config struct {
 // Store is one claimed input of the bucket. Open → (pipeline.Run with
 // Context) → Close.
 type Store struct {
-	cfg              Config
-	b                *s3.Bucket
-	log              *slog.Logger
-	name, key, etag  string
-	optKey, optTag   string
-	options          []byte
-	cancelKey        string
-	cancelRequested  bool
-	dir, input       string
-	lease            *s3.Lease
-	cp               *checkpointer
-	prog             *progress
-	runCtx           context.Context
-	stopRun          context.CancelCauseFunc
-	stopRenew        context.CancelFunc
-	renewer          sync.WaitGroup
-	renewerStopOnce  sync.Once
-	stopSave         context.CancelFunc
-	saver            sync.WaitGroup
-	saverStopOnce    sync.Once
-	published, ended bool
+	cfg             Config
+	b               *s3.Bucket
+	log             *slog.Logger
+	name, key, etag string
+	optKey, optTag  string
+	options         []byte
+	cancelKey       string
+	cancelRequested bool
+	dir, input      string
+	lease           *s3.Lease
+	cp              *checkpointer
+	prog            *progress
+	runCtx          context.Context
+	stopRun         context.CancelCauseFunc
+	stopRenew       context.CancelFunc
+	renewer         sync.WaitGroup
+	renewerStopOnce sync.Once
+	stopSave        context.CancelFunc
+	saver           sync.WaitGroup
+	saverStopOnce   sync.Once
 }
 
 // Open claims batch name's input object key at version etag and prepares

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/batchd/batchd/internal/goroutines"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -449,38 +449,18 @@ func TestManyFilesDeliveredExactlyOnce(t *testing.T) {
 	}
 }
 
+// watcherCode is what this package's watcher or fsnotify goroutines run.
+var watcherCode = []string{"watcher/dir.(*Watcher)", "fsnotify/fsnotify."}
+
 // watcherGoroutines counts goroutines running this package's watcher or
 // fsnotify code.
-func watcherGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "watcher/dir.(*Watcher)") || strings.Contains(g, "fsnotify/fsnotify.") {
-			count++
-		}
-	}
-	return count
-}
+func watcherGoroutines() int { return goroutines.Count(watcherCode...) }
 
 // waitNoWatcherGoroutines waits, with a generous deadline, for the
 // goroutines of closed watchers to be gone.
 func waitNoWatcherGoroutines(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for watcherGoroutines() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d watcher goroutines left", watcherGoroutines())
-		}
-		time.Sleep(10 * time.Millisecond) // polling, not synchronisation
-	}
+	goroutines.WaitGone(t, wait, watcherCode...)
 }
 
 // Not parallel: it counts every watcher goroutine of the process.

@@ -137,12 +137,18 @@ func (b *Bucket) Connect(ctx context.Context) error {
 		if !ok {
 			return permanent(fmt.Errorf("bucket %q does not exist on %s", b.bucket, b.cfg.Endpoint))
 		}
-		// Listing needs its own permission: find out now, not at the first batch.
-		for obj := range b.client.ListObjects(ctx, b.bucket, minio.ListObjectsOptions{Prefix: b.Key(dirInbox, ""), MaxKeys: 1}) {
-			if obj.Err != nil {
-				return obj.Err
-			}
-			break
+		// Listing needs its own permission: find out now, not at the first
+		// batch. The first object answers that; then the listing is
+		// cancelled and drained, or the client's goroutine would block
+		// forever sending the next one.
+		lctx, cancel := context.WithCancel(ctx)
+		objs := b.client.ListObjects(lctx, b.bucket, minio.ListObjectsOptions{Prefix: b.Key(dirInbox, ""), MaxKeys: 1})
+		first, listed := <-objs
+		cancel()
+		for range objs {
+		}
+		if listed && first.Err != nil {
+			return first.Err
 		}
 		return nil
 	})

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/internal/goroutines"
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/watcher"
@@ -288,6 +289,53 @@ func TestConnectErrors(t *testing.T) {
 	srv.Start()
 	if err := <-connected; err != nil {
 		t.Fatalf("after the server came up: %v", err)
+	}
+}
+
+// Connect's probe reads one object of a long inbox and stops: the
+// client's listing goroutine ends too, instead of blocking forever on the
+// object the probe does not read.
+func TestConnectProbeEndsListing(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	b := testBucket(t, srv, bucket, "a", nil)
+	for _, name := range []string{"a", "b", "c", "d"} {
+		srv.Put(bucket, "team/inbox/"+name+".jsonl", []byte("{}\n"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		if err := b.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The drained channel is closed, so the goroutine is on its way out.
+	goroutines.WaitGone(t, time.Minute, "minio-go/v7.(*Client).ListObjects")
+}
+
+// Open with a context that is already done starts nothing; the listing of
+// an open watcher outlives Open's context (it runs until Close).
+func TestWatcherOpenContext(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	b := testBucket(t, srv, bucket, "a", func(c *Config) {
+		c.ListInterval = 50 * time.Millisecond
+	})
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := NewWatcher(b).Open(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Open with a cancelled context: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := NewWatcher(b)
+	if err := w.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close(context.Background()) })
+	cancel()
+	srv.Put(bucket, "team/inbox/a.jsonl", []byte("{}\n"))
+	if ev := <-w.Events(); ev.Path != "team/inbox/a.jsonl" {
+		t.Fatalf("event %+v", ev)
 	}
 }
 

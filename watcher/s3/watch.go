@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -66,9 +67,13 @@ func (w *Watcher) Inputs() int {
 // Events delivers inputs and cancel requests; it is closed by Close.
 func (w *Watcher) Events() <-chan watcher.Event { return w.events }
 
-// Open starts listing.
+// Open starts listing. The listing runs until Close, not until ctx is
+// done; it keeps ctx's values.
 func (w *Watcher) Open(ctx context.Context) error {
-	ctx, w.cancel = context.WithCancel(context.Background())
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("open bucket watcher: %w", err)
+	}
+	ctx, w.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	w.wg.Add(1)
 	go w.listLoop(ctx)
 	return nil

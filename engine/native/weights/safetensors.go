@@ -165,15 +165,9 @@ type safeHeaderEntry struct {
 	Offsets []uint64 `json:"data_offsets"`
 }
 
-// parseSafetensors parses a whole safetensors file held in b; the returned
-// entries' Data are slices of b.
-func parseSafetensors(b []byte) (map[string]safeEntry, error) {
-	tensors, _, err := parseSafetensorsMeta(b)
-	return tensors, err
-}
-
-// parseSafetensorsMeta is parseSafetensors that also returns the header's
-// __metadata__ map (nil when there is none).
+// parseSafetensorsMeta parses a whole safetensors file held in b: its
+// tensors, whose Data are slices of b, and the header's __metadata__ map
+// (nil when there is none).
 func parseSafetensorsMeta(b []byte) (map[string]safeEntry, map[string]string, error) {
 	bad := func(format string, args ...any) error {
 		return invalid("%s", fmt.Sprintf(format, args...))
