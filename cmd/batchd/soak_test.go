@@ -542,14 +542,19 @@ func (s *soak) startBatchd() *proc {
 }
 
 // listenAddr returns the HTTP address the latest daemon logged.
-func (s *soak) listenAddr() string {
-	raw, err := os.ReadFile(s.log)
+func (s *soak) listenAddr() string { return loggedListenAddr(s.t, s.log) }
+
+// loggedListenAddr returns the HTTP address the latest daemon logged in
+// logPath.
+func loggedListenAddr(t *testing.T, logPath string) string {
+	t.Helper()
+	raw, err := os.ReadFile(logPath)
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	all := regexp.MustCompile(`msg="batchd running" .* listen=(\S+)`).FindAllSubmatch(raw, -1)
 	if len(all) == 0 {
-		s.t.Fatalf("no listen address in the log\n%s", logTail(s.log))
+		t.Fatalf("no listen address in the log\n%s", logTail(logPath))
 	}
 	return string(all[len(all)-1][1])
 }
