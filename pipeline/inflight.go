@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/batchd/batchd/pipeline/ledger"
 )
@@ -19,11 +23,18 @@ import (
 // of taking the daemon down a third time. A clean stop leaves every slot
 // empty.
 //
-// A slot is written with one pwrite before the request goes to the engine
-// and cleared after it returns (the table grows to the deepest window
-// used): the page cache keeps what a killed process
-// wrote, so no fsync is needed (a power cut may lose the table; then the
-// lines simply run again, as before). A slot is
+// A slot is written before the request goes to the engine and cleared
+// after it returns (the table grows to the deepest window used). The file
+// is mapped shared, so a slot is written by plain stores into the page
+// cache, with no system call: the page cache keeps what a crashed or
+// killed process stored, as it keeps what it wrote with pwrite, so no
+// fsync is needed (a power cut may lose the table; then the lines simply
+// run again, as before). A slot's marker byte is stored last when it is
+// set and first when it is cleared or rewritten, so a process stopped
+// between two stores leaves an empty slot or a whole one, never one that
+// names the wrong line. Where the file cannot be mapped, or a store into
+// the mapping faults (a full disk on a filesystem that allocates at write
+// back), slots are written with one pwrite each instead. A slot is
 //
 //	'R', line (uint32 BE), len(batch id) (uint8), batch id, zero padding.
 const inflightSlot = 128
@@ -33,6 +44,12 @@ const inflightFile = "inflight"
 
 type inflight struct {
 	f *os.File
+	// data is the file mapped shared (nil: slots are written with pwrite);
+	// growing the table maps it again, larger, and keeps the older
+	// mappings (of the same pages) until close, so a store never waits.
+	data   atomic.Pointer[[]byte]
+	mu     sync.Mutex // growing
+	mapped [][]byte   // every mapping made (mu)
 }
 
 // openInflight opens the table at path with room for slots requests and
@@ -46,11 +63,45 @@ func openInflight(path string, slots int) (*inflight, []ledger.LineRef, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open in-flight table: %w", err)
 	}
-	if err := f.Truncate(int64(slots * inflightSlot)); err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("size in-flight table %s: %w", path, err)
+	t := &inflight{f: f}
+	if !t.grow(slots * inflightSlot) {
+		// Not mapped: the table is written with pwrite, and a slot past
+		// the end grows the file.
+		if err := f.Truncate(int64(slots * inflightSlot)); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("size in-flight table %s: %w", path, err)
+		}
 	}
-	return &inflight{f: f}, left, nil
+	return t, left, nil
+}
+
+// grow makes the mapping at least size bytes, the file's blocks written
+// (zeros) first so that a store into it needs no allocation; it reports
+// false when the file cannot be grown or mapped.
+func (t *inflight) grow(size int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := 0
+	if n := len(t.mapped); n > 0 {
+		if t.data.Load() == nil {
+			return false // given up on the mapping (unmap)
+		}
+		old = len(t.mapped[n-1])
+	}
+	if size <= old {
+		return true
+	}
+	size = max(size, 2*old)
+	if _, err := t.f.WriteAt(make([]byte, size-old), int64(old)); err != nil {
+		return false
+	}
+	data, err := syscall.Mmap(int(t.f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	t.mapped = append(t.mapped, data)
+	t.data.Store(&data)
+	return true
 }
 
 // readInflight lists the requests in the table's slots (none when the file
@@ -89,8 +140,7 @@ func (t *inflight) set(slot int, id string, line int) error {
 	binary.BigEndian.PutUint32(s[1:5], uint32(line))
 	s[5] = byte(len(id))
 	copy(s[6:], id)
-	_, err := t.f.WriteAt(s[:], int64(slot*inflightSlot))
-	return err
+	return t.write(slot, s[:])
 }
 
 // clear records that slot holds nothing.
@@ -98,8 +148,51 @@ func (t *inflight) clear(slot int) error {
 	if t == nil {
 		return nil
 	}
-	_, err := t.f.WriteAt([]byte{0}, int64(slot*inflightSlot))
+	return t.write(slot, []byte{0})
+}
+
+// write stores s (a whole slot, or its marker alone) at the start of slot.
+func (t *inflight) write(slot int, s []byte) error {
+	off := slot * inflightSlot
+	d := t.data.Load()
+	if d != nil && off+inflightSlot > len(*d) {
+		if !t.grow(off + inflightSlot) {
+			t.unmap()
+		}
+		d = t.data.Load()
+	}
+	if d != nil {
+		if storeSlot((*d)[off:off+inflightSlot], s) {
+			return nil
+		}
+		t.unmap() // a fault: the disk is full; pwrite reports it
+	}
+	_, err := t.f.WriteAt(s, int64(off))
 	return err
+}
+
+// storeSlot copies s into dst, the marker (s[0]) last and, over a slot in
+// use, an empty marker first. It reports false when a store faulted (the
+// mapping's pages could not be allocated).
+func storeSlot(dst, s []byte) (ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	if len(s) > 1 {
+		dst[0] = 0
+		copy(dst[1:], s[1:])
+	}
+	dst[0] = s[0]
+	return true
+}
+
+// unmap makes later writes use pwrite. The mappings stay until close: a
+// store in progress may still use one.
+func (t *inflight) unmap() {
+	t.data.Store(nil)
 }
 
 // close empties the table (a clean stop: nothing is in flight) and closes it.
@@ -107,6 +200,11 @@ func (t *inflight) close() error {
 	if t == nil {
 		return nil
 	}
+	t.data.Store(nil)
+	for _, m := range t.mapped {
+		syscall.Munmap(m)
+	}
+	t.mapped = nil
 	err := t.f.Truncate(0)
 	if cerr := t.f.Close(); err == nil {
 		err = cerr

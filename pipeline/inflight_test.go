@@ -56,3 +56,39 @@ func TestInflightTable(t *testing.T) {
 		t.Fatalf("garbage table: %v %v", left, err)
 	}
 }
+
+// The table is mapped; once the mapping is given up (a store faulted, a
+// full disk) slots are written with pwrite, past the end too, and the next
+// open reads what either way wrote.
+func TestInflightTableWithoutMapping(t *testing.T) {
+	path := filepath.Join(t.TempDir(), inflightFile)
+	tab, _, err := openInflight(path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.data.Load() == nil {
+		t.Fatal("the table is not mapped")
+	}
+	for _, step := range []func() error{
+		func() error { return tab.set(0, "batch_a", 1) },
+		func() error { return tab.set(1, "batch_b", 2) },
+		func() error { tab.unmap(); return nil },
+		func() error { return tab.clear(0) },
+		func() error { return tab.set(5, "batch_c", 3) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tab.grow(64 * inflightSlot) {
+		t.Fatal("a table given up on was mapped again")
+	}
+	_, left, err := openInflight(path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ledger.LineRef{{Batch: "batch_b", Line: 2}, {Batch: "batch_c", Line: 3}}
+	if !slices.Equal(left, want) {
+		t.Fatalf("left in flight: %v, want %v", left, want)
+	}
+}

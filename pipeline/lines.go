@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
+
+	"github.com/batchd/batchd/wire"
 )
 
 // Codes of error lines that are not HTTP-like (response null).
@@ -98,3 +101,155 @@ func encodeLine(l *OutputLine) []byte {
 }
 
 func strPtr(s string) *string { return &s }
+
+// encodeResponse returns the line json.Marshal makes of an OutputLine with
+// this response and no error (its bytes exactly: the body compacted, HTML
+// characters escaped), in one pass over the body that also checks it; ok
+// is false when the body is not JSON. It is encodeLine's fast path for
+// the line every answer becomes.
+func encodeResponse(id, cid string, status int, requestID string, body []byte, line int) (data []byte, ok bool) {
+	b := make([]byte, 0, len(body)+len(id)+len(cid)+len(requestID)+96)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"custom_id":`...)
+	b = appendJSONString(b, cid)
+	b = append(b, `,"response":{"status_code":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, requestID)
+	b = append(b, `,"body":`...)
+	start := len(b)
+	buf := bytes.NewBuffer(b)
+	if json.Compact(buf, body) != nil {
+		return nil, false
+	}
+	b = buf.Bytes()
+	if needsHTMLEscape(b[start:]) {
+		// Rare: json.Marshal writes <, >, & and U+2028/9 escaped.
+		var esc bytes.Buffer
+		json.HTMLEscape(&esc, b[start:])
+		b = append(b[:start], esc.Bytes()...)
+	}
+	b = append(b, `},"error":null`...)
+	if line != 0 {
+		b = append(b, `,"line":`...)
+		b = strconv.AppendInt(b, int64(line), 10)
+	}
+	return append(b, '}'), true
+}
+
+// needsHTMLEscape reports whether b holds a byte json.Marshal escapes in a
+// raw message: <, > and &, and the first byte of U+2028 and U+2029.
+func needsHTMLEscape(b []byte) bool {
+	for i, c := range b {
+		switch {
+		case c == '<', c == '>', c == '&':
+			return true
+		case c == 0xE2 && i+2 < len(b) && b[i+1] == 0x80 && b[i+2]&^1 == 0xA8:
+			return true
+		}
+	}
+	return false
+}
+
+// appendJSONString appends s as json.Marshal writes a string.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7E || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// The members of a body's usage that usageOf reads or checks.
+var (
+	usageKeys   = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details"}
+	cachedKeys  = []string{"cached_tokens"}
+	specKeys    = []string{"accepted_prediction_tokens", "rejected_prediction_tokens"}
+	topUsageKey = []string{"usage"}
+)
+
+// readUsage is usageOf's fast path: it reads the usage of body, valid JSON,
+// in place. ok is false whenever the answer needs encoding/json's own
+// judgement (usageOf then decodes the body): a key with escapes, one of
+// the keys read spelled in another case or given twice, a value of a type
+// or spelling encoding/json would refuse for an int.
+func readUsage(body []byte) (lineUsage, bool) {
+	var usage []byte
+	if !knownMembers(body, topUsageKey, func(_ int, v []byte) bool { usage = v; return true }) {
+		return lineUsage{}, false
+	}
+	var lu lineUsage
+	if usage == nil || string(usage) == "null" {
+		return lu, true
+	}
+	var unused int64
+	ok := knownMembers(usage, usageKeys, func(i int, v []byte) bool {
+		switch i {
+		case 0:
+			return jsonInt(v, &lu.in)
+		case 1:
+			return jsonInt(v, &lu.out)
+		case 2:
+			return jsonInt(v, &unused)
+		case 3:
+			return string(v) == "null" || knownMembers(v, cachedKeys, func(_ int, v []byte) bool { return jsonInt(v, &lu.cached) })
+		default:
+			return string(v) == "null" || knownMembers(v, specKeys, func(_ int, v []byte) bool { return jsonInt(v, &unused) })
+		}
+	})
+	return lu, ok
+}
+
+// knownMembers calls read with the index in keys and the raw value of each
+// member of obj whose key is one of keys, and reports false when obj is
+// not an object, when read does, or when a key has escapes, is not ASCII,
+// or matches one of keys twice or in another case (encoding/json matches
+// keys without regard to case).
+func knownMembers(obj []byte, keys []string, read func(i int, v []byte) bool) bool {
+	i := wire.SkipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return false
+	}
+	var seen uint64
+	m := wire.NewMembers(obj)
+	for {
+		key, vs, ve, ok := m.Next()
+		if !ok {
+			return true
+		}
+		k := key[1 : len(key)-1]
+		for _, c := range k {
+			if c == '\\' || c >= 0x80 {
+				return false
+			}
+		}
+		for j, want := range keys {
+			if len(k) != len(want) || !bytes.EqualFold(k, []byte(want)) {
+				continue
+			}
+			if string(k) != want || seen&(1<<j) != 0 || !read(j, obj[vs:ve]) {
+				return false
+			}
+			seen |= 1 << j
+		}
+	}
+}
+
+// jsonInt reads v, a raw JSON value, into *n as encoding/json reads an int:
+// null leaves it; ok is false for anything but an integer that fits.
+func jsonInt(v []byte, n *int64) bool {
+	if string(v) == "null" {
+		return true
+	}
+	x, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return false
+	}
+	*n = x
+	return true
+}

@@ -923,15 +923,20 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 	id := requestID(r.b.ID, line)
 	l := &OutputLine{ID: id, CustomID: strPtr(cid)}
 	switch {
-	case err == nil && !json.Valid(resp.Body):
-		l.Error = &LineError{Code: CodeInvalidResponse, Message: fmt.Sprintf("the engine answered status %d with a body that is not JSON", resp.StatusCode)}
-		l.Line = line
-	case err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300:
-		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: answerID(resp, id), Body: resp.Body}
-		return result{line: line, kind: toOutput, data: encodeLine(l), usage: usageOf(resp.Body)}, true
 	case err == nil:
-		l.Response = &LineResponse{StatusCode: resp.StatusCode, RequestID: answerID(resp, id), Body: resp.Body}
-		l.Line = line
+		success := resp.StatusCode >= 200 && resp.StatusCode < 300
+		errLine := line // an error line names its input line
+		if success {
+			errLine = 0
+		}
+		if data, ok := encodeResponse(id, cid, resp.StatusCode, answerID(resp, id), resp.Body, errLine); !ok {
+			l.Error = &LineError{Code: CodeInvalidResponse, Message: fmt.Sprintf("the engine answered status %d with a body that is not JSON", resp.StatusCode)}
+			l.Line = line
+		} else if success {
+			return result{line: line, kind: toOutput, data: data, usage: usageOf(resp.Body)}, true
+		} else {
+			return result{line: line, kind: toErrors, data: data}, true
+		}
 	case r.runCtx.Err() != nil:
 		return result{}, false
 	case r.reqCtx.Err() != nil:
@@ -960,6 +965,9 @@ func answerID(resp *engine.Response, lineID string) string {
 }
 
 func usageOf(body []byte) lineUsage {
+	if lu, ok := readUsage(body); ok {
+		return lu
+	}
 	var u struct {
 		Usage wire.Usage `json:"usage"`
 	}

@@ -111,6 +111,9 @@ var remoteRefusals = map[string]string{
 // that the remote engine must not forward. A body that is not an object is
 // left to the server.
 func CheckRemoteBody(body []byte) *Invalid {
+	if !mayRefuseKey(body, remoteRefusals) {
+		return nil
+	}
 	return checkKeys(body, func(key string) *Invalid {
 		if why, ok := remoteRefusals[key]; ok {
 			return &Invalid{Code: CodeUnsupportedParameter, Param: key, Message: why}
@@ -180,6 +183,28 @@ func checkKeys(body []byte, check func(key string) *Invalid) *Invalid {
 		}
 	}
 	return nil
+}
+
+// mayRefuseKey reports whether body, a JSON object, may have a top-level
+// key in refused: a key with escapes may, as may what a body that is not
+// JSON seems to hold. It scans the body in place, with no allocation, so
+// that checkKeys (a decoder, many times slower) runs only on the rare body
+// that may be refused, and decides.
+func mayRefuseKey(body []byte, refused map[string]string) bool {
+	m := NewMembers(body)
+	for {
+		key, _, _, ok := m.Next()
+		if !ok {
+			return false
+		}
+		k := key[1 : len(key)-1]
+		if bytes.IndexByte(k, '\\') >= 0 {
+			return true
+		}
+		if _, ok := refused[string(k)]; ok {
+			return true
+		}
+	}
 }
 
 // skipValue reads past one JSON value.

@@ -121,3 +121,25 @@ func TestNonTextPart(t *testing.T) {
 		}
 	}
 }
+
+// The remote engine's key check finds a refused key however the body is
+// spelled, and the fast scan sends a body it cannot judge to the decoder.
+func TestCheckRemoteBodyKeys(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		refused bool
+	}{
+		{`{"model":"m","messages":[{"role":"user","content":"lora_path"}]}`, false},
+		{`{"model":"m","lora_path":"/x"}`, true},
+		{` {"nested":{"lora_path":"/x"},"a":"\"lora_path\":"}`, false},
+		{`{"lora\u005fpath":"/x"}`, true},
+		{`{"a":tru,"lora_path":"/x"}`, false}, // not JSON before the key: left to the server
+		{`["lora_path"]`, false},
+		{``, false},
+	} {
+		got := CheckRemoteBody([]byte(c.body))
+		if (got != nil) != c.refused || got != nil && got.Param != "lora_path" {
+			t.Errorf("%s: %+v, want refused %v", c.body, got, c.refused)
+		}
+	}
+}

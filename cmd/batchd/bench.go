@@ -50,6 +50,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	engName := fs.String("engine", "instant", "instant: an in-process engine that answers at once (measures batchd alone); remote: the OpenAI engine against a loopback stand-in server")
 	workers := fs.Int("workers", 0, "dispatch workers (default: 64 instant, 128 remote)")
 	dir := fs.String("dir", "", "work directory (default: a temporary one, removed after)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (not of writing the input) to this file (go tool pprof reads it)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
@@ -61,7 +62,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer os.RemoveAll(work)
 	}
-	res, err := benchPipeline(ctx, work, *lines, *engName, *workers)
+	res, err := benchPipeline(ctx, work, *lines, *engName, *workers, *cpuProfile)
 	if err != nil {
 		return errorf(stderr, exitFailure, "bench: %v", err)
 	}
@@ -69,17 +70,19 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "  input:   %.1f MB\n", float64(res.inputBytes)/1e6)
 	fmt.Fprintf(stdout, "  elapsed: %s\n", res.elapsed.Round(time.Millisecond))
 	fmt.Fprintf(stdout, "  rate:    %.0f requests/s\n", float64(*lines)/res.elapsed.Seconds())
+	fmt.Fprintf(stdout, "  cpu:     %s (%.1f µs a request, user and system, every goroutine)\n", res.cpu.Round(time.Millisecond), float64(res.cpu.Microseconds())/float64(*lines))
 	fmt.Fprintf(stdout, "  peak RSS: %.0f MB\n", float64(res.peakRSS)/(1<<20))
 	return exitOK
 }
 
 type benchResult struct {
 	elapsed    time.Duration
+	cpu        time.Duration // the process's CPU time during the run
 	inputBytes int64
 	peakRSS    int64
 }
 
-func benchPipeline(ctx context.Context, work string, lines int, engName string, workers int) (*benchResult, error) {
+func benchPipeline(ctx context.Context, work string, lines int, engName string, workers int, cpuProfile string) (*benchResult, error) {
 	inbox, outbox, done := filepath.Join(work, watcher.DirInbox), filepath.Join(work, watcher.DirOutbox), filepath.Join(work, watcher.DirDone)
 	for _, d := range []string{inbox, outbox, done} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -130,16 +133,21 @@ func benchPipeline(ctx context.Context, work string, lines int, engName string, 
 		return nil, err
 	}
 	defer p.Close(ctx)
-	start := time.Now()
-	b, err := p.Run(ctx, pipeline.Job{Name: "bench", Format: "jsonl", Store: folder.New("bench", input, outbox, done)})
+	stopProfile, err := startCPUProfile(cpuProfile)
 	if err != nil {
 		return nil, err
 	}
-	el := time.Since(start)
+	start, cpuStart := time.Now(), cpuTime()
+	b, err := p.Run(ctx, pipeline.Job{Name: "bench", Format: "jsonl", Store: folder.New("bench", input, outbox, done)})
+	el, cpu := time.Since(start), cpuTime()-cpuStart
+	stopProfile()
+	if err != nil {
+		return nil, err
+	}
 	if b.Completed != lines {
 		return nil, fmt.Errorf("only %d of %d requests completed", b.Completed, lines)
 	}
-	return &benchResult{elapsed: el, inputBytes: size, peakRSS: peakRSS()}, nil
+	return &benchResult{elapsed: el, cpu: cpu, inputBytes: size, peakRSS: peakRSS()}, nil
 }
 
 func writeBenchInput(path string, lines int) (int64, error) {
@@ -174,6 +182,36 @@ func (instantEngine) Do(ctx context.Context, req *engine.Request) (*engine.Respo
 		return nil, err
 	}
 	return &engine.Response{StatusCode: 200, RequestID: "req_bench", Body: instantBody}, nil
+}
+
+// startCPUProfile starts a CPU profile written to path (none when path is
+// empty); stop ends it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// cpuTime is the CPU time the process has used, user and system: on a
+// shared machine it varies less than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // peakRSS reads the process's peak resident set size (Linux).
@@ -264,17 +302,11 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return errorf(stderr, exitFailure, "bench engine: %v", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return errorf(stderr, exitFailure, "bench engine: cpu profile: %v", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return errorf(stderr, exitFailure, "bench engine: %v", err)
 	}
+	defer stopProfile()
 	counts, ok := positiveInts(*seqs)
 	if !ok {
 		return errorf(stderr, exitUsage, "--seqs: %q is not a list of positive integers", *seqs)

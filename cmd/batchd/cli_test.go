@@ -656,6 +656,30 @@ func TestBenchEngineSpeculative(t *testing.T) {
 	}
 }
 
+// bench pipeline runs a generated batch through the whole pipeline on
+// either engine, reports the rate and CPU time, and writes a CPU profile
+// of the run when asked.
+func TestBenchPipeline(t *testing.T) {
+	for _, eng := range []string{"instant", "remote"} {
+		prof := filepath.Join(t.TempDir(), "cpu.prof")
+		code, stdout, stderr := cli(t, "bench", "pipeline", "--lines", "300", "--engine", eng, "--cpuprofile", prof)
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", eng, code, stderr)
+		}
+		for _, want := range []string{"pipeline bench: 300 requests, engine " + eng, "requests/s", "µs a request", "peak RSS"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%s: output lacks %q:\n%s", eng, want, stdout)
+			}
+		}
+		if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: no CPU profile: %v", eng, err)
+		}
+	}
+	if code, _, stderr := cli(t, "bench", "pipeline", "--lines", "10", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir")); code != exitFailure || !strings.Contains(stderr, "cpu profile") {
+		t.Errorf("an unwritable profile: exit %d, stderr %q", code, stderr)
+	}
+}
+
 // bench kl writes the demo model in F32 and each type and prints a row per
 // type; a type against itself is at 0 and always agrees; model files
 // compare with --ref; bad arguments are refused by name.

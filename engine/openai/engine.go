@@ -368,6 +368,7 @@ type call struct {
 	replica  *replica // of the latest attempt, set by attemptTransport
 	url      string   // of the latest attempt, redacted
 	respBody []byte   // of the latest attempt, set by attemptTransport
+	jsonBody bool     // respBody is JSON (checked by checkRetry on a 2xx)
 	attempts int
 	streak   int      // attempts since the call last waited for the engine to come back
 	strikes  int      // attempts that count against this request (see checkRetry)
@@ -428,7 +429,8 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		return false, err
 	}
 	pool := c.e.pool
-	if !serverFailed(resp, c.respBody, err) {
+	c.jsonBody = err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300 && json.Valid(c.respBody)
+	if !serverFailed(resp, c.jsonBody, err) {
 		if !throttled(resp) {
 			pool.answered(c.replica, true)
 			return false, nil
@@ -583,7 +585,8 @@ func (c *call) result(resp *http.Response) (*engine.Response, error) {
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
-		if !json.Valid(body) {
+		// checkRetry read the same bytes (attemptTransport buffered them).
+		if !c.jsonBody {
 			return nil, fmt.Errorf("post %s: status %d with a body that is not JSON: %s: %w",
 				c.url, code, snippet(body), engine.ErrUnavailable)
 		}

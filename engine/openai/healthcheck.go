@@ -108,10 +108,11 @@ func (e *Engine) healthCheck(ctx context.Context, r *replica, endpoint string, b
 		return false, err.Error()
 	}
 	got := fmt.Sprintf("status %d", resp.StatusCode)
-	if resp.StatusCode < 300 && !json.Valid(answer) {
+	jsonBody := json.Valid(answer)
+	if resp.StatusCode < 300 && !jsonBody {
 		got += " with a body that is not JSON"
 	}
-	if serverFailed(resp, answer, nil) || throttled(resp) {
+	if serverFailed(resp, jsonBody, nil) || throttled(resp) {
 		return false, got
 	}
 	e.pool.answered(r, false) // it is up, but this serves no other request

@@ -3,7 +3,6 @@ package openai
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,13 +76,14 @@ func throttled(resp *http.Response) bool {
 // serverFailed reports whether an attempt counts against the health of the
 // remote engine: it did not answer (transport error, timeout), answered
 // with a server error, or answered 2xx with a body that is not JSON (cut
-// short, or not the server speaking). 408, 429 and 4xx show a live server.
-func serverFailed(resp *http.Response, body []byte, err error) bool {
+// short, or not the server speaking; jsonBody tells). 408, 429 and 4xx
+// show a live server.
+func serverFailed(resp *http.Response, jsonBody bool, err error) bool {
 	switch {
 	case err != nil:
 		return true
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return !json.Valid(body)
+		return !jsonBody
 	}
 	return resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented
 }

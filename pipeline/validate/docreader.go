@@ -722,7 +722,7 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 			break
 		}
 		key, _ := unquote(k)
-		member := el[it.ks:ve]
+		member := el[it.KeyStart():ve]
 		v := el[vs:ve]
 		switch string(key) {
 		case "custom_id", "method", "url":

@@ -13,156 +13,35 @@ import (
 // values out of it in place: no reflection, no allocation on the common path.
 // Every function stays in bounds on any input (the fuzz targets feed it
 // garbage through DocReader), but only gives meaningful answers on valid JSON.
+// The scanner itself is wire's (wire/scan.go), shared with the engines.
 
 // skipSpace returns the index of the first non-whitespace byte at or after i.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
+func skipSpace(b []byte, i int) int { return wire.SkipSpace(b, i) }
 
 // stringEnd returns the index just past the closing quote of the string that
 // opens at b[i].
-func stringEnd(b []byte, i int) int {
-	i++
-	for i < len(b) {
-		j := bytes.IndexByte(b[i:], '"')
-		if j < 0 {
-			return len(b)
-		}
-		i += j
-		// The quote is escaped when an odd run of backslashes precedes it.
-		bs := 0
-		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
-			bs++
-		}
-		i++
-		if bs%2 == 0 {
-			return i
-		}
-	}
-	return len(b)
-}
+func stringEnd(b []byte, i int) int { return wire.StringEnd(b, i) }
 
 // valueEnd returns the index just past the value that starts at b[i].
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return len(b)
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(b)
-	default:
-		for i < len(b) {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\t', '\r', '\n':
-				return i
-			}
-			i++
-		}
-		return i
-	}
-}
+func valueEnd(b []byte, i int) int { return wire.ValueEnd(b, i) }
 
 // members iterates over the members of a JSON object.
-type members struct {
-	b  []byte
-	i  int
-	ks int // where the last key returned starts
-}
+type members struct{ wire.Members }
 
 // newMembers starts iterating the object obj (leading whitespace allowed).
-func newMembers(obj []byte) members {
-	i := skipSpace(obj, 0)
-	if i < len(obj) && obj[i] == '{' {
-		i++
-	} else {
-		i = len(obj)
-	}
-	return members{b: obj, i: i}
-}
+func newMembers(obj []byte) members { return members{wire.NewMembers(obj)} }
 
 // next returns the next member: its key with quotes, and the offsets of its
 // raw value in the object.
-func (m *members) next() (key []byte, vs, ve int, ok bool) {
-	b := m.b
-	i := skipSpace(b, m.i)
-	if i < len(b) && b[i] == ',' {
-		i = skipSpace(b, i+1)
-	}
-	if i >= len(b) || b[i] != '"' {
-		m.i = len(b)
-		return nil, 0, 0, false
-	}
-	ke := stringEnd(b, i)
-	m.ks = i
-	key = b[i:ke]
-	i = skipSpace(b, ke)
-	if i >= len(b) || b[i] != ':' {
-		m.i = len(b)
-		return nil, 0, 0, false
-	}
-	vs = skipSpace(b, i+1)
-	ve = valueEnd(b, vs)
-	m.i = ve
-	return key, vs, ve, vs < ve
-}
+func (m *members) next() (key []byte, vs, ve int, ok bool) { return m.Next() }
 
 // elements iterates over the elements of a JSON array.
-type elements struct {
-	b []byte
-	i int
-}
+type elements struct{ wire.Elements }
 
-func newElements(arr []byte) elements {
-	i := skipSpace(arr, 0)
-	if i < len(arr) && arr[i] == '[' {
-		i++
-	} else {
-		i = len(arr)
-	}
-	return elements{b: arr, i: i}
-}
+func newElements(arr []byte) elements { return elements{wire.NewElements(arr)} }
 
 // next returns the next element's raw value.
-func (e *elements) next() ([]byte, bool) {
-	b := e.b
-	i := skipSpace(b, e.i)
-	if i < len(b) && b[i] == ',' {
-		i = skipSpace(b, i+1)
-	}
-	if i >= len(b) || b[i] == ']' {
-		e.i = len(b)
-		return nil, false
-	}
-	end := valueEnd(b, i)
-	e.i = end
-	return b[i:end], i < end
-}
+func (e *elements) next() ([]byte, bool) { return e.Next() }
 
 // unquote returns the contents of the JSON string s (with its quotes). Strings
 // without escapes come back as a subslice of s; others are decoded into a new

@@ -1,0 +1,102 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/batchd/batchd/wire"
+)
+
+// encodeResponse writes the very bytes json.Marshal writes for the same
+// OutputLine, and refuses what json.Valid refuses.
+func TestEncodeResponseMatchesMarshal(t *testing.T) {
+	bodies := []string{
+		`{"id":"chatcmpl-1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3}}`,
+		" {\n  \"a\" : [1, 2.5e3, true, null],\t\"b\": {} } \n",
+		`{"html":"<b>&amp;</b>","sep":"a` + "\u2028" + `b` + "\u2029" + `c","dots":"…—€"}`,
+		`{"esc":"\"\\\/\u00e9\ud83d\ude00\n"}`,
+		`"just a string"`, `42`, `[]`,
+		`{"a":1`, `{"a":}`, ``, `nul`, "{\"bad\":\"\xff\"}", `{"a":1}{"b":2}`,
+	}
+	ids := [][3]string{
+		{"batch_req_0123abcd", "request-1", "req_x"},
+		{"batch_req_1", `quote " and \ back`, "<id>&"},
+		{"batch_req_2", "é\u2028\x01", ""},
+		{"batch_req_3", "bad \xff utf8", "tab\there"},
+	}
+	for _, body := range bodies {
+		for _, id := range ids {
+			for _, status := range []int{200, 400} {
+				line := 0
+				if status != 200 {
+					line = 7
+				}
+				got, ok := encodeResponse(id[0], id[1], status, id[2], []byte(body), line)
+				if ok != json.Valid([]byte(body)) {
+					t.Fatalf("body %q: ok %v, json.Valid says %v", body, ok, !ok)
+				}
+				if !ok {
+					continue
+				}
+				want := encodeLine(&OutputLine{ID: id[0], CustomID: strPtr(id[1]), Line: line,
+					Response: &LineResponse{StatusCode: status, RequestID: id[2], Body: json.RawMessage(body)}})
+				if !bytes.Equal(got, want) {
+					t.Fatalf("body %q ids %q:\n got %s\nwant %s", body, id, got, want)
+				}
+			}
+		}
+	}
+}
+
+// usageOf's fast path gives what decoding the body gives, and leaves to
+// the decoder every body it cannot read the same way.
+func TestReadUsageMatchesDecoding(t *testing.T) {
+	decoded := func(body string) lineUsage {
+		var u struct {
+			Usage wire.Usage `json:"usage"`
+		}
+		if json.Unmarshal([]byte(body), &u) != nil {
+			return lineUsage{}
+		}
+		lu := lineUsage{in: int64(u.Usage.PromptTokens), out: int64(u.Usage.CompletionTokens)}
+		if d := u.Usage.PromptTokensDetails; d != nil {
+			lu.cached = int64(d.CachedTokens)
+		}
+		return lu
+	}
+	for _, c := range []struct {
+		body string
+		fast bool // readUsage answers itself
+	}{
+		{`{"choices":[{"usage":{"prompt_tokens":99}}],"usage":{"prompt_tokens":24,"completion_tokens":12,"total_tokens":36}}`, true},
+		{`{"usage":{"prompt_tokens":5,"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":4}}}`, true},
+		{`{"usage":{"prompt_tokens":5,"prompt_tokens_details":null,"completion_tokens_details":{"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}}`, true},
+		{` { "usage" : { "prompt_tokens" : -3 , "other": "x\"}" } } `, true},
+		{`{"usage":null}`, true},
+		{`{"id":"x"}`, true},
+		{`{"usage":{"prompt_tokens":null,"completion_tokens":2}}`, true},
+		{`{"Usage":{"prompt_tokens":5}}`, false},
+		{`{"usage":{"Prompt_Tokens":5}}`, false},
+		{`{"usage":{"prompt_tokens":5},"usage":{"completion_tokens":6}}`, false},
+		{`{"usage":{"prompt_tokens":5,"prompt_tokens":6}}`, false},
+		{`{"us\u0061ge":{"prompt_tokens":5}}`, false},
+		{`{"usage":{"prompt_tokens":5.0,"completion_tokens":6}}`, false},
+		{`{"usage":{"prompt_tokens":"5"}}`, false},
+		{`{"usage":{"prompt_tokens":5,"total_tokens":1e2}}`, false},
+		{`{"usage":{"prompt_tokens":99999999999999999999}}`, false},
+		{`{"usage":{"prompt_tokens":5,"completion_tokens_details":{"accepted_prediction_tokens":true}}}`, false},
+		{`{"usage":{"prompt_tokens_details":{"cached_tokens":[]}}}`, false},
+		{`{"usage":[1]}`, false},
+		{`{"usage":"lots"}`, false},
+		{`["usage"]`, false},
+	} {
+		_, fast := readUsage([]byte(c.body))
+		if fast != c.fast {
+			t.Errorf("%s: fast path %v, want %v", c.body, fast, c.fast)
+		}
+		if got, want := usageOf([]byte(c.body)), decoded(c.body); got != want {
+			t.Errorf("%s: usage %+v, decoding gives %+v", c.body, got, want)
+		}
+	}
+}
