@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/pipeline/ledger"
 )
 
@@ -177,6 +178,27 @@ func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 		o.ErrorFileID = strPtr(info.ErrorFile)
 	}
 	return o
+}
+
+// batchObject renders batch b as NAME.batch.json.
+func (p *Pipeline) batchObject(job Job, b *ledger.Batch, rate float64) ([]byte, error) {
+	files := job.Store.Files()
+	info := BatchdInfo{
+		Name:       job.Name,
+		InputFile:  files.Input,
+		OutputFile: files.Output,
+		ErrorFile:  files.Errors,
+		UpdatedAt:  p.cfg.Now().Unix(),
+		Rate:       rate,
+	}
+	if sr, ok := p.eng.(engine.StatsReporter); ok {
+		info.Paused = sr.Stats().Paused
+	}
+	data, err := json.MarshalIndent(NewBatchObject(b, info), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode batch object: %w", err)
+	}
+	return append(data, '\n'), nil
 }
 
 // ReadBatchObject reads a NAME.batch.json file.

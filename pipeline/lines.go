@@ -5,10 +5,19 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
 	"strconv"
 
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/pipeline/validate"
 	"github.com/batchd/batchd/wire"
 )
+
+// Result lines: the shape of a line of NAME.output.jsonl and
+// NAME.errors.jsonl, the builders that make one of an invalid line, a
+// stopped batch or the engine's answer, and their encoding.
 
 // Codes of error lines that are not HTTP-like (response null).
 const (
@@ -163,6 +172,118 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+func problemResult(batchID string, res validate.Result) result {
+	l := &OutputLine{ID: requestID(batchID, res.Line), Line: res.Line}
+	if res.HasCustomID {
+		l.CustomID = strPtr(res.CustomID)
+	}
+	p := res.Problem
+	if p.Kind == validate.KindBadRequest {
+		msg := p.Message
+		if p.Param != "" {
+			msg = p.Param + ": " + msg
+		}
+		l.Response = &LineResponse{StatusCode: 400, RequestID: l.ID, Body: wire.BadRequest(msg, p.Param, p.Code)}
+	} else {
+		l.Error = &LineError{Code: p.Code, Message: p.Message}
+	}
+	return result{line: res.Line, kind: toErrors, data: encodeLine(l)}
+}
+
+func causeResult(batchID string, line int, cid string, cause error) result {
+	code, msg := CodeBatchCancelled, "The batch was cancelled before this request completed."
+	if errors.Is(cause, errExpired) {
+		code, msg = CodeBatchExpired, "The batch's completion window passed before this request completed."
+	}
+	l := &OutputLine{ID: requestID(batchID, line), CustomID: strPtr(cid), Error: &LineError{Code: code, Message: msg}, Line: line}
+	return result{line: line, kind: toErrors, data: encodeLine(l)}
+}
+
+func crashedResult(batchID string, line int, cid string, stops int) result {
+	l := &OutputLine{ID: requestID(batchID, line), CustomID: strPtr(cid), Line: line, Error: &LineError{Code: CodeEngineCrashed,
+		Message: fmt.Sprintf("batchd stopped without closing %d times while this request ran, the last time with nothing else running (a crash, an OOM kill or kill -9): it is not run again. Retry the batch to run it once more.", stops)}}
+	return result{line: line, kind: toErrors, data: encodeLine(l)}
+}
+
+// answerResult is engineResult for an outcome, run by whoever took the
+// engine's answer (a worker, or the engine's goroutine in done). A panic
+// while reading the answer (a response the engine built wrong) fails that
+// request alone with a 500, as a panic in the engine does.
+func (r *run) answerResult(o outcome) (res result, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.log.Error("the engine's answer to a request could not be read; failing that request", keyLine, o.line, keyCustomID, o.cid,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			res, ok = r.engineResult(o.line, o.cid, engine.Recovered(v), nil)
+		}
+	}()
+	return r.engineResult(o.line, o.cid, o.resp, o.err)
+}
+
+// engineResult turns the engine's answer into a result line. It reports
+// false when the run is shutting down: the line is left for the next run.
+func (r *run) engineResult(line int, cid string, resp *engine.Response, err error) (result, bool) {
+	id := requestID(r.b.ID, line)
+	l := &OutputLine{ID: id, CustomID: strPtr(cid)}
+	switch {
+	case err == nil:
+		success := resp.StatusCode >= 200 && resp.StatusCode < 300
+		errLine := line // an error line names its input line
+		if success {
+			errLine = 0
+		}
+		if data, ok := encodeResponse(id, cid, resp.StatusCode, answerID(resp, id), resp.Body, errLine); !ok {
+			l.Error = &LineError{Code: CodeInvalidResponse, Message: fmt.Sprintf("the engine answered status %d with a body that is not JSON", resp.StatusCode)}
+			l.Line = line
+		} else if success {
+			return result{line: line, kind: toOutput, data: data, usage: usageOf(resp.Body)}, true
+		} else {
+			return result{line: line, kind: toErrors, data: data}, true
+		}
+	case r.runCtx.Err() != nil:
+		return result{}, false
+	case r.reqCtx.Err() != nil:
+		if cause := r.stopCause(); cause != nil {
+			return causeResult(r.b.ID, line, cid, cause), true
+		}
+		return result{}, false // the run shut down after all
+	default:
+		if !errors.Is(err, engine.ErrUnavailable) {
+			r.log.Warn("engine error", keyLine, line, keyCustomID, cid, "error", err)
+		}
+		l.Error = &LineError{Code: CodeEngineUnavailable, Message: err.Error()}
+		l.Line = line
+	}
+	return result{line: line, kind: toErrors, data: encodeLine(l)}, true
+}
+
+// answerID is the request_id of an engine's answer: the engine's own, or
+// the line's id when the engine gave none (a native engine's 400), so
+// every response line names its request.
+func answerID(resp *engine.Response, lineID string) string {
+	if resp.RequestID != "" {
+		return resp.RequestID
+	}
+	return lineID
+}
+
+func usageOf(body []byte) lineUsage {
+	if lu, ok := readUsage(body); ok {
+		return lu
+	}
+	var u struct {
+		Usage wire.Usage `json:"usage"`
+	}
+	if json.Unmarshal(body, &u) != nil {
+		return lineUsage{}
+	}
+	lu := lineUsage{in: int64(u.Usage.PromptTokens), out: int64(u.Usage.CompletionTokens)}
+	if d := u.Usage.PromptTokensDetails; d != nil {
+		lu.cached = int64(d.CachedTokens)
+	}
+	return lu
 }
 
 // The members of a body's usage that usageOf reads or checks.

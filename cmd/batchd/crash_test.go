@@ -638,7 +638,7 @@ func TestCrashKillRestartIsExactlyOnce(t *testing.T) {
 		t.Errorf("done/%s.options.json: %q, %v", name, got, err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(data, "inbox")); len(ents) != 0 {
-		// pipeline/run.go retire moves the input, then the options file: a
+		// pipeline/retire.go retire moves the input, then the options file: a
 		// kill between the two leaves NAME.options.json behind, and it would
 		// apply to the next batch dropped as NAME.
 		t.Errorf("the inbox still holds %d entries, e.g. %s", len(ents), ents[0].Name())
