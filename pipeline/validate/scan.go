@@ -18,13 +18,6 @@ import (
 // skipSpace returns the index of the first non-whitespace byte at or after i.
 func skipSpace(b []byte, i int) int { return wire.SkipSpace(b, i) }
 
-// stringEnd returns the index just past the closing quote of the string that
-// opens at b[i].
-func stringEnd(b []byte, i int) int { return wire.StringEnd(b, i) }
-
-// valueEnd returns the index just past the value that starts at b[i].
-func valueEnd(b []byte, i int) int { return wire.ValueEnd(b, i) }
-
 // members iterates over the members of a JSON object.
 type members struct{ wire.Members }
 
