@@ -211,7 +211,8 @@ type FusedDevice interface {
 	// k and v ([T][kvHeads][headDim]) of a layer whose pool is p: adds the
 	// biases (when bq is not empty), normalizes each head of q and k (when
 	// qNorm is not empty), rotates q and k by RoPE at pos, then writes k
-	// and v to p at the positions SetSegments gave.
+	// and v to p at the positions SetSegments gave. v itself may keep its
+	// value: only its rows in p are v plus bv.
 	QKVPost(q, k, v Buf, T int, bq, bk, bv, qNorm, kNorm Buf, eps float32,
 		pos []int32, invFreq []float32, neox bool, heads, kvHeads, headDim int, p KVPool)
 }

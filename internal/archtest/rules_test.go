@@ -26,6 +26,7 @@ var rules = []struct {
 	{"wire", "the OpenAI wire contract: answer shapes, the error object, body limits", nil},
 	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention, the Device interface and the CPU device", nil},
 	{"kernels/refdev", "the reference device: the Device interface in plain Go", []string{"kernels"}},
+	{"kernels/devicetest", "the contract suite every kernels.Device passes", []string{"kernels"}},
 	{"kernels/cuda", "the CUDA device: kernels.Device over a Driver, the kernels' sources and PTX", []string{"kernels"}},
 	{"kernels/cuda/nvml", "GPU discovery through NVML (build tag nvml)", nil},
 	{"kernels/cuda/emu", "the host emulation of the CUDA kernels, a cuda.Driver for tests", []string{"kernels", "kernels/cuda"}},

@@ -1,12 +1,14 @@
 package cuda_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/kernels/cuda"
+	"github.com/batchd/batchd/kernels/devicetest"
 	"github.com/batchd/batchd/kernels/refdev"
 )
 
@@ -45,157 +47,42 @@ func down(d kernels.Device, b kernels.Buf) []float32 {
 	return out
 }
 
-// near fails when got and want differ by more than tol relative to
-// scale (or to |want| when scale is nil), naming the first such index.
-func near(t *testing.T, what string, got, want []float32, tol float64, scale []float64) {
+// near fails when got and want differ by more than tol relative to |want|,
+// naming the first such index.
+func near(t *testing.T, what string, got, want []float32, tol float64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
-	worst := 0.0
 	for i := range want {
 		s := math.Abs(float64(want[i]))
-		if scale != nil {
-			s = scale[i]
-		}
 		d := math.Abs(float64(got[i]) - float64(want[i]))
 		if d > tol*max(s, 1e-6) || math.IsNaN(float64(got[i])) != math.IsNaN(float64(want[i])) {
 			t.Fatalf("%s: [%d] = %v, want %v (tolerance %g of %g)", what, i, got[i], want[i], tol, s)
 		}
-		worst = max(worst, d/max(s, 1e-6))
 	}
-	t.Logf("%s: worst relative difference %.2e", what, worst)
 }
 
-// The CUDA device computes what the reference device computes, op by op.
-func TestDeviceMatchesReference(t *testing.T) {
-	d := testDevice(t, false)
-	ref := refdev.New()
-	r := rand.New(rand.NewPCG(1, 2))
-	both := func(x []float32) (kernels.Buf, kernels.Buf) { return up(t, d, x), up(t, ref, x) }
-
-	// Elementwise ops on odd sizes.
-	const rows, dim = 5, 77
-	x := randVec(r, rows*dim)
-	w := randVec(r, dim)
-	xd, xr := both(x)
-	wd, wr := both(w)
-	od, _ := d.Alloc(rows * dim)
-	or, _ := ref.Alloc(rows * dim)
-	d.RMSNorm(od, xd, wd, rows, dim, 1e-5)
-	ref.RMSNorm(or, xr, wr, rows, dim, 1e-5)
-	near(t, "RMSNorm", down(d, od), down(ref, or), 1e-5, nil)
-	d.RMSNorm(xd, xd, wd, rows, dim, 1e-5) // aliased
-	near(t, "RMSNorm in place", down(d, xd), down(ref, or), 1e-5, nil)
-
-	g, u := randVec(r, 1001), randVec(r, 1001)
-	gd, gr := both(g)
-	ud, ur := both(u)
-	d.SiLUMul(gd, ud)
-	ref.SiLUMul(gr, ur)
-	near(t, "SiLUMul", down(d, gd), down(ref, gr), 1e-5, nil)
-	d.Add(gd, ud)
-	ref.Add(gr, ur)
-	near(t, "Add", down(d, gd), down(ref, gr), 1e-6, nil)
-	bias := randVec(r, dim)
-	bd, br := both(bias)
-	yd, yr := both(randVec(r, rows*dim))
-	d.AddBias(yd, bd, rows, dim)
-	ref.AddBias(yr, br, rows, dim)
-	near(t, "AddBias", down(d, yd), down(ref, yr), 0, nil)
-
-	// RoPE, both pair layouts, positions far from zero.
-	const T, heads, hd = 3, 4, 16
-	inv := make([]float32, hd/2)
-	for i := range inv {
-		inv[i] = float32(math.Pow(10000, -2*float64(i)/hd))
-	}
-	pos := []int32{0, 17, 4097}
-	for _, neox := range []bool{false, true} {
-		q := randVec(r, T*heads*hd)
-		qd, qr := both(q)
-		d.RoPE(qd, T, heads, hd, pos, inv, neox)
-		ref.RoPE(qr, T, heads, hd, pos, inv, neox)
-		near(t, "RoPE", down(d, qd), down(ref, qr), 1e-5, nil)
-	}
-
-	// MatMul in every weight type, against the reference's own numerics:
-	// 16-bit activations (and Q8_0's bf16 dequantization) allow bf16's
-	// rounding of each product, relative to Σ|x·w|.
-	for _, typ := range append([]kernels.DType{kernels.F32, kernels.F16, kernels.BF16}, kernels.QuantTypes()...) {
-		const R, C, M = 33, 256, 3
-		wv := randVec(r, R*C)
-		var data []byte
-		switch typ {
-		case kernels.F32:
-			data = make([]byte, 4*len(wv))
-			for i, v := range wv {
-				putU32(data[4*i:], math.Float32bits(v))
+// TestDeviceContract runs the Device contract suite on the CUDA device,
+// with and without graphs: the suite's fused passes repeat, so that with
+// graphs some of them replay, and are checked as they do.
+func TestDeviceContract(t *testing.T) {
+	for _, graphs := range []bool{false, true} {
+		t.Run(fmt.Sprint("graphs=", graphs), func(t *testing.T) {
+			var devs []*cuda.Device
+			devicetest.Run(t, devicetest.Harness{New: func(t *testing.T) kernels.Device {
+				d := testDevice(t, graphs)
+				devs = append(devs, d)
+				return d
+			}})
+			var replayed int64
+			for _, d := range devs {
+				replayed += d.GraphStats().Replayed
 			}
-		case kernels.F16, kernels.BF16:
-			data = make([]byte, 2*len(wv))
-			for i, v := range wv {
-				h := kernels.F32ToF16(v)
-				if typ == kernels.BF16 {
-					h = kernels.F32ToBF16(v)
-				}
-				data[2*i], data[2*i+1] = byte(h), byte(h>>8)
+			if graphs != (replayed > 0) {
+				t.Errorf("graphs %v: %d passes replayed", graphs, replayed)
 			}
-		default:
-			rb, err := typ.RowBytes(C)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data = make([]byte, R*rb)
-			if err := kernels.Quantize(typ, data, wv); err != nil {
-				t.Fatal(err)
-			}
-		}
-		m, err := kernels.NewMatrix(typ, R, C, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		Wd, err := d.UploadMatrix(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		Wr, _ := ref.UploadMatrix(m)
-		if tt, rr, cc := Wd.Shape(); tt != typ || rr != R || cc != C {
-			t.Errorf("%v weight: shape %v %dx%d", typ, tt, rr, cc)
-		}
-		xs := randVec(r, M*C)
-		xd, xr := both(xs)
-		od, _ := d.Alloc(M * R)
-		or, _ := ref.Alloc(M * R)
-		d.MatMul(od, xd, M, Wd)
-		ref.MatMul(or, xr, M, Wr)
-		tol := 1e-5
-		if typ != kernels.F32 {
-			tol = 1.0 / 128
-		}
-		scale := make([]float64, M*R)
-		wq := make([]float32, C) // the weights as stored
-		for j := range R {
-			m.Row(j, wq)
-			for t := range M {
-				for c := range C {
-					scale[t*R+j] += math.Abs(float64(xs[t*C+c] * wq[c]))
-				}
-			}
-		}
-		near(t, "MatMul "+typ.String(), down(d, od), down(ref, or), tol, scale)
-
-		// Embedding rows of the same matrix: exact for 16- and 32-bit types.
-		ids := []int32{3, 0, 32, 3}
-		ed, _ := d.Alloc(len(ids) * C)
-		er, _ := ref.Alloc(len(ids) * C)
-		d.Embed(ed, Wd, ids)
-		ref.Embed(er, Wr, ids)
-		etol := 0.0
-		if typ.BlockSize() > 1 {
-			etol = 1.0 / 256 // bf16 of the dequantized value
-		}
-		near(t, "Embed "+typ.String(), down(d, ed), down(ref, er), etol, nil)
+		})
 	}
 }
 
@@ -317,7 +204,7 @@ func TestDevicePassesAndGraphs(t *testing.T) {
 			p.heads, p.kvHeads, p.hd = heads, kvHeads, hd
 			got := runPass(t, d, p, wd, pd, &bd)
 			want := runPass(t, ref, p, wr, pr, &br)
-			near(t, "pass", got, want, 1e-4, nil)
+			near(t, "pass", got, want, 1e-4)
 		}
 		st := d.GraphStats()
 		if graphs {

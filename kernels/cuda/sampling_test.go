@@ -56,7 +56,7 @@ func TestArgmaxRows(t *testing.T) {
 			}
 			for _, block := range []uint32{32, 256} {
 				out := ktUpload(t, d, make([]byte, 4*len(rows)))
-				err := d.Launch("argmax_rows", cuda.Dim3{X: uint32(len(rows)), Y: 1, Z: 1}, cuda.Dim3{X: block, Y: 1, Z: 1}, 0,
+				err := d.Launch(cuda.KernelArgmaxRows, cuda.Dim3{X: uint32(len(rows)), Y: 1, Z: 1}, cuda.Dim3{X: block, Y: 1, Z: 1}, 0,
 					cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(flat))), cuda.I32(int32(vocab)))
 				if err != nil {
 					t.Fatal(err)
@@ -182,7 +182,7 @@ func TestSampleRowsMatchesCPU(t *testing.T) {
 				binary.LittleEndian.PutUint64(sb[8*i:], s)
 			}
 			out := ktUpload(t, d, make([]byte, 4*c.rows))
-			err := d.Launch("sample_rows", cuda.Dim3{X: uint32(c.rows), Y: 1, Z: 1}, cuda.Dim3{X: c.block, Y: 1, Z: 1}, 0,
+			err := d.Launch(cuda.KernelSampleRows, cuda.Dim3{X: uint32(c.rows), Y: 1, Z: 1}, cuda.Dim3{X: c.block, Y: 1, Z: 1}, 0,
 				cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(x))), cuda.I32(int32(c.vocab)), cuda.Ptr(ktUpload(t, d, sb)),
 				cuda.Ptr(ktUpload(t, d, i32Bytes(pos))), cuda.Ptr(ktUpload(t, d, f32Bytes(invT))), cuda.Ptr(ktUpload(t, d, f32Bytes(minP32))))
 			if err != nil {
@@ -248,7 +248,7 @@ func TestSampleRowsSpecialRows(t *testing.T) {
 	}
 	n := len(rows)
 	out := ktUpload(t, d, make([]byte, 4*n))
-	err := d.Launch("sample_rows", cuda.Dim3{X: uint32(n), Y: 1, Z: 1}, cuda.Dim3{X: 64, Y: 1, Z: 1}, 0,
+	err := d.Launch(cuda.KernelSampleRows, cuda.Dim3{X: uint32(n), Y: 1, Z: 1}, cuda.Dim3{X: 64, Y: 1, Z: 1}, 0,
 		cuda.Ptr(out), cuda.Ptr(ktUpload(t, d, f32Bytes(flat))), cuda.I32(vocab), cuda.Ptr(ktUpload(t, d, make([]byte, 8*n))),
 		cuda.Ptr(ktUpload(t, d, make([]byte, 4*n))), cuda.Ptr(ktUpload(t, d, f32Bytes(invT))), cuda.Ptr(ktUpload(t, d, f32Bytes(minP))))
 	if err != nil {
