@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
@@ -66,7 +67,7 @@ func (br *bucketSource) Cancel(ctx context.Context, ev watcher.Event, p Cancelle
 	// batch that is gone, and must not cancel a later one: remove it.
 	ctx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()
-	for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
+	for _, ext := range []string{filecontract.SuffixJSONL, filecontract.SuffixJSON} {
 		tag, _, err := br.b.Stat(ctx, br.b.InboxKey(ev.Name+ext))
 		if err != nil || tag != "" {
 			return
@@ -81,7 +82,7 @@ func (br *bucketSource) Cancel(ctx context.Context, ev watcher.Event, p Cancelle
 // RequestCancel implements Source: it writes the cancel object, which the
 // next listing delivers (whoever runs the batch sees it).
 func (br *bucketSource) RequestCancel(ctx context.Context, name string) error {
-	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+watcher.SuffixCancel), nil, "application/octet-stream", s3.Any)
+	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+filecontract.SuffixCancel), nil, "application/octet-stream", s3.Any)
 	return err
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
 )
@@ -465,7 +465,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pipeline.%w", err)
 	}
 	if len(c.Webhooks.URLs) > 0 {
-		if err := c.webhookConfig(filepath.Join(c.Data, watcher.DirState, "webhooks")).Validate(); err != nil {
+		if err := c.webhookConfig(filepath.Join(c.Data, filecontract.DirState, "webhooks")).Validate(); err != nil {
 			return fmt.Errorf("webhooks: %w", err)
 		}
 	}

@@ -24,6 +24,7 @@ var rules = []struct {
 }{
 	// The contracts everything shares: they import nothing of batchd.
 	{"wire", "the OpenAI wire contract: answer shapes, the error object, body limits", nil},
+	{"filecontract", "the file contract: folders, file suffixes, input formats, usable batch names and the codes of refused ones", nil},
 	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention, the Device interface and the CPU device", nil},
 	{"kernels/refdev", "the reference device: the Device interface in plain Go", []string{"kernels"}},
 	{"kernels/cuda", "the CUDA device: kernels.Device over a Driver, the kernels' sources and PTX", []string{"kernels"}},
@@ -57,9 +58,9 @@ var rules = []struct {
 		"engine/native/demomodel", "engine/native/gguf", "engine/native/weights"}},
 
 	// Sources of batch files.
-	{"watcher", "the Event every source delivers, the file names of the inbox/outbox contract", nil},
-	{"watcher/dir", "the directory source", []string{"watcher"}},
-	{"watcher/s3", "the bucket source, and the bucket client the bucket store claims, checkpoints and publishes with", []string{"watcher"}},
+	{"watcher", "the Event every source delivers, and which inbox entries are inputs or cancels", []string{"filecontract"}},
+	{"watcher/dir", "the directory source", []string{"watcher", "filecontract"}},
+	{"watcher/s3", "the bucket source, and the bucket client the bucket store claims, checkpoints and publishes with", []string{"watcher", "filecontract"}},
 
 	// The pipeline: validate, ledger, dispatch to an Engine, write. It knows
 	// engines only through the engine package.
@@ -69,23 +70,23 @@ var rules = []struct {
 		"pipeline/validate", "pipeline/ledger", "internal/fsx", "internal/failpoint"}},
 
 	// Where results go: stores pair a source with the pipeline's outputs.
-	{"store", "what the stores share: the contract's names of a batch's files (the interface is pipeline.Store)", []string{"pipeline", "watcher"}},
+	{"store", "the stores' overview, no code (the interface is pipeline.Store)", nil},
 	{"store/storetest", "the contract suite every store passes", []string{"pipeline"}},
-	{"store/folder", "the directory store", []string{"store", "pipeline", "watcher", "internal/fsx", "internal/failpoint"}},
-	{"store/bucket", "the bucket store", []string{"store", "pipeline", "watcher", "watcher/s3",
+	{"store/folder", "the directory store", []string{"filecontract", "pipeline", "internal/fsx", "internal/failpoint"}},
+	{"store/bucket", "the bucket store", []string{"filecontract", "pipeline", "watcher/s3",
 		"internal/fsx", "internal/failpoint"}},
 
 	// The daemon wires everything; only the CLI imports it.
 	{"daemon/ops", "metrics and the status page", []string{"pipeline"}},
 	{"daemon/webhook", "batch-end webhooks", []string{"internal/fsx"}},
 	{"daemon", "config, lifecycle, HTTP: the wiring", []string{"daemon/ops", "daemon/webhook",
-		"engine", "engine/native", "engine/openai", "kernels", "wire",
+		"engine", "engine/native", "engine/openai", "kernels", "wire", "filecontract",
 		"pipeline", "pipeline/ledger", "store/bucket", "store/folder",
 		"watcher", "watcher/dir", "watcher/s3", "internal/fsx", "internal/sdnotify"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",
 		"engine/openai", "engine/openai/openaitest", "kernels", "kernels/cuda", "engine/native/weights",
-		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher", "internal/fsx"}},
+		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "filecontract", "internal/fsx"}},
 
 	// Benchmark aids beside the project, never imported by it.
 	{"scripts/llamacpp/loragguf", "writes a random LoRA GGUF for llama.cpp's side of the LoRA benchmark", []string{

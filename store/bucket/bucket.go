@@ -21,11 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/store"
-	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/s3"
 )
 
@@ -86,13 +85,13 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		cfg.Logger = slog.Default()
 	}
 	b := cfg.Bucket
-	if code, msg := watcher.CheckName(name); code != "" {
+	if code, msg := filecontract.CheckName(name); code != "" {
 		// The watcher refuses such inputs (OpenRefused): no key derived
 		// from a name may leave its prefix.
 		return nil, fmt.Errorf("open %s: %s", b.URL(key), msg)
 	}
 	s := &Store{cfg: cfg, b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag,
-		optKey: b.InboxKey(name + watcher.SuffixOptions), cancelKey: b.InboxKey(name + watcher.SuffixCancel)}
+		optKey: b.InboxKey(name + filecontract.SuffixOptions), cancelKey: b.InboxKey(name + filecontract.SuffixCancel)}
 	lease, err := b.Claim(ctx, name, key, etag)
 	if errors.Is(err, s3.ErrHeld) {
 		s.log.Debug("input claimed elsewhere", "reason", err)
@@ -150,7 +149,7 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 	}
 	// Progress objects are written only over what was there at the claim
 	// (or what this daemon wrote since).
-	batchKey := b.OutboxKey(s.name + watcher.SuffixBatch)
+	batchKey := b.OutboxKey(s.name + filecontract.SuffixBatch)
 	batchTag, _, err := b.Stat(ctx, batchKey)
 	if err != nil {
 		return false, err
@@ -256,7 +255,7 @@ func (s *Store) stopSaver() {
 
 // Files implements pipeline.Store.
 func (s *Store) Files() pipeline.Files {
-	return store.Files(s.name, path.Base(s.key))
+	return pipeline.Files(filecontract.FilesOf(s.name, path.Base(s.key)))
 }
 
 // OpenInput implements pipeline.Store: the local copy of the input at the
@@ -303,9 +302,9 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	b := s.b
 	staged := map[string]string{}
 	files := []struct{ suffix, src, ct string }{
-		{watcher.SuffixOutput, r.Output, "application/jsonl"},
-		{watcher.SuffixErrors, r.Errors, "application/jsonl"},
-		{watcher.SuffixResults, r.Document, "application/json"},
+		{filecontract.SuffixOutput, r.Output, "application/jsonl"},
+		{filecontract.SuffixErrors, r.Errors, "application/jsonl"},
+		{filecontract.SuffixResults, r.Document, "application/json"},
 	}
 	for _, f := range files {
 		if f.src == "" {
@@ -318,7 +317,7 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 		}
 		staged[b.OutboxKey(base)] = sk
 	}
-	base := s.name + watcher.SuffixBatch
+	base := s.name + filecontract.SuffixBatch
 	sk := b.StagingKey(s.name, s.etag, base)
 	if _, err := b.PutBytes(ctx, sk, r.Object, "application/json", s3.Any); err != nil {
 		return err
@@ -349,7 +348,7 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	if err := removeResults(ctx, b, s.name, r); err != nil {
 		return err
 	}
-	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+watcher.SuffixOutput)))
+	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+filecontract.SuffixOutput)))
 	return nil
 }
 
@@ -360,10 +359,10 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 func removeResults(ctx context.Context, b *s3.Bucket, name string, r pipeline.Results) error {
 	var stale []string
 	if r.Document == "" {
-		stale = append(stale, watcher.SuffixResults)
+		stale = append(stale, filecontract.SuffixResults)
 	}
 	if r.Output == "" {
-		stale = append(stale, watcher.SuffixOutput, watcher.SuffixErrors)
+		stale = append(stale, filecontract.SuffixOutput, filecontract.SuffixErrors)
 	}
 	for _, suffix := range stale {
 		if err := b.Remove(ctx, b.OutboxKey(name+suffix)); err != nil {

@@ -9,8 +9,8 @@ import (
 	"path"
 	"strings"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/s3"
 )
 
@@ -30,11 +30,11 @@ type Refused struct {
 }
 
 // OpenRefused claims the refused object key (at etag) for the batch name
-// its outputs take (watcher.SafeName of the key's name). It returns a nil
+// its outputs take (filecontract.SafeName of the key's name). It returns a nil
 // Refused and no error when there is nothing to do: another daemon holds
 // the claim, or the object was replaced or removed.
 func OpenRefused(ctx context.Context, cfg Config, name, key, etag string) (*Refused, error) {
-	if code, msg := watcher.CheckName(name); code != "" {
+	if code, msg := filecontract.CheckName(name); code != "" {
 		// Only a safe name may name keys: none may leave its prefix.
 		return nil, fmt.Errorf("refuse %s: the name of its outputs is unusable: %s", cfg.Bucket.URL(key), msg)
 	}
@@ -75,9 +75,9 @@ func (r *Refused) Close() {
 func (r *Refused) Files() pipeline.Files {
 	return pipeline.Files{
 		Input:   strings.TrimPrefix(r.key, r.b.InboxKey("")),
-		Options: r.name + watcher.SuffixOptions,
-		Output:  r.name + watcher.SuffixOutput,
-		Errors:  r.name + watcher.SuffixErrors,
+		Options: r.name + filecontract.SuffixOptions,
+		Output:  r.name + filecontract.SuffixOutput,
+		Errors:  r.name + filecontract.SuffixErrors,
 	}
 }
 
@@ -108,7 +108,7 @@ func (r *Refused) Publish(ctx context.Context, res pipeline.Results) error {
 		}
 		return err
 	}
-	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+watcher.SuffixBatch), res.Object, "application/json", s3.Any); err != nil {
+	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+filecontract.SuffixBatch), res.Object, "application/json", s3.Any); err != nil {
 		return err
 	}
 	return removeResults(ctx, r.b, r.name, pipeline.Results{})

@@ -14,15 +14,15 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/filecontract"
 )
 
 // Key prefixes under the configured prefix.
 const (
-	dirInbox       = watcher.DirInbox
-	dirOutbox      = watcher.DirOutbox
-	dirDone        = watcher.DirDone
-	dirRejected    = watcher.DirRejected
+	dirInbox       = filecontract.DirInbox
+	dirOutbox      = filecontract.DirOutbox
+	dirDone        = filecontract.DirDone
+	dirRejected    = filecontract.DirRejected
 	dirLeases      = ".batchd/leases"
 	dirCheckpoints = ".batchd/checkpoints"
 )

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/goroutines"
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/internal/syncbuf"
@@ -416,7 +417,7 @@ func TestDownloadResumesAfterDroppedConnection(t *testing.T) {
 // derived key leaves its prefix; other nested keys are ignored.
 func TestWatcherClassify(t *testing.T) {
 	w := &Watcher{b: &Bucket{prefix: "team", log: slog.New(slog.DiscardHandler)}}
-	long := strings.Repeat("l", watcher.MaxNameBytes+1)
+	long := strings.Repeat("l", filecontract.MaxNameBytes+1)
 	for _, tt := range []struct {
 		key  string
 		kind watcher.Kind
@@ -434,9 +435,9 @@ func TestWatcherClassify(t *testing.T) {
 		{"team/inbox/sub/b.options.json", 0, "", ""},
 		{"team/inbox/sub/.b.jsonl", 0, "", ""},
 		{"team/outbox/a.jsonl", 0, "", ""},
-		{"team/inbox/sub/b.jsonl", watcher.Refused, watcher.SafeName("sub/b"), watcher.CodeInvalidName},
-		{"team/inbox//b.jsonl", watcher.Refused, watcher.SafeName("/b"), watcher.CodeInvalidName},
-		{"team/inbox/new\nline.jsonl", watcher.Refused, watcher.SafeName("new\nline"), watcher.CodeInvalidName},
+		{"team/inbox/sub/b.jsonl", watcher.Refused, filecontract.SafeName("sub/b"), filecontract.CodeInvalidName},
+		{"team/inbox//b.jsonl", watcher.Refused, filecontract.SafeName("/b"), filecontract.CodeInvalidName},
+		{"team/inbox/new\nline.jsonl", watcher.Refused, filecontract.SafeName("new\nline"), filecontract.CodeInvalidName},
 		// No request can name these as themselves: ignored, not refused.
 		{"team/inbox/../../b.jsonl", 0, "", ""},
 		{"team/inbox/../outbox/b.jsonl", 0, "", ""},
@@ -444,7 +445,7 @@ func TestWatcherClassify(t *testing.T) {
 		{"team/inbox/a/../b.jsonl", 0, "", ""},
 		{"team/inbox/bad\xff.json", 0, "", ""},
 		{"team/inbox/" + strings.Repeat("k", 1024) + ".jsonl", 0, "", ""},
-		{"team/inbox/" + long + ".jsonl", watcher.Refused, watcher.SafeName(long), watcher.CodeNameTooLong},
+		{"team/inbox/" + long + ".jsonl", watcher.Refused, filecontract.SafeName(long), filecontract.CodeNameTooLong},
 	} {
 		ev, ok := w.classify(tt.key)
 		if !ok {
@@ -465,7 +466,7 @@ func TestWatcherClassify(t *testing.T) {
 // The listing finds inputs in nested prefixes too, and refuses them.
 func TestWatcherRefusesNestedAndBadNames(t *testing.T) {
 	srv, bucket, w := listingWatcher(t)
-	long := strings.Repeat("l", watcher.MaxNameBytes+1)
+	long := strings.Repeat("l", filecontract.MaxNameBytes+1)
 	srv.Put(bucket, "team/inbox/sub/b.jsonl", []byte("{}\n"))
 	srv.Put(bucket, "team/inbox/"+long+".jsonl", []byte("{}\n"))
 	srv.Put(bucket, "team/inbox/sub/b.options.json", []byte("{}"))
@@ -475,10 +476,10 @@ func TestWatcherRefusesNestedAndBadNames(t *testing.T) {
 		ev := <-w.Events()
 		got[ev.Path] = ev
 	}
-	if ev := got["team/inbox/sub/b.jsonl"]; ev.Kind != watcher.Refused || ev.Code != watcher.CodeInvalidName || ev.Name != watcher.SafeName("sub/b") || ev.Version == "" {
+	if ev := got["team/inbox/sub/b.jsonl"]; ev.Kind != watcher.Refused || ev.Code != filecontract.CodeInvalidName || ev.Name != filecontract.SafeName("sub/b") || ev.Version == "" {
 		t.Fatalf("nested input: %+v", ev)
 	}
-	if ev := got["team/inbox/"+long+".jsonl"]; ev.Kind != watcher.Refused || ev.Code != watcher.CodeNameTooLong {
+	if ev := got["team/inbox/"+long+".jsonl"]; ev.Kind != watcher.Refused || ev.Code != filecontract.CodeNameTooLong {
 		t.Fatalf("long name: %+v", ev)
 	}
 	if ev := got["team/inbox/ok.jsonl"]; ev.Kind != watcher.Input {

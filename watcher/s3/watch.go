@@ -12,6 +12,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -27,10 +28,10 @@ import (
 //     to Notify) are hints that make delivery prompt; the truth is a
 //     listing of inbox/, at Open and every ListInterval, so a lost
 //     notification delays an input by at most one interval.
-//   - An input whose name batchd cannot use (watcher.CheckName: too long,
+//   - An input whose name batchd cannot use (filecontract.CheckName: too long,
 //     control characters, or a key in a nested prefix such as
 //     inbox/a/b.jsonl or inbox//b.jsonl) is delivered as a Refused event
-//     named watcher.SafeName of it, once per ETag as an input is. Other
+//     named filecontract.SafeName of it, once per ETag as an input is. Other
 //     keys in nested prefixes (options, cancels, dot-names) are ignored.
 //   - A key no request can name as itself (a . or .. element, as in
 //     inbox/../outbox/x.jsonl, over 1024 bytes, or not UTF-8) is ignored
@@ -199,8 +200,8 @@ func (w *Watcher) classify(key string) (ev watcher.Event, ok bool) {
 	}
 	ev = watcher.Event{Kind: kind, Name: dir + name, Path: key, Format: format}
 	if kind == watcher.Input {
-		if code, msg := watcher.CheckName(ev.Name); code != "" {
-			ev.Kind, ev.Name, ev.Code, ev.Message = watcher.Refused, watcher.SafeName(ev.Name), code, msg
+		if code, msg := filecontract.CheckName(ev.Name); code != "" {
+			ev.Kind, ev.Name, ev.Code, ev.Message = watcher.Refused, filecontract.SafeName(ev.Name), code, msg
 		}
 	}
 	return ev, true
