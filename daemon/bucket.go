@@ -14,6 +14,7 @@ import (
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/s3"
 )
@@ -22,7 +23,7 @@ import (
 // a bucket.Store that owns the protocol (claim, checkpoints, publication,
 // retirement).
 type bucketSource struct {
-	b     *s3.Bucket
+	b     *s3client.Bucket
 	w     *s3.Watcher
 	cfg   bucket.Config
 	log   *slog.Logger
@@ -82,7 +83,7 @@ func (br *bucketSource) Cancel(ctx context.Context, ev watcher.Event, p Cancelle
 // RequestCancel implements Source: it writes the cancel object, which the
 // next listing delivers (whoever runs the batch sees it).
 func (br *bucketSource) RequestCancel(ctx context.Context, name string) error {
-	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+filecontract.SuffixCancel), nil, "application/octet-stream", s3.Any)
+	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+filecontract.SuffixCancel), nil, "application/octet-stream", s3client.Any)
 	return err
 }
 
@@ -124,7 +125,7 @@ func FetchBucketBatch(ctx context.Context, cfg Config, name, dir string) (pipeli
 		return pipeline.CheckInput{}, err
 	}
 	sc.Logger = slog.New(slog.DiscardHandler)
-	b, err := s3.NewBucket(sc)
+	b, err := s3client.NewBucket(sc)
 	if err != nil {
 		return pipeline.CheckInput{}, err
 	}

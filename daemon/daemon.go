@@ -26,6 +26,7 @@ import (
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
@@ -287,7 +288,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 func (d *Daemon) openBucket(ctx, runCtx context.Context) error {
 	sc := d.cfg.s3Config()
 	sc.Logger = d.log
-	b, err := s3.NewBucket(sc)
+	b, err := s3client.NewBucket(sc)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ var rules = []struct {
 	// Sources of batch files.
 	{"watcher", "the Event every source delivers, and which inbox entries are inputs or cancels", []string{"filecontract"}},
 	{"watcher/dir", "the directory source", []string{"watcher", "filecontract"}},
-	{"watcher/s3", "the bucket source, and the bucket client the bucket store claims, checkpoints and publishes with", []string{"watcher", "filecontract"}},
+	{"watcher/s3", "the bucket source: the inbox listing and notifications", []string{"watcher", "filecontract", "store/bucket/s3client"}},
 
 	// The pipeline: validate, ledger, dispatch to an Engine, write. It knows
 	// engines only through the engine package.
@@ -73,15 +73,17 @@ var rules = []struct {
 	{"store", "the stores' overview, no code (the interface is pipeline.Store)", nil},
 	{"store/storetest", "the contract suite every store passes", []string{"pipeline"}},
 	{"store/folder", "the directory store", []string{"filecontract", "pipeline", "internal/fsx", "internal/failpoint"}},
-	{"store/bucket", "the bucket store", []string{"filecontract", "pipeline", "watcher/s3",
-		"internal/fsx", "internal/failpoint"}},
+	{"store/bucket", "the bucket store and its protocol: leases, checkpoints, publication records", []string{"filecontract", "pipeline",
+		"store/bucket/s3client", "internal/fsx", "internal/failpoint"}},
+	{"store/bucket/s3client", "the bucket client: object keys, retries, conditional writes, resumable downloads, listings", []string{"filecontract"}},
+	{"store/bucket/s3client/s3clienttest", "bucket clients of a test MinIO, for tests", []string{"store/bucket/s3client", "internal/miniotest"}},
 
 	// The daemon wires everything; only the CLI imports it.
 	{"daemon/ops", "metrics and the status page", []string{"pipeline"}},
 	{"daemon/webhook", "batch-end webhooks", []string{"internal/fsx"}},
 	{"daemon", "config, lifecycle, HTTP: the wiring", []string{"daemon/ops", "daemon/webhook",
 		"engine", "engine/native", "engine/openai", "kernels", "wire", "filecontract",
-		"pipeline", "pipeline/ledger", "store/bucket", "store/folder",
+		"pipeline", "pipeline/ledger", "store/bucket", "store/bucket/s3client", "store/folder",
 		"watcher", "watcher/dir", "watcher/s3", "internal/fsx", "internal/sdnotify"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",

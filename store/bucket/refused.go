@@ -11,7 +11,7 @@ import (
 
 	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/store/bucket/s3client"
 )
 
 var _ pipeline.Store = (*Refused)(nil)
@@ -23,10 +23,10 @@ var _ pipeline.Store = (*Refused)(nil)
 // PREFIX/rejected/NAME.jsonl (or .json), as DATA/rejected/ in a folder.
 // Open → pipeline.Refuse → Close.
 type Refused struct {
-	b               *s3.Bucket
+	b               *s3client.Bucket
 	log             *slog.Logger
 	name, key, etag string
-	lease           *s3.Lease
+	lease           *lease
 }
 
 // OpenRefused claims the refused object key (at etag) for the batch name
@@ -43,8 +43,8 @@ func OpenRefused(ctx context.Context, cfg Config, name, key, etag string) (*Refu
 	}
 	b := cfg.Bucket
 	r := &Refused{b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag}
-	lease, err := b.Claim(ctx, name, key, etag)
-	if errors.Is(err, s3.ErrHeld) {
+	lease, err := claim(ctx, b, name, key, etag)
+	if errors.Is(err, errHeld) {
 		r.log.Debug("refused input claimed elsewhere", "reason", err)
 		return nil, nil
 	}
@@ -103,12 +103,12 @@ func (r *Refused) Progress(context.Context, []byte) error { return nil }
 // the lease is still this daemon's.
 func (r *Refused) Publish(ctx context.Context, res pipeline.Results) error {
 	if err := r.lease.Renew(ctx); err != nil {
-		if errors.Is(err, s3.ErrLeaseLost) {
+		if errors.Is(err, errLeaseTaken) {
 			return fmt.Errorf("refuse %s: %w", r.name, ErrLeaseLost)
 		}
 		return err
 	}
-	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+filecontract.SuffixBatch), res.Object, "application/json", s3.Any); err != nil {
+	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+filecontract.SuffixBatch), res.Object, "application/json", s3client.Any); err != nil {
 		return err
 	}
 	return removeResults(ctx, r.b, r.name, pipeline.Results{})
@@ -122,7 +122,7 @@ func (r *Refused) RetireRecord() ([]byte, error) { return nil, nil }
 // judged anew).
 func (r *Refused) Retire(ctx context.Context) error {
 	dst := r.b.RejectedKey(r.name + path.Ext(r.key))
-	if err := r.b.Copy(ctx, r.key, r.etag, dst); err != nil && !errors.Is(err, s3.ErrPrecondition) && !s3.IsNotFound(err) {
+	if err := r.b.Copy(ctx, r.key, r.etag, dst); err != nil && !errors.Is(err, s3client.ErrPrecondition) && !s3client.IsNotFound(err) {
 		return err
 	}
 	if cur, _, err := r.b.Stat(ctx, r.key); err != nil {

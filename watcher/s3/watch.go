@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/batchd/batchd/filecontract"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -39,7 +41,8 @@ import (
 //     reading or moving it would address another key or fail forever.
 //   - What a key's listing no longer shows is forgotten.
 type Watcher struct {
-	b      *Bucket
+	b      *s3client.Bucket
+	log    *slog.Logger
 	events chan watcher.Event
 
 	mu        sync.Mutex
@@ -51,8 +54,8 @@ type Watcher struct {
 }
 
 // NewWatcher returns a watcher of b's inbox; Open starts it.
-func NewWatcher(b *Bucket) *Watcher {
-	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}, inputs: -1}
+func NewWatcher(b *s3client.Bucket) *Watcher {
+	return &Watcher{b: b, log: b.Logger(), events: make(chan watcher.Event, 1024), delivered: map[string]string{}, inputs: -1}
 }
 
 // Inputs is how many input objects (NAME.jsonl, NAME.json) the inbox held
@@ -100,11 +103,11 @@ func (w *Watcher) Forget(key string) {
 
 func (w *Watcher) listLoop(ctx context.Context) {
 	defer w.wg.Done()
-	t := time.NewTicker(w.b.cfg.ListInterval)
+	t := time.NewTicker(w.b.Config().ListInterval)
 	defer t.Stop()
 	for {
 		if err := w.list(ctx); err != nil && ctx.Err() == nil {
-			w.b.log.Warn("list inbox", "error", w.b.classify("list inbox", err))
+			w.log.Warn("list inbox", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -117,14 +120,11 @@ func (w *Watcher) listLoop(ctx context.Context) {
 // list delivers every undelivered object of the inbox, oldest first, and
 // forgets keys that are gone.
 func (w *Watcher) list(ctx context.Context) error {
-	prefix := w.b.Key(dirInbox, "")
-	var found []minio.ObjectInfo
+	prefix := w.b.InboxKey("")
 	// Recursive, so that inputs in nested prefixes are seen (and refused).
-	for obj := range w.b.client.ListObjects(ctx, w.b.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if obj.Err != nil {
-			return obj.Err
-		}
-		found = append(found, obj)
+	found, err := w.b.Objects(ctx, prefix)
+	if err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(found))
 	inputs := 0
@@ -180,14 +180,14 @@ func (w *Watcher) offer(ctx context.Context, key, etag string) bool {
 // element of the key): an input, a cancel request, an input refused for
 // its name; ok is false for keys to ignore.
 func (w *Watcher) classify(key string) (ev watcher.Event, ok bool) {
-	rest, ok := strings.CutPrefix(key, w.b.Key(dirInbox, ""))
+	rest, ok := strings.CutPrefix(key, w.b.InboxKey(""))
 	if !ok {
 		return ev, false
 	}
 	if !addressable(key) {
 		// Not even refused: moving it to rejected/ would address
 		// another key, or fail at every try.
-		w.b.log.Warn("inbox key ignored: no request can name it (a . or .. element, over 1024 bytes, or not UTF-8)", "key", key)
+		w.log.Warn("inbox key ignored: no request can name it (a . or .. element, over 1024 bytes, or not UTF-8)", "key", key)
 		return ev, false
 	}
 	dir, base := "", rest
@@ -231,9 +231,9 @@ type Event struct {
 // how many records it took.
 func (w *Watcher) Notify(ctx context.Context, ev Event) int {
 	n := 0
-	inbox := w.b.Key(dirInbox, "")
+	inbox := w.b.InboxKey("")
 	for _, rec := range ev.Records {
-		if rec.S3.Bucket.Name != w.b.bucket || !strings.HasPrefix(rec.EventName, "s3:ObjectCreated:") && !strings.HasPrefix(rec.EventName, "ObjectCreated:") {
+		if rec.S3.Bucket.Name != w.b.Name() || !strings.HasPrefix(rec.EventName, "s3:ObjectCreated:") && !strings.HasPrefix(rec.EventName, "ObjectCreated:") {
 			continue
 		}
 		key := rec.S3.Object.Key
