@@ -532,7 +532,7 @@ func (d *Daemon) serveHTTP() error {
 		}
 		mux.Handle("POST /v1/bucket-events", events)
 	}
-	src := opsSource{d}
+	src := opsState{d}
 	d.sampler = ops.NewSampler(src, 0, 0)
 	d.sampler.Start(d.runCtx)
 	metrics := ops.NewMetrics(src).WithSampler(d.sampler).Handler()

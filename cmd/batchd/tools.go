@@ -73,7 +73,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return errorf(stderr, exitUsage, "%v", err)
 	}
 	defer f.Close()
-	var src validate.Source = validate.NewLineReader(f, *maxLine)
+	var src validate.LineSource = validate.NewLineReader(f, *maxLine)
 	if format == filecontract.FormatJSON {
 		src = validate.NewDocReader(f, *maxLine)
 	}

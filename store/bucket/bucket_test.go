@@ -14,13 +14,13 @@ import (
 
 func TestContract(t *testing.T) {
 	srv := miniotest.Start(t)
-	storetest.Run(t, storetest.Harness{Checkpoints: true, New: func(t *testing.T) storetest.Source {
+	storetest.Run(t, storetest.Harness{Checkpoints: true, New: func(t *testing.T) storetest.Fixture {
 		name := srv.Bucket()
 		b := s3clienttest.Connect(t, s3clienttest.Config(srv.Endpoint, "s3://"+name+"/team", "a"))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		t.Cleanup(cancel)
 		bc := bucket.Config{Bucket: b, Spool: t.TempDir(), CheckpointInterval: 50 * time.Millisecond}
-		return storetest.Source{
+		return storetest.Fixture{
 			Put: func(t *testing.T, dir, base string, data []byte) {
 				srv.Put(name, b.Key(dir, base), data)
 			},
