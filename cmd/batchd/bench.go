@@ -22,7 +22,7 @@ import (
 	"github.com/batchd/batchd/engine/native/nativebench"
 	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/engine/openai"
-	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/engine/openai/echo"
 	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/kernels/cuda"
@@ -99,7 +99,7 @@ func benchPipeline(ctx context.Context, work string, lines int, engName string, 
 			workers = 64
 		}
 	case "remote":
-		srv := openaitest.NewServer(openaitest.Options{})
+		srv := echo.NewServer(echo.Options{})
 		if err := srv.Start(); err != nil {
 			return nil, err
 		}
@@ -202,7 +202,7 @@ func cmdEchoServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	srv := openaitest.NewServer(openaitest.Options{Addr: *listen, Now: time.Now})
+	srv := echo.NewServer(echo.Options{Addr: *listen, Now: time.Now})
 	if err := srv.Start(); err != nil {
 		return errorf(stderr, exitFailure, "%v", err)
 	}

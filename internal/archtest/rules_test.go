@@ -44,7 +44,8 @@ var rules = []struct {
 	{"engine", "the Engine interface", []string{"wire"}},
 	{"engine/enginetest", "the contract suite every engine passes", []string{"engine"}},
 	{"engine/openai", "the remote engine", []string{"engine", "wire", "internal/fsx"}},
-	{"engine/openai/openaitest", "a stand-in OpenAI-compatible server", []string{"wire"}},
+	{"engine/openai/echo", "a stand-in OpenAI-compatible server that echoes (batchd echo-server, bench pipeline)", []string{"wire"}},
+	{"engine/openai/openaitest", "the echo server with injected faults, for tests", []string{"engine/openai/echo"}},
 	{"engine/native", "the in-process engine", []string{"engine", "wire", "internal/fsx", "kernels", "kernels/refdev",
 		"kernels/cuda", "kernels/cuda/emu", "engine/native/chat", "engine/native/gguf", "engine/native/tokenizer", "engine/native/weights"}},
 	{"engine/native/chat", "chat templates (Jinja)", nil},
@@ -87,7 +88,7 @@ var rules = []struct {
 		"watcher", "watcher/dir", "watcher/s3", "internal/fsx", "internal/sdnotify"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",
-		"engine/openai", "engine/openai/openaitest", "kernels", "kernels/cuda", "engine/native/weights",
+		"engine/openai", "engine/openai/echo", "kernels", "kernels/cuda", "engine/native/weights",
 		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "filecontract", "internal/fsx"}},
 
 	// Benchmark aids beside the project, never imported by it.
