@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/folder"
-	"github.com/batchd/batchd/watcher"
 )
 
 // Batches created over HTTP are inputs in DATA/api/: ID.jsonl (a link to
@@ -179,14 +179,14 @@ func (d *Daemon) writeAPIBatch(meta apiBatch, opts pipeline.Options) error {
 	if err := fsx.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	in := filepath.Join(dir, meta.ID+watcher.SuffixJSONL)
+	in := filepath.Join(dir, meta.ID+filecontract.SuffixJSONL)
 	if err := os.Link(d.uploadPath(meta.InputFileID), in); err != nil {
 		if err := fsx.CopyFile(d.uploadPath(meta.InputFileID), in); err != nil {
 			return err
 		}
 	}
 	data, _ := json.Marshal(opts)
-	if err := fsx.WriteFile(filepath.Join(dir, meta.ID+watcher.SuffixOptions), data, true); err != nil {
+	if err := fsx.WriteFile(filepath.Join(dir, meta.ID+filecontract.SuffixOptions), data, true); err != nil {
 		return err
 	}
 	data, _ = json.Marshal(meta)
@@ -200,7 +200,7 @@ func (d *Daemon) pendingObject(m *apiBatch) *pipeline.BatchObject {
 		CompletionWindow: m.CompletionWindow, Metadata: m.Metadata, CreatedAt: m.CreatedAt}
 	o := pipeline.NewBatchObject(b, pipeline.BatchdInfo{Name: m.ID})
 	o.InputFileID = m.InputFileID
-	if _, err := os.Stat(filepath.Join(d.apiDir(), m.ID+watcher.SuffixCancel)); err == nil {
+	if _, err := os.Stat(filepath.Join(d.apiDir(), m.ID+filecontract.SuffixCancel)); err == nil {
 		o.Status = pipeline.StatusCancelling
 	}
 	return o
@@ -281,7 +281,7 @@ func (d *Daemon) apiBatchRecord(id string) (*ledger.Batch, error) {
 	// ended batch with no final record of its own is one from before
 	// batchd kept them: its record is the ledger's.)
 	if pipeline.Terminal(b.Status) {
-		if _, err := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); err == nil {
+		if _, err := os.Lstat(filepath.Join(d.apiDir(), id+filecontract.SuffixJSONL)); err == nil {
 			return nil, nil
 		}
 	}
@@ -625,7 +625,7 @@ func (d *Daemon) expireAPI(cutoff time.Time, names []string) []string {
 		if end := max(b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt); end == 0 || end >= cutoff.Unix() {
 			continue
 		}
-		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+watcher.SuffixJSONL)); serr == nil {
+		if _, serr := os.Lstat(filepath.Join(d.apiDir(), id+filecontract.SuffixJSONL)); serr == nil {
 			continue // retried: it runs again
 		}
 		d.forgetAPI(id)
@@ -636,7 +636,7 @@ func (d *Daemon) expireAPI(cutoff time.Time, names []string) []string {
 
 // forgetAPI removes API batch id's records.
 func (d *Daemon) forgetAPI(id string) {
-	for _, ext := range []string{".api.json", ".final.json", watcher.SuffixOptions, watcher.SuffixRetry, watcher.SuffixCancel} {
+	for _, ext := range []string{".api.json", ".final.json", filecontract.SuffixOptions, filecontract.SuffixRetry, filecontract.SuffixCancel} {
 		os.Remove(filepath.Join(d.apiDir(), id+ext))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/folder"
@@ -40,9 +41,11 @@ func newAPISource(dir, outbox, done, rejected string, log *slog.Logger) *apiSour
 		wake: make(chan struct{}, 1), events: make(chan watcher.Event)}
 }
 
-func (s *apiSource) inputPath(id string) string { return filepath.Join(s.dir, id+watcher.SuffixJSONL) }
+func (s *apiSource) inputPath(id string) string {
+	return filepath.Join(s.dir, id+filecontract.SuffixJSONL)
+}
 func (s *apiSource) cancelPath(id string) string {
-	return filepath.Join(s.dir, id+watcher.SuffixCancel)
+	return filepath.Join(s.dir, id+filecontract.SuffixCancel)
 }
 func (s *apiSource) finalPath(id string) string { return filepath.Join(s.dir, id+".final.json") }
 func (s *apiSource) retryWhen() string          { return "restart or a retry request" }
@@ -59,7 +62,7 @@ func (s *apiSource) Open(ctx context.Context) error {
 		return fmt.Errorf("read api dir: %w", err)
 	}
 	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), watcher.SuffixJSONL)
+		id, ok := strings.CutSuffix(e.Name(), filecontract.SuffixJSONL)
 		if !ok || !validID(id, "batch_") {
 			continue
 		}
@@ -85,7 +88,7 @@ func (s *apiSource) Submit(id string) {
 		return
 	}
 	s.out[id] = true
-	s.pushLocked(watcher.Event{Kind: watcher.Input, Name: id, Path: s.inputPath(id), Format: watcher.FormatJSONL})
+	s.pushLocked(watcher.Event{Kind: watcher.Input, Name: id, Path: s.inputPath(id), Format: filecontract.FormatJSONL})
 }
 
 func (s *apiSource) push(ev watcher.Event) {

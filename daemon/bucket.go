@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/s3"
 )
@@ -21,7 +23,7 @@ import (
 // a bucket.Store that owns the protocol (claim, checkpoints, publication,
 // retirement).
 type bucketSource struct {
-	b     *s3.Bucket
+	b     *s3client.Bucket
 	w     *s3.Watcher
 	cfg   bucket.Config
 	log   *slog.Logger
@@ -66,7 +68,7 @@ func (br *bucketSource) Cancel(ctx context.Context, ev watcher.Event, p Cancelle
 	// batch that is gone, and must not cancel a later one: remove it.
 	ctx, done := context.WithTimeout(ctx, time.Minute)
 	defer done()
-	for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
+	for _, ext := range []string{filecontract.SuffixJSONL, filecontract.SuffixJSON} {
 		tag, _, err := br.b.Stat(ctx, br.b.InboxKey(ev.Name+ext))
 		if err != nil || tag != "" {
 			return
@@ -81,7 +83,7 @@ func (br *bucketSource) Cancel(ctx context.Context, ev watcher.Event, p Cancelle
 // RequestCancel implements Source: it writes the cancel object, which the
 // next listing delivers (whoever runs the batch sees it).
 func (br *bucketSource) RequestCancel(ctx context.Context, name string) error {
-	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+watcher.SuffixCancel), nil, "application/octet-stream", s3.Any)
+	_, err := br.b.PutBytes(ctx, br.b.InboxKey(name+filecontract.SuffixCancel), nil, "application/octet-stream", s3client.Any)
 	return err
 }
 
@@ -123,7 +125,7 @@ func FetchBucketBatch(ctx context.Context, cfg Config, name, dir string) (pipeli
 		return pipeline.CheckInput{}, err
 	}
 	sc.Logger = slog.New(slog.DiscardHandler)
-	b, err := s3.NewBucket(sc)
+	b, err := s3client.NewBucket(sc)
 	if err != nil {
 		return pipeline.CheckInput{}, err
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
 )
 
 // etag is the current ETag of key, without quotes.
@@ -107,7 +107,7 @@ func TestBucketWebhookKeysCannotEscapePrefix(t *testing.T) {
 	}
 	// The nested input is refused under its safe name; an input that
 	// arrives after the events still runs.
-	nested := watcher.SafeName("a/b")
+	nested := filecontract.SafeName("a/b")
 	waitFor(t, 60*time.Second, "refusal of a/b.jsonl", func() bool {
 		_, ok := e.minio.Get(e.bucket, "jobs/rejected/"+nested+".jsonl")
 		return ok

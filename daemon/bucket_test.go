@@ -17,9 +17,9 @@ import (
 
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
 )
 
 // bucketEnv is a MinIO server with one bucket, and a stand-in engine.
@@ -410,8 +410,8 @@ func TestBucketRefusesUnusableNames(t *testing.T) {
 	e.open(b)
 	long := strings.Repeat("L", 240)
 	refused := map[string]string{ // key under jobs/inbox/ → code
-		"sub/nested.jsonl": watcher.CodeInvalidName,
-		long + ".jsonl":    watcher.CodeNameTooLong,
+		"sub/nested.jsonl": filecontract.CodeInvalidName,
+		long + ".jsonl":    filecontract.CodeNameTooLong,
 	}
 	for rest := range refused {
 		e.put("jobs/inbox/"+rest, chatBatch(2, "x"))
@@ -423,12 +423,12 @@ func TestBucketRefusesUnusableNames(t *testing.T) {
 			t.Logf("MinIO refuses the key jobs/inbox/%q: %v", rest, err)
 			continue
 		}
-		refused[rest] = watcher.CodeInvalidName
+		refused[rest] = filecontract.CodeInvalidName
 	}
 	e.put("jobs/inbox/after.jsonl", chatBatch(2, "after"))
 	for rest, code := range refused {
 		ext := path.Ext(rest)
-		safe := watcher.SafeName(strings.TrimSuffix(rest, ext))
+		safe := filecontract.SafeName(strings.TrimSuffix(rest, ext))
 		waitFor(t, 60*time.Second, "refusal of "+rest, func() bool {
 			_, ok := e.minio.Get(e.bucket, "jobs/rejected/"+safe+ext)
 			return ok

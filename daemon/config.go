@@ -19,10 +19,10 @@ import (
 	"github.com/batchd/batchd/daemon/webhook"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/watcher/dir"
-	"github.com/batchd/batchd/watcher/s3"
 )
 
 // Config is batchd's one configuration struct. A YAML file fills it (unknown
@@ -255,7 +255,7 @@ func DefaultConfig() Config {
 		},
 		Batch:   pipeline.Options{OnInvalid: pipeline.OnInvalidContinue},
 		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, IncompleteAfter: dir.DefaultIncompleteAfter, PollInterval: 2 * time.Second},
-		S3: S3Config{LeaseTTL: s3.DefaultConfig("").LeaseTTL, ListInterval: s3.DefaultConfig("").ListInterval,
+		S3: S3Config{LeaseTTL: s3client.DefaultConfig("").LeaseTTL, ListInterval: s3client.DefaultConfig("").ListInterval,
 			CheckpointInterval: 5 * time.Second},
 		Log:       LogConfig{Level: "info", Format: "text"},
 		API:       APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096},
@@ -465,7 +465,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("pipeline.%w", err)
 	}
 	if len(c.Webhooks.URLs) > 0 {
-		if err := c.webhookConfig(filepath.Join(c.Data, watcher.DirState, "webhooks")).Validate(); err != nil {
+		if err := c.webhookConfig(filepath.Join(c.Data, filecontract.DirState, "webhooks")).Validate(); err != nil {
 			return fmt.Errorf("webhooks: %w", err)
 		}
 	}
@@ -532,8 +532,8 @@ func (c Config) webhookConfig(spool string) webhook.Config {
 	return webhook.Config{URLs: c.Webhooks.URLs, Secret: c.Webhooks.Secret, SpoolDir: spool}
 }
 
-func (c Config) s3Config() s3.Config {
-	sc := s3.DefaultConfig(c.Source)
+func (c Config) s3Config() s3client.Config {
+	sc := s3client.DefaultConfig(c.Source)
 	x := c.S3
 	sc.Endpoint, sc.Region, sc.TLS, sc.InsecureSkipVerify = x.Endpoint, x.Region, x.TLS, x.InsecureSkipVerify
 	sc.AccessKey, sc.SecretKey, sc.SessionToken = x.AccessKey, x.SecretKey, x.SessionToken

@@ -21,10 +21,12 @@ import (
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
@@ -39,11 +41,11 @@ type Dirs struct{ Root, Inbox, Outbox, Done, Rejected, State string }
 func DataDirs(root string) Dirs {
 	return Dirs{
 		Root:     root,
-		Inbox:    filepath.Join(root, watcher.DirInbox),
-		Outbox:   filepath.Join(root, watcher.DirOutbox),
-		Done:     filepath.Join(root, watcher.DirDone),
-		Rejected: filepath.Join(root, watcher.DirRejected),
-		State:    filepath.Join(root, watcher.DirState),
+		Inbox:    filepath.Join(root, filecontract.DirInbox),
+		Outbox:   filepath.Join(root, filecontract.DirOutbox),
+		Done:     filepath.Join(root, filecontract.DirDone),
+		Rejected: filepath.Join(root, filecontract.DirRejected),
+		State:    filepath.Join(root, filecontract.DirState),
 	}
 }
 
@@ -156,7 +158,7 @@ func (c Config) openaiConfig() openai.Config {
 }
 
 func (c Config) pipelineConfig() pipeline.Config {
-	pc := pipeline.DefaultConfig(filepath.Join(c.Data, watcher.DirState))
+	pc := pipeline.DefaultConfig(filepath.Join(c.Data, filecontract.DirState))
 	pc.MaxLineBytes = c.Pipeline.MaxLineBytes
 	pc.CommitInterval = c.Pipeline.CommitInterval
 	pc.CommitEvery = c.Pipeline.CommitEvery
@@ -167,7 +169,7 @@ func (c Config) pipelineConfig() pipeline.Config {
 	pc.DiskResumeFreePercent = c.Pipeline.DiskResumeFreePercent
 	pc.DiskCheckInterval = c.Pipeline.DiskCheckInterval
 	if !c.IsBucket() {
-		pc.DiskDirs = []string{filepath.Join(c.Data, watcher.DirOutbox)}
+		pc.DiskDirs = []string{filepath.Join(c.Data, filecontract.DirOutbox)}
 	}
 	pc.Defaults = pipeline.Options{OnInvalid: pipeline.OnInvalidContinue}.Merge(c.Batch)
 	return pc
@@ -286,7 +288,7 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 func (d *Daemon) openBucket(ctx, runCtx context.Context) error {
 	sc := d.cfg.s3Config()
 	sc.Logger = d.log
-	b, err := s3.NewBucket(sc)
+	b, err := s3client.NewBucket(sc)
 	if err != nil {
 		return err
 	}
@@ -530,7 +532,7 @@ func (d *Daemon) serveHTTP() error {
 		}
 		mux.Handle("POST /v1/bucket-events", events)
 	}
-	src := opsSource{d}
+	src := opsState{d}
 	d.sampler = ops.NewSampler(src, 0, 0)
 	d.sampler.Start(d.runCtx)
 	metrics := ops.NewMetrics(src).WithSampler(d.sampler).Handler()

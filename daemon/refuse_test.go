@@ -13,8 +13,8 @@ import (
 
 	"github.com/batchd/batchd/daemon"
 	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
 )
 
 // refuseConfig is e's config with fast rescans and a short grace for
@@ -61,8 +61,8 @@ func TestLongNameFailsUnderAShortNameOnce(t *testing.T) {
 	e.open(e.refuseConfig())
 	long := strings.Repeat("L", 240)
 	e.drop(long+".jsonl", chatBatch(3, "long"))
-	short := watcher.SafeName(long)
-	o := e.waitRefused(short, long+".jsonl", watcher.CodeNameTooLong)
+	short := filecontract.SafeName(long)
+	o := e.waitRefused(short, long+".jsonl", filecontract.CodeNameTooLong)
 	if o.Batchd.InputFile != long+".jsonl" || !strings.Contains(o.Errors.Data[0].Message, "rename") {
 		t.Fatalf("object = %+v, %+v", o.Batchd, o.Errors.Data[0])
 	}
@@ -91,7 +91,7 @@ func TestSymlinkOutsideDataIsRefusedUnread(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(e.dirs.Inbox, "passwd.jsonl")); err != nil {
 		t.Fatal(err)
 	}
-	o := e.waitRefused("passwd", "passwd.jsonl", watcher.CodeNotRegular)
+	o := e.waitRefused("passwd", "passwd.jsonl", filecontract.CodeNotRegular)
 
 	// A link planted in done/ under the batch's input name is not served.
 	if err := os.Symlink(target, filepath.Join(e.dirs.Done, "passwd.jsonl")); err != nil {
@@ -132,7 +132,7 @@ func TestFIFOIsRefusedWithoutBlocking(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(e.dirs.Inbox, "x.jsonl"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.waitRefused("x", "x.jsonl", watcher.CodeNotRegular)
+	e.waitRefused("x", "x.jsonl", filecontract.CodeNotRegular)
 	if st, err := os.Lstat(filepath.Join(e.dirs.Rejected, "x.jsonl")); err != nil || st.Mode()&fs.ModeNamedPipe == 0 {
 		t.Fatalf("rejected/x.jsonl: %v %v, want the FIFO", st, err)
 	}
@@ -170,7 +170,7 @@ func TestIncompleteInputsFailAfterTheGrace(t *testing.T) {
 		if name == "doc" {
 			base = name + ".json"
 		}
-		o := e.waitRefused(name, base, watcher.CodeIncomplete)
+		o := e.waitRefused(name, base, filecontract.CodeIncomplete)
 		if msg := o.Errors.Data[0].Message; !strings.Contains(msg, "300ms") || !strings.Contains(msg, "rename it into the inbox") {
 			t.Errorf("%s: message %q", name, msg)
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
@@ -133,7 +134,7 @@ func refuseFile(ctx context.Context, ev watcher.Event, outbox, rejected string, 
 // which runs its failed requests again under a NAME.retry mark beside it.
 func folderJob(ctx context.Context, ev watcher.Event, st pipeline.Store) *Started {
 	job := pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}
-	mark := filepath.Join(filepath.Dir(ev.Path), ev.Name+watcher.SuffixRetry)
+	mark := filepath.Join(filepath.Dir(ev.Path), ev.Name+filecontract.SuffixRetry)
 	if _, err := os.Stat(mark); err == nil {
 		job.RetryFailed = true
 	}
@@ -153,7 +154,7 @@ func (s *folderSource) Cancel(_ context.Context, ev watcher.Event, p Canceller) 
 		if err != nil {
 			return false
 		}
-		for _, ext := range []string{watcher.SuffixJSONL, watcher.SuffixJSON} {
+		for _, ext := range []string{filecontract.SuffixJSONL, filecontract.SuffixJSON} {
 			if ist, err := os.Stat(filepath.Join(s.dirs.Inbox, ev.Name+ext)); err == nil && !cst.ModTime().Before(ist.ModTime()) {
 				return true
 			}
@@ -189,5 +190,5 @@ func cancelByFile(log *slog.Logger, ev watcher.Event, p Canceller, waiting func(
 // RequestCancel implements Source: it writes inbox/NAME.cancel, which the
 // watcher delivers. The pipeline removes it when the batch retires.
 func (s *folderSource) RequestCancel(_ context.Context, name string) error {
-	return fsx.WriteFile(filepath.Join(s.dirs.Inbox, name+watcher.SuffixCancel), nil, true)
+	return fsx.WriteFile(filepath.Join(s.dirs.Inbox, name+filecontract.SuffixCancel), nil, true)
 }

@@ -76,7 +76,7 @@ func Check(in CheckInput) (*CheckReport, error) {
 		return nil, fmt.Errorf("open input: %w", err)
 	}
 	defer f.Close()
-	var src validate.Source = validate.NewLineReader(f, in.MaxLineBytes)
+	var src validate.LineSource = validate.NewLineReader(f, in.MaxLineBytes)
 	if in.Format == "json" {
 		src = validate.NewDocReader(f, in.MaxLineBytes)
 	}

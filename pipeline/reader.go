@@ -87,7 +87,7 @@ func (e *readErrRecorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func newSource(r io.Reader, format string, maxLine int) validate.Source {
+func newSource(r io.Reader, format string, maxLine int) validate.LineSource {
 	if format == "json" {
 		return validate.NewDocReader(r, maxLine)
 	}

@@ -1,7 +1,8 @@
 // Package watcher holds what every batch source delivers: events naming input
-// files and cancel requests. Sources live in subpackages: watcher/dir (a
-// folder) and watcher/s3 (a MinIO/S3 bucket). This package imports no other batchd
-// package.
+// files and cancel requests, and Classify, which tells them apart by the
+// file contract's names (package filecontract). Sources live in
+// subpackages: watcher/dir (a folder) and watcher/s3 (a MinIO/S3 bucket).
+// This package imports no other batchd package but filecontract.
 package watcher
 
 // Kind tells what an Event is about.
@@ -36,7 +37,8 @@ type Event struct {
 	Kind Kind
 	// Name is the batch name: the file name without its .jsonl/.json/.cancel
 	// suffix. For Refused it is the name the failed batch's outputs take:
-	// the batch name, or SafeName of it when it cannot be used as it is.
+	// the batch name, or filecontract.SafeName of it when it cannot be used
+	// as it is.
 	Name string
 	// Path is where the file is.
 	Path string
@@ -46,7 +48,7 @@ type Event struct {
 	// Version identifies the content a bucket source saw (the object's
 	// ETag); empty from the folder source.
 	Version string
-	// Code and Message say why a Refused input is refused (Code* constants);
-	// empty for other kinds.
+	// Code and Message say why a Refused input is refused
+	// (filecontract.Code* constants); empty for other kinds.
 	Code, Message string
 }

@@ -22,12 +22,12 @@ import (
 	"github.com/batchd/batchd/engine/native/nativebench"
 	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/engine/openai"
-	"github.com/batchd/batchd/engine/openai/openaitest"
+	"github.com/batchd/batchd/engine/openai/echo"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/kernels"
 	"github.com/batchd/batchd/kernels/cuda"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/store/folder"
-	"github.com/batchd/batchd/watcher"
 )
 
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -83,13 +83,13 @@ type benchResult struct {
 }
 
 func benchPipeline(ctx context.Context, work string, lines int, engName string, workers int, cpuProfile string) (*benchResult, error) {
-	inbox, outbox, done := filepath.Join(work, watcher.DirInbox), filepath.Join(work, watcher.DirOutbox), filepath.Join(work, watcher.DirDone)
+	inbox, outbox, done := filepath.Join(work, filecontract.DirInbox), filepath.Join(work, filecontract.DirOutbox), filepath.Join(work, filecontract.DirDone)
 	for _, d := range []string{inbox, outbox, done} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	input := filepath.Join(inbox, "bench"+watcher.SuffixJSONL)
+	input := filepath.Join(inbox, "bench"+filecontract.SuffixJSONL)
 	size, err := writeBenchInput(input, lines)
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func benchPipeline(ctx context.Context, work string, lines int, engName string, 
 			workers = 64
 		}
 	case "remote":
-		srv := openaitest.NewServer(openaitest.Options{})
+		srv := echo.NewServer(echo.Options{})
 		if err := srv.Start(); err != nil {
 			return nil, err
 		}
@@ -125,7 +125,7 @@ func benchPipeline(ctx context.Context, work string, lines int, engName string, 
 		return nil, err
 	}
 	defer eng.Close(ctx)
-	cfg := pipeline.DefaultConfig(filepath.Join(work, watcher.DirState))
+	cfg := pipeline.DefaultConfig(filepath.Join(work, filecontract.DirState))
 	cfg.Workers = workers
 	cfg.QueuePerBatch = 4 * workers
 	p := pipeline.New(cfg, eng)
@@ -240,7 +240,7 @@ func cmdEchoServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	srv := openaitest.NewServer(openaitest.Options{Addr: *listen, Now: time.Now})
+	srv := echo.NewServer(echo.Options{Addr: *listen, Now: time.Now})
 	if err := srv.Start(); err != nil {
 		return errorf(stderr, exitFailure, "%v", err)
 	}

@@ -11,8 +11,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline/validate"
-	"github.com/batchd/batchd/watcher"
 )
 
 // cmdConvert turns a requests document into OpenAI batch JSONL (the lines
@@ -46,7 +46,7 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		w = af.w
 	}
-	if format == watcher.FormatJSON {
+	if format == filecontract.FormatJSON {
 		err = documentToJSONL(w, in, *maxLine)
 	} else {
 		err = jsonlToDocument(w, in, *maxLine)

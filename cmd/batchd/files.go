@@ -22,7 +22,7 @@ import (
 	"strings"
 
 	"github.com/batchd/batchd/engine/native"
-	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/filecontract"
 )
 
 func init() {
@@ -188,7 +188,7 @@ type atomicFile struct {
 }
 
 func createAtomic(path string) (*atomicFile, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*"+watcher.SuffixPart)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*"+filecontract.SuffixPart)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func (a *atomicFile) abort() {
 // jsonlInput refuses a requests document (.json): these tools read batch
 // lines.
 func jsonlInput(path string) error {
-	if strings.HasSuffix(path, watcher.SuffixJSON) && !strings.HasSuffix(path, watcher.SuffixJSONL) {
+	if strings.HasSuffix(path, filecontract.SuffixJSON) && !strings.HasSuffix(path, filecontract.SuffixJSONL) {
 		return fmt.Errorf("%s is a requests document: these tools read OpenAI batch JSONL (convert it with batchd convert)", path)
 	}
 	return nil
@@ -517,11 +517,11 @@ refuses to start when any file it would write exists. Prints each file written.
 	if *n < 1 {
 		return errorf(stderr, exitUsage, "split: --lines must be a positive number of lines, got %d", *n)
 	}
-	name, ok := strings.CutSuffix(path, watcher.SuffixJSONL)
+	name, ok := strings.CutSuffix(path, filecontract.SuffixJSONL)
 	if !ok {
-		return errorf(stderr, exitUsage, "split: %s: a batch file must end in %s", path, watcher.SuffixJSONL)
+		return errorf(stderr, exitUsage, "split: %s: a batch file must end in %s", path, filecontract.SuffixJSONL)
 	}
-	opts, err := os.ReadFile(name + watcher.SuffixOptions)
+	opts, err := os.ReadFile(name + filecontract.SuffixOptions)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorf(stderr, exitUsage, "%v", err)
 	}
@@ -544,11 +544,11 @@ refuses to start when any file it would write exists. Prints each file written.
 		return errorf(stderr, exitUsage, "split: %s has no lines", path)
 	}
 	parts := (total + *n - 1) / *n
-	part := func(i int) string { return name + "." + strconv.Itoa(i) + watcher.SuffixJSONL }
+	part := func(i int) string { return name + "." + strconv.Itoa(i) + filecontract.SuffixJSONL }
 	for i := 1; i <= parts; i++ {
 		targets := []string{part(i)}
 		if opts != nil {
-			targets = append(targets, name+"."+strconv.Itoa(i)+watcher.SuffixOptions)
+			targets = append(targets, name+"."+strconv.Itoa(i)+filecontract.SuffixOptions)
 		}
 		for _, t := range targets {
 			if _, err := os.Lstat(t); err == nil {
@@ -563,7 +563,7 @@ refuses to start when any file it would write exists. Prints each file written.
 	// part without them.
 	if opts != nil {
 		for i := 1; i <= parts; i++ {
-			af, err := createAtomic(name + "." + strconv.Itoa(i) + watcher.SuffixOptions)
+			af, err := createAtomic(name + "." + strconv.Itoa(i) + filecontract.SuffixOptions)
 			if err == nil {
 				af.w.Write(opts)
 				err = af.commit(false)

@@ -14,21 +14,21 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/validate"
-	"github.com/batchd/batchd/watcher"
 )
 
 // inputFormat tells a batch input's format and name from its file name.
 func inputFormat(path string) (name, format string, err error) {
 	base := filepath.Base(path)
 	switch {
-	case strings.HasSuffix(base, watcher.SuffixOptions):
+	case strings.HasSuffix(base, filecontract.SuffixOptions):
 		return "", "", fmt.Errorf("%s is an options file, not a batch input", base)
-	case strings.HasSuffix(base, watcher.SuffixJSONL):
-		return strings.TrimSuffix(base, watcher.SuffixJSONL), watcher.FormatJSONL, nil
-	case strings.HasSuffix(base, watcher.SuffixJSON):
-		return strings.TrimSuffix(base, watcher.SuffixJSON), watcher.FormatJSON, nil
+	case strings.HasSuffix(base, filecontract.SuffixJSONL):
+		return strings.TrimSuffix(base, filecontract.SuffixJSONL), filecontract.FormatJSONL, nil
+	case strings.HasSuffix(base, filecontract.SuffixJSON):
+		return strings.TrimSuffix(base, filecontract.SuffixJSON), filecontract.FormatJSON, nil
 	}
 	return "", "", fmt.Errorf("%s: a batch input must end in .jsonl (OpenAI batch lines) or .json (a requests document)", base)
 }
@@ -50,7 +50,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return errorf(stderr, exitUsage, "%v", err)
 	}
 	if *optsPath == "" {
-		*optsPath = filepath.Join(filepath.Dir(path), name+watcher.SuffixOptions)
+		*optsPath = filepath.Join(filepath.Dir(path), name+filecontract.SuffixOptions)
 	} else if _, err := os.Stat(*optsPath); err != nil {
 		return errorf(stderr, exitUsage, "options: %v", err)
 	}
@@ -73,8 +73,8 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return errorf(stderr, exitUsage, "%v", err)
 	}
 	defer f.Close()
-	var src validate.Source = validate.NewLineReader(f, *maxLine)
-	if format == watcher.FormatJSON {
+	var src validate.LineSource = validate.NewLineReader(f, *maxLine)
+	if format == filecontract.FormatJSON {
 		src = validate.NewDocReader(f, *maxLine)
 	}
 	chk := validate.NewChecker(cfg)
@@ -144,7 +144,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	// The options file goes first, so the batch never starts without it.
 	if *optsPath != "" {
-		if err := placeAtomically(*optsPath, filepath.Join(dirs.Inbox, name+watcher.SuffixOptions)); err != nil {
+		if err := placeAtomically(*optsPath, filepath.Join(dirs.Inbox, name+filecontract.SuffixOptions)); err != nil {
 			return errorf(stderr, exitUsage, "%v", err)
 		}
 	}
@@ -189,7 +189,7 @@ func placeAtomically(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+watcher.SuffixPart)
+	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+filecontract.SuffixPart)
 	out, err := os.Create(tmp)
 	if err != nil {
 		return err
@@ -212,7 +212,7 @@ func placeAtomically(src, dst string) error {
 
 // waitBatch follows NAME.batch.json until the batch ends.
 func waitBatch(ctx context.Context, dirs daemon.Dirs, name string, since time.Time, stdout, stderr io.Writer) int {
-	objPath := filepath.Join(dirs.Outbox, name+watcher.SuffixBatch)
+	objPath := filepath.Join(dirs.Outbox, name+filecontract.SuffixBatch)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	waitingSaid := false
@@ -300,9 +300,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var rows []row
 	seen := map[string]bool{}
-	objs, _ := filepath.Glob(filepath.Join(dirs.Outbox, "*"+watcher.SuffixBatch))
+	objs, _ := filepath.Glob(filepath.Join(dirs.Outbox, "*"+filecontract.SuffixBatch))
 	for _, p := range objs {
-		name := strings.TrimSuffix(filepath.Base(p), watcher.SuffixBatch)
+		name := strings.TrimSuffix(filepath.Base(p), filecontract.SuffixBatch)
 		if fs.NArg() == 1 && name != fs.Arg(0) {
 			continue
 		}
@@ -413,13 +413,13 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		dirs := daemon.DataDirs(*data)
 		in = pipeline.CheckInput{
-			Output:  filepath.Join(dirs.Outbox, name+watcher.SuffixOutput),
-			Errors:  filepath.Join(dirs.Outbox, name+watcher.SuffixErrors),
-			Object:  filepath.Join(dirs.Outbox, name+watcher.SuffixBatch),
-			Results: filepath.Join(dirs.Outbox, name+watcher.SuffixResults),
+			Output:  filepath.Join(dirs.Outbox, name+filecontract.SuffixOutput),
+			Errors:  filepath.Join(dirs.Outbox, name+filecontract.SuffixErrors),
+			Object:  filepath.Join(dirs.Outbox, name+filecontract.SuffixBatch),
+			Results: filepath.Join(dirs.Outbox, name+filecontract.SuffixResults),
 		}
 		for _, dir := range []string{dirs.Done, dirs.Inbox} {
-			for _, format := range []string{watcher.FormatJSONL, watcher.FormatJSON} {
+			for _, format := range []string{filecontract.FormatJSONL, filecontract.FormatJSON} {
 				p := filepath.Join(dir, name+"."+format)
 				if _, err := os.Stat(p); err == nil && in.Input == "" {
 					in.Input, in.Format = p, format

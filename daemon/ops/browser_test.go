@@ -20,7 +20,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	node, chromium, pwDir := browserTools(t)
 
 	// Each look at the batches moves the running batch on by 1%.
-	src := &fakeSource{
+	src := &fakeState{
 		batches: []BatchView{
 			{ID: "b-done", Name: "yesterday", Status: pipeline.StatusCompleted, Total: 50, Completed: 50,
 				CreatedAt: 1_700_000_000, EndedAt: 1_700_000_100},

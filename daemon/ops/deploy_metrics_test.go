@@ -18,7 +18,7 @@ func TestDeployManifestsNameExportedMetrics(t *testing.T) {
 	described := map[string]bool{}
 	ch := make(chan *prometheus.Desc)
 	go func() {
-		newCollector(&fakeSource{}).Describe(ch)
+		newCollector(&fakeState{}).Describe(ch)
 		close(ch)
 	}()
 	name := regexp.MustCompile(`fqName: "([a-z_:]+)"`)

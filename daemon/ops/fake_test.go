@@ -2,11 +2,11 @@ package ops
 
 import "sync"
 
-// fakeSource is a Source whose state tests set directly. If advance is
+// fakeState is a State whose state tests set directly. If advance is
 // non-empty, every Batches call first moves that batch forward by step
 // finished requests (up to its total) and by tokensPerStep tokens, as a
 // running batch would between two looks.
-type fakeSource struct {
+type fakeState struct {
 	mu            sync.Mutex
 	batches       []BatchView
 	engine        EngineView
@@ -18,9 +18,9 @@ type fakeSource struct {
 	calls         int
 }
 
-var _ Source = (*fakeSource)(nil)
+var _ State = (*fakeState)(nil)
 
-func (f *fakeSource) Batches() ([]BatchView, error) {
+func (f *fakeState) Batches() ([]BatchView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -38,25 +38,25 @@ func (f *fakeSource) Batches() ([]BatchView, error) {
 	return append([]BatchView(nil), f.batches...), nil
 }
 
-func (f *fakeSource) Engine() EngineView {
+func (f *fakeState) Engine() EngineView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.engine
 }
 
-func (f *fakeSource) Intake() IntakeView {
+func (f *fakeState) Intake() IntakeView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.intake
 }
 
-func (f *fakeSource) set(batches ...BatchView) {
+func (f *fakeState) set(batches ...BatchView) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.batches = batches
 }
 
-func (f *fakeSource) fail(err error) {
+func (f *fakeState) fail(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.err = err

@@ -14,7 +14,7 @@ import (
 	"github.com/batchd/batchd/pipeline"
 )
 
-// Metrics exposes batchd's state in Prometheus text format. It reads Source
+// Metrics exposes batchd's state in Prometheus text format. It reads State
 // at scrape time, so it holds no state of its own to keep in sync.
 type Metrics struct {
 	collector *collector
@@ -24,7 +24,7 @@ type Metrics struct {
 // NewMetrics returns metrics for src on a registry of their own, with the Go
 // runtime and process collectors beside them. batchd_tokens_per_second is
 // reported once a sampler is attached with WithSampler.
-func NewMetrics(src Source) *Metrics {
+func NewMetrics(src State) *Metrics {
 	log := slog.Default().With("component", "ops")
 	reg := prometheus.NewRegistry()
 	c := newCollector(src)
@@ -35,7 +35,7 @@ func NewMetrics(src Source) *Metrics {
 	)
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: promLogger{log},
-		// A failing Source loses its own families, not the engine's or the
+		// A failing State loses its own families, not the engine's or the
 		// runtime's: the rest of the scrape is still worth having.
 		ErrorHandling: promhttp.ContinueOnError,
 	})
@@ -59,9 +59,9 @@ func (l promLogger) Println(v ...any) {
 	l.log.Warn("serving metrics", "err", fmt.Sprint(v...))
 }
 
-// collector is a prometheus.Collector that reads Source on every Collect.
+// collector is a prometheus.Collector that reads State on every Collect.
 type collector struct {
-	src     Source
+	src     State
 	sampler atomic.Pointer[Sampler]
 
 	batches, requests, tokens, tokensPerSecond             *prometheus.Desc
@@ -75,7 +75,7 @@ type collector struct {
 
 var _ prometheus.Collector = (*collector)(nil)
 
-func newCollector(src Source) *collector {
+func newCollector(src State) *collector {
 	d := prometheus.NewDesc
 	return &collector{
 		src:     src,

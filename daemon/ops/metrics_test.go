@@ -72,7 +72,7 @@ func testBatches() []BatchView {
 }
 
 func TestMetrics(t *testing.T) {
-	src := &fakeSource{
+	src := &fakeState{
 		batches: testBatches(),
 		engine: EngineView{Name: "native", InFlight: 7, Queued: 30, Paused: true, Hung: true,
 			PrefixCacheHitRate: 0.25, KVBytesUsed: 1 << 20, KVBytesTotal: 4 << 20, Retries: 3,
@@ -145,7 +145,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestMetricsOmitUnknownEngineValues(t *testing.T) {
-	src := &fakeSource{engine: EngineView{Name: "openai", PrefixCacheHitRate: -1}}
+	src := &fakeState{engine: EngineView{Name: "openai", PrefixCacheHitRate: -1}}
 	fams := scrape(t, NewMetrics(src).Handler())
 	for _, name := range []string{"batchd_prefix_cache_hit_ratio", "batchd_kv_cache_bytes", "batchd_kernels_info", "batchd_spec_draft_tokens_total"} {
 		if _, ok := fams[name]; ok {
@@ -160,7 +160,7 @@ func TestMetricsOmitUnknownEngineValues(t *testing.T) {
 }
 
 func TestMetricsTokensPerSecond(t *testing.T) {
-	src := &fakeSource{batches: testBatches()}
+	src := &fakeState{batches: testBatches()}
 	s := NewSampler(src, time.Second, time.Minute)
 	t0 := time.Unix(10_000, 0)
 	if err := s.Sample(t0); err != nil {
@@ -178,9 +178,9 @@ func TestMetricsTokensPerSecond(t *testing.T) {
 	}
 }
 
-// A failing Source costs the scrape its batch families, not the rest.
+// A failing State costs the scrape its batch families, not the rest.
 func TestMetricsSourceError(t *testing.T) {
-	src := &fakeSource{engine: EngineView{InFlight: 2, PrefixCacheHitRate: -1}}
+	src := &fakeState{engine: EngineView{InFlight: 2, PrefixCacheHitRate: -1}}
 	src.fail(errors.New("ledger closed"))
 	rec := httptest.NewRecorder()
 	NewMetrics(src).Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

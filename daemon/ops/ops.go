@@ -1,6 +1,6 @@
 // Package ops owns batchd's operator view: Prometheus metrics, a sampler of
 // token throughput and a self-refreshing status page. It reads the daemon's
-// state only through Source (the daemon implements it and mounts the
+// state only through State (the daemon implements it and mounts the
 // handlers); of the rest of batchd it uses only the pipeline's status names.
 package ops
 
@@ -79,10 +79,10 @@ type IntakeView struct {
 	InboxWaiting map[string]int
 }
 
-// Source is the daemon's state as package ops reads it. Its methods are
+// State is the daemon's state as package ops reads it. Its methods are
 // called from HTTP handlers and the sampler's goroutine, concurrently, so
 // implementations must be safe for concurrent use and should return quickly.
-type Source interface {
+type State interface {
 	// Batches lists the batches the daemon knows, in any order.
 	Batches() ([]BatchView, error)
 	// Engine reports the engine's state now.

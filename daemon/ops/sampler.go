@@ -24,7 +24,7 @@ type Point struct {
 // batches) at a fixed period and keeps the tokens-per-second between
 // consecutive samples for a while, in a ring.
 type Sampler struct {
-	src   Source
+	src   State
 	every time.Duration
 	keep  time.Duration
 	log   *slog.Logger
@@ -45,7 +45,7 @@ type Sampler struct {
 // NewSampler returns a sampler of src that samples every every (default 10s,
 // when every <= 0) and keeps keep of history (default 1h, when keep <= 0).
 // It does nothing until Start or Sample.
-func NewSampler(src Source, every, keep time.Duration) *Sampler {
+func NewSampler(src State, every, keep time.Duration) *Sampler {
 	if every <= 0 {
 		every = DefaultSampleEvery
 	}

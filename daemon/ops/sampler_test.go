@@ -9,7 +9,7 @@ import (
 )
 
 func TestSamplerRate(t *testing.T) {
-	src := &fakeSource{batches: []BatchView{{ID: "a", InputTokens: 1000, OutputTokens: 500}}}
+	src := &fakeState{batches: []BatchView{{ID: "a", InputTokens: 1000, OutputTokens: 500}}}
 	s := NewSampler(src, 10*time.Second, time.Hour)
 	t0 := time.Unix(1_700_000_000, 0)
 
@@ -39,7 +39,7 @@ func TestSamplerRate(t *testing.T) {
 }
 
 func TestSamplerIgnoresStaleAndDroppingSamples(t *testing.T) {
-	src := &fakeSource{batches: []BatchView{{ID: "a", OutputTokens: 100}}}
+	src := &fakeState{batches: []BatchView{{ID: "a", OutputTokens: 100}}}
 	s := NewSampler(src, time.Second, time.Hour)
 	t0 := time.Unix(1_700_000_000, 0)
 	mustSample(t, s, t0)
@@ -63,7 +63,7 @@ func TestSamplerIgnoresStaleAndDroppingSamples(t *testing.T) {
 }
 
 func TestSamplerKeepsOnlyKeep(t *testing.T) {
-	src := &fakeSource{}
+	src := &fakeState{}
 	s := NewSampler(src, 10*time.Second, time.Minute) // a ring of 6
 	t0 := time.Unix(1_700_000_000, 0)
 	for i := range 20 {
@@ -97,7 +97,7 @@ func TestSamplerKeepsOnlyKeep(t *testing.T) {
 }
 
 func TestSamplerError(t *testing.T) {
-	src := &fakeSource{}
+	src := &fakeState{}
 	src.fail(errors.New("ledger closed"))
 	s := NewSampler(src, 0, 0)
 	if err := s.Sample(time.Now()); err == nil {
@@ -107,7 +107,7 @@ func TestSamplerError(t *testing.T) {
 
 // Start samples at once; Close stops the loop and is idempotent.
 func TestSamplerStartClose(t *testing.T) {
-	src := &fakeSource{}
+	src := &fakeState{}
 	s := NewSampler(src, time.Hour, 0) // the ticker never fires during the test
 	s.Start(context.Background())
 	s.Close()
@@ -125,7 +125,7 @@ func TestSamplerStartClose(t *testing.T) {
 
 func TestSamplerStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := NewSampler(&fakeSource{}, time.Hour, 0)
+	s := NewSampler(&fakeState{}, time.Hour, 0)
 	s.Start(ctx)
 	cancel()
 	<-s.done // the loop ends on its own

@@ -18,7 +18,7 @@ var static embed.FS
 // StatusPage serves the operator's status page and the JSON it refreshes
 // itself from.
 type StatusPage struct {
-	src     Source
+	src     State
 	sampler *Sampler
 	now     func() time.Time
 	log     *slog.Logger
@@ -26,7 +26,7 @@ type StatusPage struct {
 
 // NewStatusPage returns a status page for src. s supplies the tokens-per-second
 // chart; with a nil s the chart stays empty.
-func NewStatusPage(src Source, s *Sampler) *StatusPage {
+func NewStatusPage(src State, s *Sampler) *StatusPage {
 	return &StatusPage{
 		src:     src,
 		sampler: s,

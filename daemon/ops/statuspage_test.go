@@ -19,7 +19,7 @@ func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 }
 
 func TestStatusJSON(t *testing.T) {
-	src := &fakeSource{
+	src := &fakeState{
 		batches: testBatches(),
 		engine: EngineView{Name: "native", InFlight: 3, Queued: 9, PrefixCacheHitRate: -1, Hung: true,
 			Dispatch: DispatchView{InFlight: 300, Waiting: 40, Window: 512}},
@@ -115,7 +115,7 @@ func TestStatusJSON(t *testing.T) {
 }
 
 func TestStatusJSONWithoutSampler(t *testing.T) {
-	src := &fakeSource{engine: EngineView{KVBytesUsed: 10, KVBytesTotal: 100}}
+	src := &fakeState{engine: EngineView{KVBytesUsed: 10, KVBytesTotal: 100}}
 	rec := get(t, NewStatusPage(src, nil).Handler(), "/status.json")
 	body := rec.Body.String()
 	// Empty lists, not null: the page iterates them.
@@ -127,7 +127,7 @@ func TestStatusJSONWithoutSampler(t *testing.T) {
 }
 
 func TestStatusJSONSourceError(t *testing.T) {
-	src := &fakeSource{}
+	src := &fakeState{}
 	src.fail(errors.New("ledger closed"))
 	rec := get(t, NewStatusPage(src, nil).Handler(), "/status.json")
 	if rec.Code != http.StatusServiceUnavailable {
@@ -140,7 +140,7 @@ func TestStatusJSONSourceError(t *testing.T) {
 }
 
 func TestStatusPageAssets(t *testing.T) {
-	h := NewStatusPage(&fakeSource{}, nil).Handler()
+	h := NewStatusPage(&fakeState{}, nil).Handler()
 	tests := []struct {
 		path, contentType, contains string
 	}{

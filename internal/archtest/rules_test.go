@@ -24,6 +24,7 @@ var rules = []struct {
 }{
 	// The contracts everything shares: they import nothing of batchd.
 	{"wire", "the OpenAI wire contract: answer shapes, the error object, body limits", nil},
+	{"filecontract", "the file contract: folders, file suffixes, input formats, usable batch names and the codes of refused ones", nil},
 	{"kernels", "the numeric layer: matmul, RMSNorm, RoPE, attention, the Device interface and the CPU device", nil},
 	{"kernels/refdev", "the reference device: the Device interface in plain Go", []string{"kernels"}},
 	{"kernels/devicetest", "the contract suite every kernels.Device passes", []string{"kernels"}},
@@ -44,7 +45,8 @@ var rules = []struct {
 	{"engine", "the Engine interface", []string{"wire"}},
 	{"engine/enginetest", "the contract suite every engine passes", []string{"engine"}},
 	{"engine/openai", "the remote engine", []string{"engine", "wire", "internal/fsx"}},
-	{"engine/openai/openaitest", "a stand-in OpenAI-compatible server", []string{"wire"}},
+	{"engine/openai/echo", "a stand-in OpenAI-compatible server that echoes (batchd echo-server, bench pipeline)", []string{"wire"}},
+	{"engine/openai/openaitest", "the echo server with injected faults, for tests", []string{"engine/openai/echo"}},
 	{"engine/native", "the in-process engine", []string{"engine", "wire", "internal/fsx", "kernels", "kernels/refdev",
 		"kernels/cuda", "kernels/cuda/emu", "engine/native/chat", "engine/native/gguf", "engine/native/tokenizer", "engine/native/weights"}},
 	{"engine/native/chat", "chat templates (Jinja)", nil},
@@ -58,9 +60,9 @@ var rules = []struct {
 		"engine/native/demomodel", "engine/native/gguf", "engine/native/weights"}},
 
 	// Sources of batch files.
-	{"watcher", "the Event every source delivers, the file names of the inbox/outbox contract", nil},
-	{"watcher/dir", "the directory source", []string{"watcher"}},
-	{"watcher/s3", "the bucket source, and the bucket client the bucket store claims, checkpoints and publishes with", []string{"watcher"}},
+	{"watcher", "the Event every source delivers, and which inbox entries are inputs or cancels", []string{"filecontract"}},
+	{"watcher/dir", "the directory source", []string{"watcher", "filecontract"}},
+	{"watcher/s3", "the bucket source: the inbox listing and notifications", []string{"watcher", "filecontract", "store/bucket/s3client"}},
 
 	// The pipeline: validate, ledger, dispatch to an Engine, write. It knows
 	// engines only through the engine package.
@@ -70,23 +72,25 @@ var rules = []struct {
 		"pipeline/validate", "pipeline/ledger", "internal/fsx", "internal/failpoint"}},
 
 	// Where results go: stores pair a source with the pipeline's outputs.
-	{"store", "what the stores share: the contract's names of a batch's files (the interface is pipeline.Store)", []string{"pipeline", "watcher"}},
+	{"store", "the stores' overview, no code (the interface is pipeline.Store)", nil},
 	{"store/storetest", "the contract suite every store passes", []string{"pipeline"}},
-	{"store/folder", "the directory store", []string{"store", "pipeline", "watcher", "internal/fsx", "internal/failpoint"}},
-	{"store/bucket", "the bucket store", []string{"store", "pipeline", "watcher", "watcher/s3",
-		"internal/fsx", "internal/failpoint"}},
+	{"store/folder", "the directory store", []string{"filecontract", "pipeline", "internal/fsx", "internal/failpoint"}},
+	{"store/bucket", "the bucket store and its protocol: leases, checkpoints, publication records", []string{"filecontract", "pipeline",
+		"store/bucket/s3client", "internal/fsx", "internal/failpoint"}},
+	{"store/bucket/s3client", "the bucket client: object keys, retries, conditional writes, resumable downloads, listings", []string{"filecontract"}},
+	{"store/bucket/s3client/s3clienttest", "bucket clients of a test MinIO, for tests", []string{"store/bucket/s3client", "internal/miniotest"}},
 
 	// The daemon wires everything; only the CLI imports it.
 	{"daemon/ops", "metrics and the status page", []string{"pipeline"}},
 	{"daemon/webhook", "batch-end webhooks", []string{"internal/fsx"}},
 	{"daemon", "config, lifecycle, HTTP: the wiring", []string{"daemon/ops", "daemon/webhook",
-		"engine", "engine/native", "engine/openai", "kernels", "wire",
-		"pipeline", "pipeline/ledger", "store/bucket", "store/folder",
+		"engine", "engine/native", "engine/openai", "kernels", "wire", "filecontract",
+		"pipeline", "pipeline/ledger", "store/bucket", "store/bucket/s3client", "store/folder",
 		"watcher", "watcher/dir", "watcher/s3", "internal/fsx", "internal/sdnotify"}},
 	{"cmd/batchd", "the CLI", []string{"daemon", "engine", "engine/native", "engine/native/hub",
 		"engine/native/demomodel", "engine/native/nativebench",
-		"engine/openai", "engine/openai/openaitest", "kernels", "kernels/cuda", "engine/native/weights",
-		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "watcher", "internal/fsx"}},
+		"engine/openai", "engine/openai/echo", "kernels", "kernels/cuda", "engine/native/weights",
+		"pipeline", "pipeline/ledger", "pipeline/validate", "store/folder", "filecontract", "internal/fsx"}},
 
 	// Benchmark aids beside the project, never imported by it.
 	{"scripts/llamacpp/loragguf", "writes a random LoRA GGUF for llama.cpp's side of the LoRA benchmark", []string{

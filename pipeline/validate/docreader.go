@@ -98,7 +98,7 @@ const (
 	docDone                     // past the end
 )
 
-// DocReader is the Source of a requests document (NAME.json):
+// DocReader is the LineSource of a requests document (NAME.json):
 //
 //	{
 //	  "url": "/v1/chat/completions",            // optional: the requests' default endpoint
@@ -179,7 +179,7 @@ type DocReader struct {
 	plan                            mergePlan
 }
 
-var _ Source = (*DocReader)(nil)
+var _ LineSource = (*DocReader)(nil)
 
 // NewDocReader returns a DocReader over r that accepts requests of at most
 // maxRequestBytes bytes (DefaultMaxLineBytes when maxRequestBytes <= 0).
@@ -200,7 +200,7 @@ func NewDocReader(r io.Reader, maxRequestBytes int) *DocReader {
 // it is known once Next has been called.
 func (d *DocReader) SaveSystemPromptKVCache() bool { return d.saveKV }
 
-// Next implements Source.
+// Next implements LineSource.
 func (d *DocReader) Next() (int, []byte, bool, error) {
 	if d.err != nil {
 		return 0, nil, false, d.err

@@ -8,15 +8,15 @@ import (
 	"io"
 )
 
-// Source yields raw input lines.
+// LineSource yields raw input lines.
 //
 // Next returns the next non-blank input: its 1-based line number n (for a
 // requests document: the 1-based index of the request in requests[]), its
 // raw bytes, or tooLong=true (raw nil) when it exceeded the maximum size.
 // It returns io.EOF at the end; other errors are I/O errors or (documents)
-// structural errors, after which the Source is done. The returned raw slice is
-// valid until the next call.
-type Source interface {
+// structural errors, after which the LineSource is done. The returned raw
+// slice is valid until the next call.
+type LineSource interface {
 	Next() (n int, raw []byte, tooLong bool, err error)
 }
 
@@ -29,7 +29,7 @@ const readBufferSize = 64 << 10
 
 var utf8BOM = []byte("\xEF\xBB\xBF")
 
-// LineReader is the Source of an OpenAI batch file (JSONL).
+// LineReader is the LineSource of an OpenAI batch file (JSONL).
 //
 // Lines end with \n; a trailing \r is stripped, as is a UTF-8 byte order mark
 // at the start of the file. Blank (whitespace-only) lines are skipped but
@@ -48,7 +48,7 @@ type LineReader struct {
 	started bool
 }
 
-var _ Source = (*LineReader)(nil)
+var _ LineSource = (*LineReader)(nil)
 
 // NewLineReader returns a LineReader over r that accepts lines of at most
 // maxLineBytes bytes, not counting the line ending (DefaultMaxLineBytes when
@@ -65,7 +65,7 @@ func newLineReaderSize(r io.Reader, maxLineBytes, bufSize int) *LineReader {
 	return &LineReader{br: bufio.NewReaderSize(r, bufSize), max: maxLineBytes}
 }
 
-// Next implements Source.
+// Next implements LineSource.
 func (l *LineReader) Next() (int, []byte, bool, error) {
 	if !l.started {
 		l.started = true

@@ -9,7 +9,7 @@ import (
 	"testing/iotest"
 )
 
-// item is what a Source yielded: a line, or a too-long marker.
+// item is what a LineSource yielded: a line, or a too-long marker.
 type item struct {
 	n       int
 	raw     string
@@ -17,7 +17,7 @@ type item struct {
 }
 
 // drain reads src to the end.
-func drain(t *testing.T, src Source) ([]item, error) {
+func drain(t *testing.T, src LineSource) ([]item, error) {
 	t.Helper()
 	var got []item
 	for {

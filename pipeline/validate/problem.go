@@ -82,7 +82,7 @@ type Request struct {
 	Method, URL string
 	// Body is the effective body: the batch defaults merged in, or a copy of
 	// the original bytes when nothing was merged. It does not alias the
-	// Source's buffer.
+	// LineSource's buffer.
 	Body json.RawMessage
 	// MaxTokens is the effective output length: body.max_completion_tokens,
 	// else body.max_tokens, else the batch default; 0 for embeddings and

@@ -1,10 +1,12 @@
-// Package bucket is the pipeline.Store of a MinIO/S3 bucket (docs/bucket.md):
-// it claims an input with a lease, keeps a local copy of it to read, saves
-// the batch's committed lines as checkpoint objects so another daemon can
-// resume it, publishes the results with a commit record (exactly one daemon
-// publishes each input version) and retires the input to done/. The whole
-// bucket protocol lives here; the daemon only wires it to the pipeline. It
-// talks to the bucket through watcher/s3 and never imports the daemon.
+// Package bucket is the pipeline.Store of a MinIO/S3 bucket, and the home of
+// the bucket protocol (docs/bucket.md): it claims an input with a lease
+// (lease.go: the lease record and its rules), keeps a local copy of it to
+// read, saves the batch's committed lines as checkpoint objects so another
+// daemon can resume it (checkpoint.go), publishes the results with a
+// commit record, exactly one daemon publishing each input version
+// (publish.go), and retires the input to done/. The daemon only wires it to
+// the pipeline. It talks to the bucket through store/bucket/s3client and
+// never imports the daemon.
 package bucket
 
 import (
@@ -21,12 +23,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/store"
-	"github.com/batchd/batchd/watcher"
-	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/store/bucket/s3client"
 )
 
 var _ pipeline.Store = (*Store)(nil)
@@ -40,7 +41,7 @@ const maxOptionsBytes = 16 << 20
 
 // Config configures the stores of one bucket.
 type Config struct {
-	Bucket *s3.Bucket
+	Bucket *s3client.Bucket
 	// Spool is a local folder for the copies of inputs that run and the
 	// checkpoints not uploaded yet (one subfolder per batch, removed after).
 	Spool string
@@ -53,7 +54,7 @@ type Config struct {
 // Context) → Close.
 type Store struct {
 	cfg             Config
-	b               *s3.Bucket
+	b               *s3client.Bucket
 	log             *slog.Logger
 	name, key, etag string
 	optKey, optTag  string
@@ -61,7 +62,7 @@ type Store struct {
 	cancelKey       string
 	cancelRequested bool
 	dir, input      string
-	lease           *s3.Lease
+	lease           *lease
 	cp              *checkpointer
 	prog            *progress
 	runCtx          context.Context
@@ -86,15 +87,15 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		cfg.Logger = slog.Default()
 	}
 	b := cfg.Bucket
-	if code, msg := watcher.CheckName(name); code != "" {
+	if code, msg := filecontract.CheckName(name); code != "" {
 		// The watcher refuses such inputs (OpenRefused): no key derived
 		// from a name may leave its prefix.
 		return nil, fmt.Errorf("open %s: %s", b.URL(key), msg)
 	}
 	s := &Store{cfg: cfg, b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag,
-		optKey: b.InboxKey(name + watcher.SuffixOptions), cancelKey: b.InboxKey(name + watcher.SuffixCancel)}
-	lease, err := b.Claim(ctx, name, key, etag)
-	if errors.Is(err, s3.ErrHeld) {
+		optKey: b.InboxKey(name + filecontract.SuffixOptions), cancelKey: b.InboxKey(name + filecontract.SuffixCancel)}
+	lease, err := claim(ctx, b, name, key, etag)
+	if errors.Is(err, errHeld) {
 		s.log.Debug("input claimed elsewhere", "reason", err)
 		return nil, nil
 	}
@@ -102,8 +103,8 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		return nil, err
 	}
 	s.lease = lease
-	if lease.Resumed {
-		s.log.Info("took over an expired lease; resuming the batch from its checkpoints", "previous_owner", lease.PrevOwner)
+	if lease.resumed {
+		s.log.Info("took over an expired lease; resuming the batch from its checkpoints", "previous_owner", lease.prevOwner)
 	}
 	run, err := s.open(ctx)
 	if err != nil || !run {
@@ -134,13 +135,13 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 // nothing to run.
 func (s *Store) open(ctx context.Context) (bool, error) {
 	b := s.b
-	if pub, ok, err := b.Published(ctx, s.name, s.etag); err != nil {
+	if pub, ok, err := published(ctx, b, s.name, s.etag); err != nil {
 		return false, err
 	} else if ok {
 		// Its results were published by a daemon that stopped before
 		// retiring the input: finish that.
 		s.log.Info("results already published; finishing the publication", "publisher", pub.Owner)
-		if err := b.Install(ctx, pub); err != nil {
+		if err := install(ctx, b, pub); err != nil {
 			return false, err
 		}
 		if s.optTag, _, err = b.Stat(ctx, s.optKey); err != nil {
@@ -150,7 +151,7 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 	}
 	// Progress objects are written only over what was there at the claim
 	// (or what this daemon wrote since).
-	batchKey := b.OutboxKey(s.name + watcher.SuffixBatch)
+	batchKey := b.OutboxKey(s.name + filecontract.SuffixBatch)
 	batchTag, _, err := b.Stat(ctx, batchKey)
 	if err != nil {
 		return false, err
@@ -166,7 +167,7 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 	}
 	s.input = filepath.Join(s.dir, "input")
 	if err := b.Download(ctx, s.key, s.etag, s.input); err != nil {
-		if s3.IsNotFound(err) || errors.Is(err, s3.ErrChanged) {
+		if s3client.IsNotFound(err) || errors.Is(err, s3client.ErrChanged) {
 			s.log.Info("input changed or removed before it ran", "error", err)
 			return false, nil
 		}
@@ -174,7 +175,7 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 	}
 	opts, optTag, err := b.Get(ctx, s.optKey, maxOptionsBytes)
 	switch {
-	case s3.IsNotFound(err):
+	case s3client.IsNotFound(err):
 	case err != nil:
 		return false, err
 	default:
@@ -189,7 +190,7 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 	} else if tag != "" && !mod.Before(inMod) {
 		s.cancelRequested = true
 	}
-	seq, err := b.NextCheckpoint(ctx, s.name, s.etag)
+	seq, err := nextCheckpoint(ctx, b, s.name, s.etag)
 	if err != nil {
 		return false, err
 	}
@@ -256,7 +257,7 @@ func (s *Store) stopSaver() {
 
 // Files implements pipeline.Store.
 func (s *Store) Files() pipeline.Files {
-	return store.Files(s.name, path.Base(s.key))
+	return pipeline.Files(filecontract.FilesOf(s.name, path.Base(s.key)))
 }
 
 // OpenInput implements pipeline.Store: the local copy of the input at the
@@ -271,7 +272,7 @@ func (s *Store) Options(context.Context) ([]byte, error) { return s.options, nil
 // Resume implements pipeline.Store: the records of every checkpoint of
 // this input version, any daemon's, in order.
 func (s *Store) Resume(ctx context.Context, yield func(pipeline.Committed) error) error {
-	n, err := s.b.ReadCheckpoints(ctx, s.name, s.etag, s.dir, func(r s3.Record) error {
+	n, err := readCheckpoints(ctx, s.b, s.name, s.etag, s.dir, func(r checkpointRecord) error {
 		return yield(pipeline.Committed{Line: r.Line, Errors: r.Errors, Data: r.Result})
 	})
 	if n > 0 {
@@ -303,29 +304,29 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	b := s.b
 	staged := map[string]string{}
 	files := []struct{ suffix, src, ct string }{
-		{watcher.SuffixOutput, r.Output, "application/jsonl"},
-		{watcher.SuffixErrors, r.Errors, "application/jsonl"},
-		{watcher.SuffixResults, r.Document, "application/json"},
+		{filecontract.SuffixOutput, r.Output, "application/jsonl"},
+		{filecontract.SuffixErrors, r.Errors, "application/jsonl"},
+		{filecontract.SuffixResults, r.Document, "application/json"},
 	}
 	for _, f := range files {
 		if f.src == "" {
 			continue
 		}
 		base := s.name + f.suffix
-		sk := b.StagingKey(s.name, s.etag, base)
-		if _, err := b.Upload(ctx, sk, f.src, f.ct, s3.Any); err != nil {
+		sk := stagingKey(b, s.name, s.etag, base)
+		if _, err := b.Upload(ctx, sk, f.src, f.ct, s3client.Any); err != nil {
 			return err
 		}
 		staged[b.OutboxKey(base)] = sk
 	}
-	base := s.name + watcher.SuffixBatch
-	sk := b.StagingKey(s.name, s.etag, base)
-	if _, err := b.PutBytes(ctx, sk, r.Object, "application/json", s3.Any); err != nil {
+	base := s.name + filecontract.SuffixBatch
+	sk := stagingKey(b, s.name, s.etag, base)
+	if _, err := b.PutBytes(ctx, sk, r.Object, "application/json", s3client.Any); err != nil {
 		return err
 	}
 	staged[b.OutboxKey(base)] = sk
 	if err := s.lease.Renew(ctx); err != nil {
-		if errors.Is(err, s3.ErrLeaseLost) {
+		if errors.Is(err, errLeaseTaken) {
 			return fmt.Errorf("publish %s: %w", s.name, ErrLeaseLost)
 		}
 		return err
@@ -333,7 +334,7 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	if err := failpoint.Inject(failpoint.BucketCommit); err != nil {
 		return err
 	}
-	pub, err := b.Commit(ctx, s.name, s.etag, s3.Publication{Owner: b.Owner(), Objects: staged})
+	pub, err := commit(ctx, b, s.name, s.etag, publication{Owner: b.Owner(), Objects: staged})
 	if err != nil {
 		return err
 	}
@@ -343,13 +344,13 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 	if pub.Owner != b.Owner() {
 		s.log.Warn("another daemon published this batch first; installing its results", "publisher", pub.Owner)
 	}
-	if err := b.Install(ctx, pub); err != nil {
+	if err := install(ctx, b, pub); err != nil {
 		return err
 	}
 	if err := removeResults(ctx, b, s.name, r); err != nil {
 		return err
 	}
-	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+watcher.SuffixOutput)))
+	s.log.Info("results published", "output", b.URL(b.OutboxKey(s.name+filecontract.SuffixOutput)))
 	return nil
 }
 
@@ -357,13 +358,13 @@ func (s *Store) Publish(ctx context.Context, r pipeline.Results) error {
 // have from the outbox: a failed batch has none, an input that is not a
 // requests document has no NAME.results.json, and an earlier batch's of
 // the same name must not pass for its own.
-func removeResults(ctx context.Context, b *s3.Bucket, name string, r pipeline.Results) error {
+func removeResults(ctx context.Context, b *s3client.Bucket, name string, r pipeline.Results) error {
 	var stale []string
 	if r.Document == "" {
-		stale = append(stale, watcher.SuffixResults)
+		stale = append(stale, filecontract.SuffixResults)
 	}
 	if r.Output == "" {
-		stale = append(stale, watcher.SuffixOutput, watcher.SuffixErrors)
+		stale = append(stale, filecontract.SuffixOutput, filecontract.SuffixErrors)
 	}
 	for _, suffix := range stale {
 		if err := b.Remove(ctx, b.OutboxKey(name+suffix)); err != nil {
@@ -388,7 +389,7 @@ func (s *Store) Retire(ctx context.Context) error {
 	b := s.b
 	// A failed precondition is an input replaced since; none at all, one
 	// retired already.
-	if err := b.Copy(ctx, s.key, s.etag, b.DoneKey(path.Base(s.key))); err != nil && !errors.Is(err, s3.ErrPrecondition) && !s3.IsNotFound(err) {
+	if err := b.Copy(ctx, s.key, s.etag, b.DoneKey(path.Base(s.key))); err != nil && !errors.Is(err, s3client.ErrPrecondition) && !s3client.IsNotFound(err) {
 		return err
 	}
 	cur, _, err := b.Stat(ctx, s.key)
@@ -411,14 +412,14 @@ func (s *Store) Retire(ctx context.Context) error {
 	if err := b.Remove(ctx, s.cancelKey); err != nil {
 		return err
 	}
-	if err := b.RemoveCheckpoints(ctx, s.name, s.etag); err != nil {
+	if err := removeCheckpoints(ctx, b, s.name, s.etag); err != nil {
 		return err
 	}
-	return b.Unpublish(ctx, s.name, s.etag)
+	return unpublish(ctx, b, s.name, s.etag)
 }
 
 // renew renews the lease every TTL/3 until ctx ends, and sooner again
-// after a failed attempt (each gives up after Lease.RenewTimeout); a lost
+// after a failed attempt (each gives up after lease.RenewTimeout); a lost
 // lease stops the run.
 func (s *Store) renew(ctx context.Context) {
 	ttl := s.lease.TTL()
@@ -441,7 +442,7 @@ func (s *Store) renew(ctx context.Context) {
 			renewed = start
 			s.log.Debug("lease renewed", "took", time.Since(start).Round(time.Millisecond))
 			t.Reset(ttl / 3)
-		case errors.Is(err, s3.ErrLeaseLost):
+		case errors.Is(err, errLeaseTaken):
 			s.stopRun(ErrLeaseLost)
 			return
 		case ctx.Err() != nil:
@@ -478,7 +479,7 @@ func (s *Store) save(ctx context.Context) {
 // reads it, and stops for good if it is final (the batch was published by
 // another daemon).
 type progress struct {
-	b    *s3.Bucket
+	b    *s3client.Bucket
 	key  string
 	etag string
 	done bool
@@ -501,17 +502,17 @@ func (p *progress) publish(ctx context.Context) error {
 	if p.done || data == nil {
 		return nil
 	}
-	tag, err := p.b.PutBytes(ctx, p.key, data, "application/json", s3.IfETag(p.etag))
+	tag, err := p.b.PutBytes(ctx, p.key, data, "application/json", s3client.IfETag(p.etag))
 	if err == nil {
 		p.etag = tag
 		return nil
 	}
-	if !errors.Is(err, s3.ErrPrecondition) {
+	if !errors.Is(err, s3client.ErrPrecondition) {
 		return err
 	}
 	cur, curTag, err := p.b.Get(ctx, p.key, 1<<20)
 	if err != nil {
-		if s3.IsNotFound(err) {
+		if s3client.IsNotFound(err) {
 			p.etag = ""
 			return nil
 		}

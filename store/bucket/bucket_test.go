@@ -8,30 +8,19 @@ import (
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/store/bucket"
+	"github.com/batchd/batchd/store/bucket/s3client/s3clienttest"
 	"github.com/batchd/batchd/store/storetest"
-	"github.com/batchd/batchd/watcher/s3"
 )
 
 func TestContract(t *testing.T) {
 	srv := miniotest.Start(t)
-	storetest.Run(t, storetest.Harness{Checkpoints: true, New: func(t *testing.T) storetest.Source {
+	storetest.Run(t, storetest.Harness{Checkpoints: true, New: func(t *testing.T) storetest.Fixture {
 		name := srv.Bucket()
-		cfg := s3.DefaultConfig("s3://" + name + "/team")
-		cfg.Endpoint = srv.Endpoint
-		cfg.AccessKey, cfg.SecretKey = miniotest.AccessKey, miniotest.SecretKey
-		cfg.Owner = "a"
-		cfg.RetryMin, cfg.RetryMax = 20*time.Millisecond, 200*time.Millisecond
-		b, err := s3.NewBucket(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := s3clienttest.Connect(t, s3clienttest.Config(srv.Endpoint, "s3://"+name+"/team", "a"))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		t.Cleanup(cancel)
-		if err := b.Connect(ctx); err != nil {
-			t.Fatal(err)
-		}
 		bc := bucket.Config{Bucket: b, Spool: t.TempDir(), CheckpointInterval: 50 * time.Millisecond}
-		return storetest.Source{
+		return storetest.Fixture{
 			Put: func(t *testing.T, dir, base string, data []byte) {
 				srv.Put(name, b.Key(dir, base), data)
 			},

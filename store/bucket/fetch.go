@@ -7,17 +7,17 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
-	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/store/bucket/s3client"
 )
 
 // FetchBatch downloads batch name's input (from done/, or inbox/ while it
 // runs) and its result objects from b into dir, for `batchd check`. A
 // missing input or result wraps os.ErrNotExist.
-func FetchBatch(ctx context.Context, b *s3.Bucket, name, dir string) (pipeline.CheckInput, error) {
+func FetchBatch(ctx context.Context, b *s3client.Bucket, name, dir string) (pipeline.CheckInput, error) {
 	var in pipeline.CheckInput
-	for _, key := range []string{b.DoneKey(name + watcher.SuffixJSONL), b.DoneKey(name + watcher.SuffixJSON), b.InboxKey(name + watcher.SuffixJSONL), b.InboxKey(name + watcher.SuffixJSON)} {
+	for _, key := range []string{b.DoneKey(name + filecontract.SuffixJSONL), b.DoneKey(name + filecontract.SuffixJSON), b.InboxKey(name + filecontract.SuffixJSONL), b.InboxKey(name + filecontract.SuffixJSON)} {
 		tag, _, err := b.Stat(ctx, key)
 		if err != nil {
 			return in, err
@@ -38,10 +38,10 @@ func FetchBatch(ctx context.Context, b *s3.Bucket, name, dir string) (pipeline.C
 	for _, f := range []struct {
 		base string
 		dst  *string
-	}{{name + watcher.SuffixOutput, &in.Output}, {name + watcher.SuffixErrors, &in.Errors}, {name + watcher.SuffixBatch, &in.Object}} {
+	}{{name + filecontract.SuffixOutput, &in.Output}, {name + filecontract.SuffixErrors, &in.Errors}, {name + filecontract.SuffixBatch, &in.Object}} {
 		*f.dst = filepath.Join(dir, f.base)
 		if err := b.Download(ctx, b.OutboxKey(f.base), "", *f.dst); err != nil {
-			if s3.IsNotFound(err) {
+			if s3client.IsNotFound(err) {
 				return in, fmt.Errorf("%s: %w", b.URL(b.OutboxKey(f.base)), os.ErrNotExist)
 			}
 			return in, err
@@ -49,8 +49,8 @@ func FetchBatch(ctx context.Context, b *s3.Bucket, name, dir string) (pipeline.C
 	}
 	// NAME.results.json is there only for a requests document: Check
 	// reports one missing, or one there for JSONL.
-	in.Results = filepath.Join(dir, name+watcher.SuffixResults)
-	if err := b.Download(ctx, b.OutboxKey(name+watcher.SuffixResults), "", in.Results); err != nil && !s3.IsNotFound(err) {
+	in.Results = filepath.Join(dir, name+filecontract.SuffixResults)
+	if err := b.Download(ctx, b.OutboxKey(name+filecontract.SuffixResults), "", in.Results); err != nil && !s3client.IsNotFound(err) {
 		return in, err
 	}
 	return in, nil

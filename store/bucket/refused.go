@@ -9,9 +9,9 @@ import (
 	"path"
 	"strings"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/watcher"
-	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/store/bucket/s3client"
 )
 
 var _ pipeline.Store = (*Refused)(nil)
@@ -23,18 +23,18 @@ var _ pipeline.Store = (*Refused)(nil)
 // PREFIX/rejected/NAME.jsonl (or .json), as DATA/rejected/ in a folder.
 // Open → pipeline.Refuse → Close.
 type Refused struct {
-	b               *s3.Bucket
+	b               *s3client.Bucket
 	log             *slog.Logger
 	name, key, etag string
-	lease           *s3.Lease
+	lease           *lease
 }
 
 // OpenRefused claims the refused object key (at etag) for the batch name
-// its outputs take (watcher.SafeName of the key's name). It returns a nil
+// its outputs take (filecontract.SafeName of the key's name). It returns a nil
 // Refused and no error when there is nothing to do: another daemon holds
 // the claim, or the object was replaced or removed.
 func OpenRefused(ctx context.Context, cfg Config, name, key, etag string) (*Refused, error) {
-	if code, msg := watcher.CheckName(name); code != "" {
+	if code, msg := filecontract.CheckName(name); code != "" {
 		// Only a safe name may name keys: none may leave its prefix.
 		return nil, fmt.Errorf("refuse %s: the name of its outputs is unusable: %s", cfg.Bucket.URL(key), msg)
 	}
@@ -43,8 +43,8 @@ func OpenRefused(ctx context.Context, cfg Config, name, key, etag string) (*Refu
 	}
 	b := cfg.Bucket
 	r := &Refused{b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag}
-	lease, err := b.Claim(ctx, name, key, etag)
-	if errors.Is(err, s3.ErrHeld) {
+	lease, err := claim(ctx, b, name, key, etag)
+	if errors.Is(err, errHeld) {
 		r.log.Debug("refused input claimed elsewhere", "reason", err)
 		return nil, nil
 	}
@@ -75,9 +75,9 @@ func (r *Refused) Close() {
 func (r *Refused) Files() pipeline.Files {
 	return pipeline.Files{
 		Input:   strings.TrimPrefix(r.key, r.b.InboxKey("")),
-		Options: r.name + watcher.SuffixOptions,
-		Output:  r.name + watcher.SuffixOutput,
-		Errors:  r.name + watcher.SuffixErrors,
+		Options: r.name + filecontract.SuffixOptions,
+		Output:  r.name + filecontract.SuffixOutput,
+		Errors:  r.name + filecontract.SuffixErrors,
 	}
 }
 
@@ -103,12 +103,12 @@ func (r *Refused) Progress(context.Context, []byte) error { return nil }
 // the lease is still this daemon's.
 func (r *Refused) Publish(ctx context.Context, res pipeline.Results) error {
 	if err := r.lease.Renew(ctx); err != nil {
-		if errors.Is(err, s3.ErrLeaseLost) {
+		if errors.Is(err, errLeaseTaken) {
 			return fmt.Errorf("refuse %s: %w", r.name, ErrLeaseLost)
 		}
 		return err
 	}
-	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+watcher.SuffixBatch), res.Object, "application/json", s3.Any); err != nil {
+	if _, err := r.b.PutBytes(ctx, r.b.OutboxKey(r.name+filecontract.SuffixBatch), res.Object, "application/json", s3client.Any); err != nil {
 		return err
 	}
 	return removeResults(ctx, r.b, r.name, pipeline.Results{})
@@ -122,7 +122,7 @@ func (r *Refused) RetireRecord() ([]byte, error) { return nil, nil }
 // judged anew).
 func (r *Refused) Retire(ctx context.Context) error {
 	dst := r.b.RejectedKey(r.name + path.Ext(r.key))
-	if err := r.b.Copy(ctx, r.key, r.etag, dst); err != nil && !errors.Is(err, s3.ErrPrecondition) && !s3.IsNotFound(err) {
+	if err := r.b.Copy(ctx, r.key, r.etag, dst); err != nil && !errors.Is(err, s3client.ErrPrecondition) && !s3client.IsNotFound(err) {
 		return err
 	}
 	if cur, _, err := r.b.Stat(ctx, r.key); err != nil {

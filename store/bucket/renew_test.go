@@ -16,7 +16,8 @@ import (
 	"github.com/batchd/batchd/internal/miniotest"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/store/bucket"
-	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/store/bucket/s3client"
+	"github.com/batchd/batchd/store/bucket/s3client/s3clienttest"
 )
 
 // stallProxy is a chaos wrapper of the bucket boundary: a reverse proxy on
@@ -56,22 +57,11 @@ func (p *stallProxy) unstall() {
 	}
 }
 
-func newBucket(t *testing.T, ctx context.Context, endpoint, url, owner string, ttl time.Duration) *s3.Bucket {
+func newBucket(t *testing.T, endpoint, url, owner string, ttl time.Duration) *s3client.Bucket {
 	t.Helper()
-	cfg := s3.DefaultConfig(url)
-	cfg.Endpoint = endpoint
-	cfg.AccessKey, cfg.SecretKey = miniotest.AccessKey, miniotest.SecretKey
-	cfg.Owner = owner
+	cfg := s3clienttest.Config(endpoint, url, owner)
 	cfg.LeaseTTL = ttl
-	cfg.RetryMin, cfg.RetryMax = 20*time.Millisecond, 200*time.Millisecond
-	b, err := s3.NewBucket(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return s3clienttest.Connect(t, cfg)
 }
 
 // A checkpoint upload that hangs does not hold up the lease's renewal:
@@ -85,7 +75,7 @@ func TestRenewalNotHeldUpBySlowUploads(t *testing.T) {
 	name := srv.Bucket()
 	url := "s3://" + name + "/team"
 	const ttl = 2 * time.Second
-	b := newBucket(t, ctx, strings.TrimPrefix(proxy.URL, "http://"), url, "a", ttl)
+	b := newBucket(t, strings.TrimPrefix(proxy.URL, "http://"), url, "a", ttl)
 	key := b.InboxKey("r.jsonl")
 	srv.Put(name, key, []byte("{\"custom_id\":\"a\"}\n"))
 	tag, _, err := b.Stat(ctx, key)
@@ -130,8 +120,8 @@ func TestRenewalNotHeldUpBySlowUploads(t *testing.T) {
 		t.Fatalf("the run stopped: %v", context.Cause(st.Context()))
 	}
 	// Another daemon finds the lease live.
-	other := newBucket(t, ctx, srv.Endpoint, url, "b", ttl)
-	if _, err := other.Claim(ctx, "r", key, tag); !errors.Is(err, s3.ErrHeld) {
+	other := newBucket(t, srv.Endpoint, url, "b", ttl)
+	if err := bucket.Claim(ctx, other, "r", key, tag); !errors.Is(err, bucket.ErrHeld) {
 		t.Fatalf("claim by another daemon: %v, want ErrHeld", err)
 	}
 	proxy.unstall()

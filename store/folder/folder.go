@@ -19,11 +19,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
-	"github.com/batchd/batchd/store"
-	"github.com/batchd/batchd/watcher"
 )
 
 var _ pipeline.Store = (*Store)(nil)
@@ -66,7 +65,7 @@ func versionOf(st os.FileInfo) fileVersion {
 // no I/O.
 func New(name, input, outbox, done string) *Store {
 	return &Store{name: name, input: input, outbox: outbox, done: done,
-		options: filepath.Join(filepath.Dir(input), name+watcher.SuffixOptions)}
+		options: filepath.Join(filepath.Dir(input), name+filecontract.SuffixOptions)}
 }
 
 // Refused returns the store of an input refused without being read: its
@@ -96,7 +95,7 @@ func (s *Store) outPath(suffix string) string { return filepath.Join(s.outbox, s
 
 // Files implements pipeline.Store.
 func (s *Store) Files() pipeline.Files {
-	return store.Files(s.name, filepath.Base(s.input))
+	return pipeline.Files(filecontract.FilesOf(s.name, filepath.Base(s.input)))
 }
 
 // OpenInput implements pipeline.Store: a regular file only (no link is
@@ -154,7 +153,7 @@ func (s *Store) Progress(_ context.Context, object []byte) error {
 	if err := fsx.MkdirAll(s.outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
-	return fsx.WriteFile(s.outPath(watcher.SuffixBatch), object, false)
+	return fsx.WriteFile(s.outPath(filecontract.SuffixBatch), object, false)
 }
 
 // Publish implements pipeline.Store: the result files (NAME.results.json
@@ -165,7 +164,7 @@ func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 	if err := fsx.MkdirAll(s.outbox, 0o755); err != nil {
 		return fmt.Errorf("create outbox: %w", err)
 	}
-	out, errs, doc := s.outPath(watcher.SuffixOutput), s.outPath(watcher.SuffixErrors), s.outPath(watcher.SuffixResults)
+	out, errs, doc := s.outPath(filecontract.SuffixOutput), s.outPath(filecontract.SuffixErrors), s.outPath(filecontract.SuffixResults)
 	stale := []string{doc}
 	if r.Output == "" {
 		stale = append(stale, out, errs)
@@ -196,7 +195,7 @@ func (s *Store) Publish(_ context.Context, r pipeline.Results) error {
 			return err
 		}
 	}
-	if err := fsx.WriteFile(s.outPath(watcher.SuffixBatch), r.Object, true); err != nil {
+	if err := fsx.WriteFile(s.outPath(filecontract.SuffixBatch), r.Object, true); err != nil {
 		return err
 	}
 	s.published = true
@@ -280,7 +279,7 @@ func FinishRetire(name string, record []byte) error {
 	if err != nil {
 		return err
 	}
-	optPath := filepath.Join(rec.Inbox, name+watcher.SuffixOptions)
+	optPath := filepath.Join(rec.Inbox, name+filecontract.SuffixOptions)
 	inputStays := false
 	if rec.Input != "" {
 		_, err := os.Lstat(rec.Input)
@@ -289,7 +288,7 @@ func FinishRetire(name string, record []byte) error {
 	if raw, err := fsx.ReadRegular(optPath); err == nil && rec.OptionsSum != "" && !inputStays {
 		sum := sha256.Sum256(raw)
 		if hex.EncodeToString(sum[:]) == rec.OptionsSum {
-			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+watcher.SuffixOptions)); err != nil {
+			if err := moveFile(optPath, filepath.Join(rec.DoneDir, name+filecontract.SuffixOptions)); err != nil {
 				return err
 			}
 		}
@@ -297,7 +296,7 @@ func FinishRetire(name string, record []byte) error {
 	// The cancel request and the retry mark were for this run: removed
 	// durably, so that a power cut never revives one for a later batch.
 	removed := false
-	for _, m := range []struct{ suffix, what string }{{watcher.SuffixCancel, "cancel request"}, {watcher.SuffixRetry, "retry mark"}} {
+	for _, m := range []struct{ suffix, what string }{{filecontract.SuffixCancel, "cancel request"}, {filecontract.SuffixRetry, "retry mark"}} {
 		switch err := os.Remove(filepath.Join(rec.Inbox, name+m.suffix)); {
 		case err == nil:
 			removed = true
@@ -332,12 +331,12 @@ func Unretire(name, base, inbox, done string) error {
 		}
 		return fmt.Errorf("unretire %s: %w", name, err)
 	}
-	if err := fsx.WriteFile(filepath.Join(inbox, name+watcher.SuffixRetry), nil, true); err != nil {
+	if err := fsx.WriteFile(filepath.Join(inbox, name+filecontract.SuffixRetry), nil, true); err != nil {
 		return fmt.Errorf("unretire %s: %w", name, err)
 	}
-	opt := filepath.Join(done, name+watcher.SuffixOptions)
+	opt := filepath.Join(done, name+filecontract.SuffixOptions)
 	if _, err := os.Lstat(opt); err == nil {
-		if err := moveFile(opt, filepath.Join(inbox, name+watcher.SuffixOptions)); err != nil {
+		if err := moveFile(opt, filepath.Join(inbox, name+filecontract.SuffixOptions)); err != nil {
 			return fmt.Errorf("unretire %s: %w", name, err)
 		}
 	}
@@ -378,7 +377,7 @@ func CleanOutbox(dir string) error {
 	}
 	for _, e := range ents {
 		n := e.Name()
-		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, watcher.SuffixTmp) {
+		if strings.HasPrefix(n, ".") && strings.HasSuffix(n, filecontract.SuffixTmp) {
 			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove leftover %s: %w", n, err)
 			}
@@ -397,7 +396,7 @@ func CleanOutbox(dir string) error {
 // that clones (XFS, Btrfs) the copy shares blocks and costs no space.
 func publish(src, dst string) error {
 	dir, base := filepath.Split(dst)
-	tmp := filepath.Join(dir, "."+base+watcher.SuffixTmp)
+	tmp := filepath.Join(dir, "."+base+filecontract.SuffixTmp)
 	// Whatever is at tmp goes first: a leftover, or a link someone planted
 	// in the outbox, which the copy would otherwise write through (to a
 	// file outside DATA) and the rename would then publish as dst.

@@ -12,7 +12,7 @@ import (
 )
 
 func TestContract(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) storetest.Source {
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) storetest.Fixture {
 		root := t.TempDir()
 		dir := func(d string) string { return filepath.Join(root, d) }
 		for _, d := range []string{"inbox", "outbox", "done"} {
@@ -20,7 +20,7 @@ func TestContract(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return storetest.Source{
+		return storetest.Fixture{
 			Put: func(t *testing.T, d, base string, data []byte) {
 				if err := os.WriteFile(filepath.Join(dir(d), base), data, 0o644); err != nil {
 					t.Fatal(err)

@@ -16,18 +16,19 @@ import (
 	"github.com/batchd/batchd/pipeline"
 )
 
-// Harness gives the suite one implementation, over a fresh, empty source
-// (a data directory, a bucket prefix) per call of Run's subtests.
+// Harness gives the suite one implementation, over a fresh, empty
+// Fixture per call of Run's subtests.
 type Harness struct {
-	// New returns the accessors of a fresh source.
-	New func(t *testing.T) Source
+	// New returns a fresh fixture.
+	New func(t *testing.T) Fixture
 	// Checkpoints tells that the store saves Checkpoint lines for Resume
 	// (the bucket); a store that does not (the folder) resumes nothing.
 	Checkpoints bool
 }
 
-// Source is one fresh source under test.
-type Source struct {
+// Fixture is one fresh, empty place that keeps batch files (a data
+// directory, a bucket prefix) and the store under test over it.
+type Fixture struct {
 	// Put writes file base into folder dir ("inbox", "outbox", "done").
 	Put func(t *testing.T, dir, base string, data []byte)
 	// Get reads file base of folder dir; ok is false when it is absent.
@@ -78,9 +79,9 @@ func readInput(t *testing.T, s pipeline.Store) string {
 	return buf.String()
 }
 
-func want(t *testing.T, src Source, dir, base, content string) {
+func want(t *testing.T, fx Fixture, dir, base, content string) {
 	t.Helper()
-	got, ok := src.Get(t, dir, base)
+	got, ok := fx.Get(t, dir, base)
 	if !ok {
 		t.Fatalf("%s/%s is missing", dir, base)
 	}
@@ -89,9 +90,9 @@ func want(t *testing.T, src Source, dir, base, content string) {
 	}
 }
 
-func absent(t *testing.T, src Source, dir, base string) {
+func absent(t *testing.T, fx Fixture, dir, base string) {
 	t.Helper()
-	if got, ok := src.Get(t, dir, base); ok {
+	if got, ok := fx.Get(t, dir, base); ok {
 		t.Fatalf("%s/%s is there (%q), want it absent", dir, base, got)
 	}
 }
@@ -112,12 +113,12 @@ func resultFiles(t *testing.T) (out, errsPath, doc string) {
 // The store names the files as the contract does, reads the input as often
 // as asked, and gives the options as they are (nil for none).
 func testInput(t *testing.T, h Harness) {
-	src := h.New(t)
-	src.Put(t, "inbox", "x.jsonl", []byte(input))
-	src.Put(t, "inbox", "x.options.json", []byte(options))
-	src.Put(t, "inbox", "y.jsonl", []byte(input))
-	x := src.Open(t, "x")
-	defer src.Stop(t, x, nil)
+	fx := h.New(t)
+	fx.Put(t, "inbox", "x.jsonl", []byte(input))
+	fx.Put(t, "inbox", "x.options.json", []byte(options))
+	fx.Put(t, "inbox", "y.jsonl", []byte(input))
+	x := fx.Open(t, "x")
+	defer fx.Stop(t, x, nil)
 	if f := x.Files(); f != (pipeline.Files{Input: "x.jsonl", Options: "x.options.json", Output: "x.output.jsonl", Errors: "x.errors.jsonl"}) {
 		t.Fatalf("Files = %+v", f)
 	}
@@ -129,8 +130,8 @@ func testInput(t *testing.T, h Harness) {
 	if got, err := x.Options(ctx(t)); err != nil || string(got) != options {
 		t.Fatalf("Options = %q, %v; want %q", got, err, options)
 	}
-	y := src.Open(t, "y")
-	defer src.Stop(t, y, nil)
+	y := fx.Open(t, "y")
+	defer fx.Stop(t, y, nil)
 	if got, err := y.Options(ctx(t)); err != nil || got != nil {
 		t.Fatalf("Options without a file = %q, %v; want nil", got, err)
 	}
@@ -140,11 +141,11 @@ func testInput(t *testing.T, h Harness) {
 // progress never replaces the final object; Retire moves the input and its
 // options to done/ and removes the cancel request, again harmlessly.
 func testPublish(t *testing.T, h Harness) {
-	src := h.New(t)
-	src.Put(t, "inbox", "x.jsonl", []byte(input))
-	src.Put(t, "inbox", "x.options.json", []byte(options))
-	src.Put(t, "inbox", "x.cancel", nil)
-	s := src.Open(t, "x")
+	fx := h.New(t)
+	fx.Put(t, "inbox", "x.jsonl", []byte(input))
+	fx.Put(t, "inbox", "x.options.json", []byte(options))
+	fx.Put(t, "inbox", "x.cancel", nil)
+	s := fx.Open(t, "x")
 	c := ctx(t)
 	if err := s.Progress(c, []byte(running)); err != nil {
 		t.Fatalf("Progress: %v", err)
@@ -159,11 +160,11 @@ func testPublish(t *testing.T, h Harness) {
 	if err := s.Progress(c, []byte(running)); err != nil {
 		t.Fatalf("Progress after Publish: %v", err)
 	}
-	want(t, src, "outbox", "x.output.jsonl", output)
-	want(t, src, "outbox", "x.errors.jsonl", errs)
-	want(t, src, "outbox", "x.results.json", results)
-	want(t, src, "outbox", "x.batch.json", final)
-	want(t, src, "inbox", "x.jsonl", input) // published, not retired yet
+	want(t, fx, "outbox", "x.output.jsonl", output)
+	want(t, fx, "outbox", "x.errors.jsonl", errs)
+	want(t, fx, "outbox", "x.results.json", results)
+	want(t, fx, "outbox", "x.batch.json", final)
+	want(t, fx, "inbox", "x.jsonl", input) // published, not retired yet
 	if _, err := s.RetireRecord(); err != nil {
 		t.Fatalf("RetireRecord: %v", err)
 	}
@@ -172,64 +173,64 @@ func testPublish(t *testing.T, h Harness) {
 			t.Fatalf("Retire: %v", err)
 		}
 	}
-	src.Stop(t, s, nil)
-	absent(t, src, "inbox", "x.jsonl")
-	absent(t, src, "inbox", "x.options.json")
-	absent(t, src, "inbox", "x.cancel")
-	want(t, src, "done", "x.jsonl", input)
-	want(t, src, "done", "x.options.json", options)
-	want(t, src, "outbox", "x.batch.json", final)
+	fx.Stop(t, s, nil)
+	absent(t, fx, "inbox", "x.jsonl")
+	absent(t, fx, "inbox", "x.options.json")
+	absent(t, fx, "inbox", "x.cancel")
+	want(t, fx, "done", "x.jsonl", input)
+	want(t, fx, "done", "x.options.json", options)
+	want(t, fx, "outbox", "x.batch.json", final)
 }
 
 // A batch that failed before any request ran publishes its object only,
 // and results an earlier batch of the same name left are gone.
 func testFailed(t *testing.T, h Harness) {
-	src := h.New(t)
-	src.Put(t, "outbox", "x.output.jsonl", []byte(output))
-	src.Put(t, "outbox", "x.errors.jsonl", []byte(errs))
-	src.Put(t, "outbox", "x.results.json", []byte(results))
-	src.Put(t, "inbox", "x.jsonl", []byte(input))
-	s := src.Open(t, "x")
+	fx := h.New(t)
+	fx.Put(t, "outbox", "x.output.jsonl", []byte(output))
+	fx.Put(t, "outbox", "x.errors.jsonl", []byte(errs))
+	fx.Put(t, "outbox", "x.results.json", []byte(results))
+	fx.Put(t, "inbox", "x.jsonl", []byte(input))
+	s := fx.Open(t, "x")
 	if err := s.Publish(ctx(t), pipeline.Results{Object: []byte(final)}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	if err := s.Retire(ctx(t)); err != nil {
 		t.Fatalf("Retire: %v", err)
 	}
-	src.Stop(t, s, nil)
-	absent(t, src, "outbox", "x.output.jsonl")
-	absent(t, src, "outbox", "x.errors.jsonl")
-	absent(t, src, "outbox", "x.results.json")
-	want(t, src, "outbox", "x.batch.json", final)
-	want(t, src, "done", "x.jsonl", input)
+	fx.Stop(t, s, nil)
+	absent(t, fx, "outbox", "x.output.jsonl")
+	absent(t, fx, "outbox", "x.errors.jsonl")
+	absent(t, fx, "outbox", "x.results.json")
+	want(t, fx, "outbox", "x.batch.json", final)
+	want(t, fx, "done", "x.jsonl", input)
 }
 
 // Results without a document (an input that is not a requests document)
 // remove the NAME.results.json an earlier batch of the same name left, so
 // it cannot pass for this batch's.
 func testNoDocument(t *testing.T, h Harness) {
-	src := h.New(t)
-	src.Put(t, "outbox", "x.results.json", []byte(results))
-	src.Put(t, "inbox", "x.jsonl", []byte(input))
-	s := src.Open(t, "x")
-	defer src.Stop(t, s, nil)
+	fx := h.New(t)
+	fx.Put(t, "outbox", "x.results.json", []byte(results))
+	fx.Put(t, "inbox", "x.jsonl", []byte(input))
+	s := fx.Open(t, "x")
+	defer fx.Stop(t, s, nil)
 	out, errsPath, _ := resultFiles(t)
 	if err := s.Publish(ctx(t), pipeline.Results{Output: out, Errors: errsPath, Object: []byte(final)}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	want(t, src, "outbox", "x.output.jsonl", output)
-	want(t, src, "outbox", "x.errors.jsonl", errs)
-	absent(t, src, "outbox", "x.results.json")
-	want(t, src, "outbox", "x.batch.json", final)
+	want(t, fx, "outbox", "x.output.jsonl", output)
+	want(t, fx, "outbox", "x.errors.jsonl", errs)
+	absent(t, fx, "outbox", "x.results.json")
+	want(t, fx, "outbox", "x.batch.json", final)
 }
 
 // Lines checkpointed by a run that stopped come back to the next run of
 // the same input (where the store checkpoints at all).
 func testResume(t *testing.T, h Harness) {
-	src := h.New(t)
-	src.Put(t, "inbox", "x.jsonl", []byte(input))
+	fx := h.New(t)
+	fx.Put(t, "inbox", "x.jsonl", []byte(input))
 	lines := []pipeline.Committed{{Line: 1, Data: []byte(`{"custom_id":"a"}`)}, {Line: 2, Errors: true, Data: []byte(`{"custom_id":"b"}`)}}
-	s := src.Open(t, "x")
+	s := fx.Open(t, "x")
 	if err := s.Resume(ctx(t), func(pipeline.Committed) error { return errors.New("a first run resumed a line") }); err != nil {
 		t.Fatalf("Resume on a first run: %v", err)
 	}
@@ -238,9 +239,9 @@ func testResume(t *testing.T, h Harness) {
 			t.Fatalf("Checkpoint: %v", err)
 		}
 	}
-	src.Stop(t, s, errors.New("stopped"))
-	s = src.Open(t, "x")
-	defer src.Stop(t, s, nil)
+	fx.Stop(t, s, errors.New("stopped"))
+	s = fx.Open(t, "x")
+	defer fx.Stop(t, s, nil)
 	var got []pipeline.Committed
 	if err := s.Resume(ctx(t), func(c pipeline.Committed) error {
 		got = append(got, c)

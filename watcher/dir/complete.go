@@ -7,7 +7,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/filecontract"
 )
 
 // version identifies one version of a file. Two observations with the same
@@ -64,7 +64,7 @@ func tailComplete(path, format string, want version) (ok bool, got version, err 
 // endsComplete applies the completion rule of format to the first size bytes
 // of r.
 func endsComplete(r io.ReaderAt, size int64, format string) (bool, error) {
-	if format == watcher.FormatJSONL {
+	if format == filecontract.FormatJSONL {
 		if size == 0 {
 			return true, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -17,20 +18,20 @@ func TestEndsComplete(t *testing.T) {
 		content string
 		want    bool
 	}{
-		{"jsonl empty", watcher.FormatJSONL, "", true},
-		{"jsonl newline", watcher.FormatJSONL, "{\"a\":1}\n", true},
-		{"jsonl lines", watcher.FormatJSONL, "{}\n{}\n", true},
-		{"jsonl unterminated", watcher.FormatJSONL, "{}\n{\"a\":", false},
-		{"jsonl no newline", watcher.FormatJSONL, "{\"a\":1}", false},
-		{"jsonl trailing space", watcher.FormatJSONL, "{}\n ", false},
-		{"json object", watcher.FormatJSON, `{"requests":[]}`, true},
-		{"json trailing whitespace", watcher.FormatJSON, "{\"requests\":[]}\n\t \r\n", true},
-		{"json unterminated", watcher.FormatJSON, `{"requests":[`, false},
-		{"json empty", watcher.FormatJSON, "", false},
-		{"json only whitespace", watcher.FormatJSON, " \n\n ", false},
-		{"json array", watcher.FormatJSON, `[]`, false},
-		{"json long whitespace tail", watcher.FormatJSON, "{}" + strings.Repeat(" ", 3*tailChunk+7), true},
-		{"json long whitespace tail, no object", watcher.FormatJSON, "x" + strings.Repeat("\n", 2*tailChunk), false},
+		{"jsonl empty", filecontract.FormatJSONL, "", true},
+		{"jsonl newline", filecontract.FormatJSONL, "{\"a\":1}\n", true},
+		{"jsonl lines", filecontract.FormatJSONL, "{}\n{}\n", true},
+		{"jsonl unterminated", filecontract.FormatJSONL, "{}\n{\"a\":", false},
+		{"jsonl no newline", filecontract.FormatJSONL, "{\"a\":1}", false},
+		{"jsonl trailing space", filecontract.FormatJSONL, "{}\n ", false},
+		{"json object", filecontract.FormatJSON, `{"requests":[]}`, true},
+		{"json trailing whitespace", filecontract.FormatJSON, "{\"requests\":[]}\n\t \r\n", true},
+		{"json unterminated", filecontract.FormatJSON, `{"requests":[`, false},
+		{"json empty", filecontract.FormatJSON, "", false},
+		{"json only whitespace", filecontract.FormatJSON, " \n\n ", false},
+		{"json array", filecontract.FormatJSON, `[]`, false},
+		{"json long whitespace tail", filecontract.FormatJSON, "{}" + strings.Repeat(" ", 3*tailChunk+7), true},
+		{"json long whitespace tail, no object", filecontract.FormatJSON, "x" + strings.Repeat("\n", 2*tailChunk), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

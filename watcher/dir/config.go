@@ -30,7 +30,7 @@ type Config struct {
 	Settle time.Duration
 	// IncompleteAfter is how long an input may stay unchanged but incomplete
 	// (a .jsonl without its final newline, a .json not ending in '}')
-	// before it is refused with watcher.CodeIncomplete (default 5m). A
+	// before it is refused with filecontract.CodeIncomplete (default 5m). A
 	// producer that writes in place must not pause longer than this.
 	IncompleteAfter time.Duration
 	// Poll disables fsnotify: the folder is rescanned every PollInterval. Use

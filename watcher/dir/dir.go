@@ -24,6 +24,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -79,7 +80,7 @@ const (
 //   - An input batchd cannot take is delivered as a Refused event (once
 //     while it exists, until Forget(path)), with a warning in the log, and
 //     never read: one whose name CheckName refuses (Event.Name is then
-//     watcher.SafeName of it), a symbolic link (whatever it points at), a
+//     filecontract.SafeName of it), a symbolic link (whatever it points at), a
 //     FIFO, socket or device, and an input that stayed unchanged but
 //     incomplete for IncompleteAfter. A directory named like an input, and a
 //     NAME.cancel that is not a usable regular file, are logged once and
@@ -566,7 +567,7 @@ func (w *Watcher) observe(base string, c class, info os.FileInfo, now time.Time,
 
 	w.deliveredMu.Lock()
 	d, delivered := w.delivered[base]
-	if delivered && d.refused != "" && d.refused != watcher.CodeIncomplete && code == "" {
+	if delivered && d.refused != "" && d.refused != filecontract.CodeIncomplete && code == "" {
 		// Refused before, usable now (a link replaced by a file): a new file.
 		delete(w.delivered, base)
 		d, delivered = deliveredFile{}, false
@@ -629,7 +630,7 @@ func (w *Watcher) observe(base string, c class, info os.FileInfo, now time.Time,
 		return item{}, false
 	case !complete && now.Sub(p.since) >= w.cfg.IncompleteAfter:
 		delete(w.pending, base)
-		return w.refuse(base, c, v, gen, watcher.CodeIncomplete, incompleteMessage(c.format, w.cfg.IncompleteAfter), false)
+		return w.refuse(base, c, v, gen, filecontract.CodeIncomplete, incompleteMessage(c.format, w.cfg.IncompleteAfter), false)
 	case !complete:
 		if !p.parked {
 			w.log.Debug("inbox file stable but incomplete; waiting", keyPath, path, keyFmt, c.format)
@@ -647,13 +648,13 @@ func refusal(c class, info os.FileInfo) (code, msg string) {
 	mode := info.Mode()
 	switch {
 	case mode.IsDir():
-		return watcher.CodeNotRegular, "it is a directory, not an input file"
+		return filecontract.CodeNotRegular, "it is a directory, not an input file"
 	case mode&fs.ModeSymlink != 0:
-		return watcher.CodeNotRegular, "it is a symbolic link; batchd follows no links in the inbox (their target may lie outside the data directory): move or copy the file itself in"
+		return filecontract.CodeNotRegular, "it is a symbolic link; batchd follows no links in the inbox (their target may lie outside the data directory): move or copy the file itself in"
 	case !mode.IsRegular():
-		return watcher.CodeNotRegular, fmt.Sprintf("it is not a regular file but a %s; batchd reads only regular files", fileType(mode))
+		return filecontract.CodeNotRegular, fmt.Sprintf("it is not a regular file but a %s; batchd reads only regular files", fileType(mode))
 	}
-	return watcher.CheckName(c.name)
+	return filecontract.CheckName(c.name)
 }
 
 func fileType(mode fs.FileMode) string {
@@ -670,7 +671,7 @@ func fileType(mode fs.FileMode) string {
 
 func incompleteMessage(format string, grace time.Duration) string {
 	end := "no final newline"
-	if format == watcher.FormatJSON {
+	if format == filecontract.FormatJSON {
 		end = "its last non-blank character is not '}'"
 	}
 	return fmt.Sprintf("%s after %v unchanged; the input is taken as unfinished: write the file elsewhere (or under a dot-name) and rename it into the inbox", end, grace)
@@ -687,7 +688,7 @@ func (w *Watcher) refuse(base string, c class, v version, gen uint64, code, msg 
 		w.log.Warn("inbox entry ignored", keyPath, path, keyKind, c.kind, keyCode, code, keyMsg, msg)
 		return item{}, false
 	}
-	name := watcher.SafeName(c.name)
+	name := filecontract.SafeName(c.name)
 	w.log.Warn("inbox file refused", keyPath, path, keyBatch, name, keyCode, code, keyMsg, msg)
 	return item{
 		ev: watcher.Event{Kind: watcher.Refused, Name: name, Path: path, Format: c.format,

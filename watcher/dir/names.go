@@ -6,7 +6,7 @@ import "github.com/batchd/batchd/watcher"
 type class struct {
 	kind   watcher.Kind
 	name   string // batch name
-	format string // watcher.FormatJSONL or FormatJSON for inputs, "" for cancels
+	format string // filecontract.FormatJSONL or FormatJSON for inputs, "" for cancels
 }
 
 // classify tells what the top-level inbox entry base is (watcher.Classify).

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/watcher"
 )
@@ -42,13 +43,13 @@ func TestLongNameRefused(t *testing.T) {
 
 	long := strings.Repeat("n", 240)
 	path := drop(t, inbox, staging, long+".jsonl", "{}\n")
-	ev := nextRefused(t, w, watcher.CodeNameTooLong)
-	if ev.Path != path || ev.Name != watcher.SafeName(long) || ev.Name == long || ev.Format != "jsonl" {
+	ev := nextRefused(t, w, filecontract.CodeNameTooLong)
+	if ev.Path != path || ev.Name != filecontract.SafeName(long) || ev.Name == long || ev.Format != "jsonl" {
 		t.Fatalf("event = %+v", ev)
 	}
 	settleSentinel(t, w, inbox, staging)
 
-	fits := strings.Repeat("f", watcher.MaxNameBytes)
+	fits := strings.Repeat("f", filecontract.MaxNameBytes)
 	drop(t, inbox, staging, fits+".jsonl", "{}\n")
 	if ev := next(t, w); ev.Kind != watcher.Input || ev.Name != fits {
 		t.Fatalf("event = %+v, want the input %s", ev, fits)
@@ -61,11 +62,11 @@ func TestBadNamesRefused(t *testing.T) {
 	w := start(t, New(testConfig(t, inbox)))
 	for _, name := range []string{"line\nbreak", "tab\there", "bad\xffutf8", "esc\x1b[31m"} {
 		path := drop(t, inbox, staging, name+".jsonl", "{}\n")
-		ev := nextRefused(t, w, watcher.CodeInvalidName)
-		if ev.Path != path || ev.Name != watcher.SafeName(name) {
+		ev := nextRefused(t, w, filecontract.CodeInvalidName)
+		if ev.Path != path || ev.Name != filecontract.SafeName(name) {
 			t.Fatalf("event = %+v for %q", ev, name)
 		}
-		if code, _ := watcher.CheckName(ev.Name); code != "" {
+		if code, _ := filecontract.CheckName(ev.Name); code != "" {
 			t.Fatalf("SafeName(%q) = %q, itself refused: %s", name, ev.Name, code)
 		}
 	}
@@ -82,7 +83,7 @@ func TestSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	ev := nextRefused(t, w, watcher.CodeNotRegular)
+	ev := nextRefused(t, w, filecontract.CodeNotRegular)
 	if ev.Path != link || ev.Name != "link" || !strings.Contains(ev.Message, "symbolic link") {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -99,7 +100,7 @@ func TestFIFORefused(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ev := nextRefused(t, w, watcher.CodeNotRegular)
+	ev := nextRefused(t, w, filecontract.CodeNotRegular)
 	if ev.Path != fifo || !strings.Contains(ev.Message, "FIFO") {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -144,7 +145,7 @@ func TestIncompleteRefusedAfterGrace(t *testing.T) {
 			cfg.IncompleteAfter = 300 * time.Millisecond
 			w := start(t, New(cfg))
 			path := drop(t, inbox, staging, tt.base, tt.content)
-			ev := nextRefused(t, w, watcher.CodeIncomplete)
+			ev := nextRefused(t, w, filecontract.CodeIncomplete)
 			if ev.Path != path || ev.Name != "cut" || !strings.Contains(ev.Message, tt.says) ||
 				!strings.Contains(ev.Message, "rename it into the inbox") {
 				t.Fatalf("event = %+v", ev)

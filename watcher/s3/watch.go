@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/batchd/batchd/filecontract"
+	"github.com/batchd/batchd/store/bucket/s3client"
 	"github.com/batchd/batchd/watcher"
 )
 
@@ -27,10 +30,10 @@ import (
 //     to Notify) are hints that make delivery prompt; the truth is a
 //     listing of inbox/, at Open and every ListInterval, so a lost
 //     notification delays an input by at most one interval.
-//   - An input whose name batchd cannot use (watcher.CheckName: too long,
+//   - An input whose name batchd cannot use (filecontract.CheckName: too long,
 //     control characters, or a key in a nested prefix such as
 //     inbox/a/b.jsonl or inbox//b.jsonl) is delivered as a Refused event
-//     named watcher.SafeName of it, once per ETag as an input is. Other
+//     named filecontract.SafeName of it, once per ETag as an input is. Other
 //     keys in nested prefixes (options, cancels, dot-names) are ignored.
 //   - A key no request can name as itself (a . or .. element, as in
 //     inbox/../outbox/x.jsonl, over 1024 bytes, or not UTF-8) is ignored
@@ -38,7 +41,8 @@ import (
 //     reading or moving it would address another key or fail forever.
 //   - What a key's listing no longer shows is forgotten.
 type Watcher struct {
-	b      *Bucket
+	b      *s3client.Bucket
+	log    *slog.Logger
 	events chan watcher.Event
 
 	mu        sync.Mutex
@@ -50,8 +54,8 @@ type Watcher struct {
 }
 
 // NewWatcher returns a watcher of b's inbox; Open starts it.
-func NewWatcher(b *Bucket) *Watcher {
-	return &Watcher{b: b, events: make(chan watcher.Event, 1024), delivered: map[string]string{}, inputs: -1}
+func NewWatcher(b *s3client.Bucket) *Watcher {
+	return &Watcher{b: b, log: b.Logger(), events: make(chan watcher.Event, 1024), delivered: map[string]string{}, inputs: -1}
 }
 
 // Inputs is how many input objects (NAME.jsonl, NAME.json) the inbox held
@@ -99,11 +103,11 @@ func (w *Watcher) Forget(key string) {
 
 func (w *Watcher) listLoop(ctx context.Context) {
 	defer w.wg.Done()
-	t := time.NewTicker(w.b.cfg.ListInterval)
+	t := time.NewTicker(w.b.Config().ListInterval)
 	defer t.Stop()
 	for {
 		if err := w.list(ctx); err != nil && ctx.Err() == nil {
-			w.b.log.Warn("list inbox", "error", w.b.classify("list inbox", err))
+			w.log.Warn("list inbox", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -116,14 +120,11 @@ func (w *Watcher) listLoop(ctx context.Context) {
 // list delivers every undelivered object of the inbox, oldest first, and
 // forgets keys that are gone.
 func (w *Watcher) list(ctx context.Context) error {
-	prefix := w.b.Key(dirInbox, "")
-	var found []minio.ObjectInfo
+	prefix := w.b.InboxKey("")
 	// Recursive, so that inputs in nested prefixes are seen (and refused).
-	for obj := range w.b.client.ListObjects(ctx, w.b.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
-		if obj.Err != nil {
-			return obj.Err
-		}
-		found = append(found, obj)
+	found, err := w.b.Objects(ctx, prefix)
+	if err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(found))
 	inputs := 0
@@ -179,14 +180,14 @@ func (w *Watcher) offer(ctx context.Context, key, etag string) bool {
 // element of the key): an input, a cancel request, an input refused for
 // its name; ok is false for keys to ignore.
 func (w *Watcher) classify(key string) (ev watcher.Event, ok bool) {
-	rest, ok := strings.CutPrefix(key, w.b.Key(dirInbox, ""))
+	rest, ok := strings.CutPrefix(key, w.b.InboxKey(""))
 	if !ok {
 		return ev, false
 	}
 	if !addressable(key) {
 		// Not even refused: moving it to rejected/ would address
 		// another key, or fail at every try.
-		w.b.log.Warn("inbox key ignored: no request can name it (a . or .. element, over 1024 bytes, or not UTF-8)", "key", key)
+		w.log.Warn("inbox key ignored: no request can name it (a . or .. element, over 1024 bytes, or not UTF-8)", "key", key)
 		return ev, false
 	}
 	dir, base := "", rest
@@ -199,8 +200,8 @@ func (w *Watcher) classify(key string) (ev watcher.Event, ok bool) {
 	}
 	ev = watcher.Event{Kind: kind, Name: dir + name, Path: key, Format: format}
 	if kind == watcher.Input {
-		if code, msg := watcher.CheckName(ev.Name); code != "" {
-			ev.Kind, ev.Name, ev.Code, ev.Message = watcher.Refused, watcher.SafeName(ev.Name), code, msg
+		if code, msg := filecontract.CheckName(ev.Name); code != "" {
+			ev.Kind, ev.Name, ev.Code, ev.Message = watcher.Refused, filecontract.SafeName(ev.Name), code, msg
 		}
 	}
 	return ev, true
@@ -230,9 +231,9 @@ type Event struct {
 // how many records it took.
 func (w *Watcher) Notify(ctx context.Context, ev Event) int {
 	n := 0
-	inbox := w.b.Key(dirInbox, "")
+	inbox := w.b.InboxKey("")
 	for _, rec := range ev.Records {
-		if rec.S3.Bucket.Name != w.b.bucket || !strings.HasPrefix(rec.EventName, "s3:ObjectCreated:") && !strings.HasPrefix(rec.EventName, "ObjectCreated:") {
+		if rec.S3.Bucket.Name != w.b.Name() || !strings.HasPrefix(rec.EventName, "s3:ObjectCreated:") && !strings.HasPrefix(rec.EventName, "ObjectCreated:") {
 			continue
 		}
 		key := rec.S3.Object.Key

@@ -1,32 +1,23 @@
-// Package openaitest is a loopback stand-in for an OpenAI-compatible server,
-// for tests and benchmarks of batchd. It is not a model: its answers are
-// deterministic echoes ("echo: " and the last user message), hash-derived
-// ids and unit-vector embeddings, so outputs can be compared byte for byte.
+// Package openaitest is the stand-in OpenAI-compatible server of package
+// echo with faults on request, for tests of batchd: it counts POSTs and,
+// as Options.Fault or a seeded Chaos says, answers one with an error
+// status, closes its connection, hangs, truncates the answer or delays it.
 //
-// It serves POST /v1/chat/completions, /v1/completions and /v1/embeddings
-// and GET /v1/models, counts POSTs, injects faults on request, and can stop
-// and restart on the same address to simulate an outage.
-//
-// Of batchd it imports only wire, the shapes it answers with.
+// Of batchd it imports only engine/openai/echo.
 package openaitest
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
+	"io"
 	"net/http"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/batchd/batchd/engine/openai/echo"
 )
-
-// DefaultCreated is the "created" time of every answer unless Options.Now is
-// set, so outputs are reproducible.
-const DefaultCreated = 1700000000
-
-// DefaultModel is the model name answered when a request names none.
-const DefaultModel = "stand-in"
 
 // Fault is what the stand-in does with one POST instead of answering it.
 // The zero value answers normally.
@@ -55,7 +46,7 @@ type Fault struct {
 type Options struct {
 	// Addr is the address Start listens on; empty means 127.0.0.1:0.
 	Addr string
-	// Now gives the "created" time; nil means DefaultCreated.
+	// Now gives the "created" time; nil means echo.DefaultCreated.
 	Now func() time.Time
 	// Fault, when set, is called for every POST with n, the 1-based count of
 	// POSTs the server has seen, the request and its body. It is called
@@ -63,118 +54,123 @@ type Options struct {
 	Fault func(n int64, r *http.Request, body []byte) Fault
 }
 
-// Server is the stand-in. Create it with NewServer, then Start it, or serve
-// its Handler yourself.
+// Server is the stand-in: an echo.Server (Start, URL, Stop, Restart,
+// Close, Handler) whose POSTs are counted and get Options.Fault's faults.
 type Server struct {
-	opts     Options
-	handler  http.Handler
+	*echo.Server
+	fault    func(n int64, r *http.Request, body []byte) Fault
 	requests atomic.Int64
-	done     chan struct{} // closed by Close: releases hanging handlers
-
-	mu      sync.Mutex
-	addr    string // fixed by the first Start, reused by Restart
-	srv     *http.Server
-	serving sync.WaitGroup
-	closed  bool
 }
 
 // NewServer returns a stand-in server that is not listening yet.
 func NewServer(opts Options) *Server {
-	s := &Server{opts: opts, done: make(chan struct{})}
-	s.handler = s.routes()
+	s := &Server{fault: opts.Fault}
+	s.Server = echo.NewServer(echo.Options{Addr: opts.Addr, Now: opts.Now, Wrap: s.inject})
 	return s
 }
-
-// Handler returns the stand-in's HTTP handler, for serving it elsewhere.
-func (s *Server) Handler() http.Handler { return s.handler }
 
 // Requests returns the number of POSTs the server has seen.
 func (s *Server) Requests() int64 { return s.requests.Load() }
 
-// Start listens on Options.Addr (default 127.0.0.1:0) and serves.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return errors.New("start stand-in: closed")
-	case s.srv != nil:
-		return errors.New("start stand-in: already started")
-	}
-	addr := s.opts.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	return s.listenLocked(addr)
+// posts are the routes whose requests are counted and get faults.
+var posts = map[string]bool{"/v1/chat/completions": true, "/v1/completions": true, "/v1/embeddings": true}
+
+// inject wraps the echo handler: it reads the body of each POST, counts
+// it, applies its fault and hands the rest to next.
+func (s *Server) inject(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !posts[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, echo.MaxBody))
+		if err != nil {
+			echo.WriteError(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+			return
+		}
+		n := s.requests.Add(1)
+		var f Fault
+		if s.fault != nil {
+			f = s.fault(n, r, body)
+		}
+		for k, vs := range f.Header {
+			for _, v := range vs {
+				w.Header().Add(k, v)
+			}
+		}
+		if f.Delay > 0 && !s.delay(r.Context(), f.Delay) {
+			return
+		}
+		switch {
+		case f.Close:
+			if hj, ok := w.(http.Hijacker); ok {
+				if conn, _, err := hj.Hijack(); err == nil {
+					_ = conn.Close()
+					return
+				}
+			}
+			panic(http.ErrAbortHandler) // not hijackable (HTTP/2): abort instead
+		case f.Hang:
+			s.hang(r.Context())
+			return
+		case f.Status != 0:
+			if f.Body == "" {
+				echo.WriteError(w, f.Status, fmt.Sprintf("injected fault: %d %s", f.Status, http.StatusText(f.Status)))
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(f.Status)
+			_, _ = io.WriteString(w, f.Body)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !f.Truncate {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := &recorder{header: http.Header{}}
+		next.ServeHTTP(rec, r)
+		for k, vs := range rec.header {
+			w.Header()[k] = vs
+		}
+		if rec.status != http.StatusOK {
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body.Bytes())
+			return
+		}
+		// Half of the answer object's JSON, without its final newline.
+		b := bytes.TrimSuffix(rec.body.Bytes(), []byte("\n"))
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)/2))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b[:len(b)/2])
+	})
 }
 
-func (s *Server) listenLocked(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
+// recorder keeps an answer to truncate it.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
 	}
-	s.addr = ln.Addr().String()
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
-	s.srv = srv
-	s.serving.Go(func() { _ = srv.Serve(ln) })
-	return nil
 }
 
-// URL returns the base URL, ending in /v1, as given to OpenAI clients.
-func (s *Server) URL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return "http://" + s.addr + "/v1"
-}
-
-// Stop closes the listener and every connection, so clients get
-// "connection refused" until Restart.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopLocked()
-}
-
-func (s *Server) stopLocked() {
-	if s.srv == nil {
-		return
-	}
-	_ = s.srv.Close()
-	s.srv = nil
-	s.serving.Wait()
-}
-
-// Restart listens again on the address of the first Start.
-func (s *Server) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return errors.New("restart stand-in: closed")
-	case s.addr == "":
-		return errors.New("restart stand-in: never started")
-	}
-	s.stopLocked()
-	return s.listenLocked(s.addr)
-}
-
-// Close stops the server for good and releases hanging requests.
-func (s *Server) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.closed = true
-	close(s.done)
-	s.stopLocked()
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
 }
 
 // hang blocks until the client goes away or the server closes.
 func (s *Server) hang(ctx context.Context) {
 	select {
 	case <-ctx.Done():
-	case <-s.done:
+	case <-s.Done():
 	}
 }
 
@@ -187,7 +183,7 @@ func (s *Server) delay(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
-	case <-s.done:
+	case <-s.Done():
 	}
 	return false
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/batchd/batchd/engine/openai/echo"
 )
 
 const deadline = 30 * time.Second
@@ -99,7 +101,7 @@ func TestChat(t *testing.T) {
 			if err := json.Unmarshal(body, &got); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(got.ID, "chatcmpl-") || got.Object != "chat.completion" || got.Created != DefaultCreated {
+			if !strings.HasPrefix(got.ID, "chatcmpl-") || got.Object != "chat.completion" || got.Created != echo.DefaultCreated {
 				t.Errorf("header fields = %q %q %d", got.ID, got.Object, got.Created)
 			}
 			wantModel := "stand-in"

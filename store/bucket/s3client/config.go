@@ -1,14 +1,15 @@
-// Package s3 is the bucket batch source: a MinIO/S3 bucket whose inbox/
-// prefix follows the folder contract (ARCHITECTURE.md §2), shared by any
-// number of daemons. It finds inputs by bucket notifications and by a
-// periodic listing, lets exactly one daemon claim each input through a lease
-// object, streams inputs down and results up, keeps progress checkpoints in
-// the bucket so that another daemon can resume a dead one's batch, and
-// publishes final results with conditional writes so that a stale owner
-// cannot overwrite them. docs/bucket.md is the protocol.
+// Package s3client is batchd's client of a MinIO/S3 bucket: the object
+// keys of the file contract under the configured prefix, reads and writes
+// with a capped, jittered backoff while the server cannot be reached,
+// conditional writes (Cond), downloads that resume where a dropped
+// connection stopped, listings, and a second connection for leases (the
+// Lease* methods). It knows objects, not what batchd keeps in them: the
+// lease, checkpoint and publication records are store/bucket's, which runs
+// the protocol (docs/bucket.md); the inbox listing and notifications are
+// watcher/s3's.
 //
-// It imports no batchd package but watcher.
-package s3
+// It imports no batchd package but filecontract.
+package s3client
 
 import (
 	"crypto/rand"
@@ -22,7 +23,7 @@ import (
 	"time"
 )
 
-// Config configures a Source.
+// Config configures a Bucket, and the watcher and stores of one.
 type Config struct {
 	// URL is s3://BUCKET or s3://BUCKET/PREFIX.
 	URL string

@@ -1,4 +1,4 @@
-package watcher
+package filecontract
 
 import (
 	"strings"
@@ -56,7 +56,7 @@ func FuzzSafeName(f *testing.F) {
 		if code, _ := CheckName(name); code == "" && safe != name {
 			t.Fatalf("SafeName changed the usable name %q to %q", name, safe)
 		}
-		if _, got, _, ok := Classify(safe + SuffixJSONL); safe != "" && (!ok || got != safe) {
+		if got, _, ok := ParseInbox(safe + SuffixJSONL); safe != "" && (!ok || got != safe) {
 			t.Fatalf("SafeName(%q) = %q, not a batch name of its own", name, safe)
 		}
 		if !utf8.ValidString(safe) {

@@ -10,12 +10,12 @@ import (
 	"github.com/batchd/batchd/watcher"
 )
 
-// opsSource is what the metrics and the status page see of the daemon.
-type opsSource struct{ d *Daemon }
+// opsState is what the metrics and the status page see of the daemon.
+type opsState struct{ d *Daemon }
 
-var _ ops.Source = opsSource{}
+var _ ops.State = opsState{}
 
-func (s opsSource) Batches() ([]ops.BatchView, error) {
+func (s opsState) Batches() ([]ops.BatchView, error) {
 	bs, err := s.d.pipe.Ledger().List()
 	if err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func (s opsSource) Batches() ([]ops.BatchView, error) {
 	return out, nil
 }
 
-func (s opsSource) Engine() ops.EngineView {
+func (s opsState) Engine() ops.EngineView {
 	ds := s.d.pipe.Dispatch()
 	v := ops.EngineView{Name: s.d.cfg.Engine, PrefixCacheHitRate: -1, Queued: s.d.queued(),
 		Dispatch: ops.DispatchView{InFlight: ds.InFlight, Waiting: ds.Waiting, Window: ds.Window}}
@@ -60,7 +60,7 @@ func (s opsSource) Engine() ops.EngineView {
 	return v
 }
 
-func (s opsSource) Intake() ops.IntakeView {
+func (s opsState) Intake() ops.IntakeView {
 	st := s.d.pipe.DiskState()
 	v := ops.IntakeView{DiskFull: st.Full, DiskFullPauses: st.Pauses, InboxWaiting: s.d.inboxWaiting()}
 	if st.Full {

@@ -1,4 +1,4 @@
-package openaitest
+package echo
 
 import (
 	"bytes"
@@ -11,14 +11,13 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/batchd/batchd/wire"
 )
 
-// maxBody bounds a request body.
-const maxBody = 64 << 20
+// MaxBody bounds a request body.
+const MaxBody = 64 << 20
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -32,49 +31,13 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// post reads the body, counts the request, applies any fault, checks the
-// body is a JSON object and hands it to answer, which returns the answer
-// object or an error status and message.
+// post reads the body, checks it is a JSON object and hands it to answer,
+// which returns the answer object or an error status and message.
 func (s *Server) post(answer func(body []byte) (any, int, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, wire.TypeInvalidRequest, fmt.Sprintf("read body: %v", err))
-			return
-		}
-		n := s.requests.Add(1)
-		var f Fault
-		if s.opts.Fault != nil {
-			f = s.opts.Fault(n, r, body)
-		}
-		for k, vs := range f.Header {
-			for _, v := range vs {
-				w.Header().Add(k, v)
-			}
-		}
-		if f.Delay > 0 && !s.delay(r.Context(), f.Delay) {
-			return
-		}
-		switch {
-		case f.Close:
-			if hj, ok := w.(http.Hijacker); ok {
-				if conn, _, err := hj.Hijack(); err == nil {
-					_ = conn.Close()
-					return
-				}
-			}
-			panic(http.ErrAbortHandler) // not hijackable (HTTP/2): abort instead
-		case f.Hang:
-			s.hang(r.Context())
-			return
-		case f.Status != 0:
-			if f.Body == "" {
-				writeError(w, f.Status, errorType(f.Status), fmt.Sprintf("injected fault: %d %s", f.Status, http.StatusText(f.Status)))
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(f.Status)
-			_, _ = io.WriteString(w, f.Body)
 			return
 		}
 		if !isObject(body) {
@@ -84,18 +47,6 @@ func (s *Server) post(answer func(body []byte) (any, int, string)) http.HandlerF
 		out, status, msg := answer(body)
 		if status != 0 {
 			writeError(w, status, wire.TypeInvalidRequest, msg)
-			return
-		}
-		if f.Truncate {
-			b, err := json.Marshal(out)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Content-Length", strconv.Itoa(len(b)/2))
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(b[:len(b)/2])
 			return
 		}
 		writeJSON(w, http.StatusOK, out)
@@ -325,6 +276,13 @@ func errorType(status int) string {
 		return "server_error"
 	}
 	return wire.TypeInvalidRequest
+}
+
+// WriteError answers status with an OpenAI error object of the type a
+// server gives that status (rate_limit_error, server_error,
+// invalid_request_error), saying msg.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	writeError(w, status, errorType(status), msg)
 }
 
 func writeError(w http.ResponseWriter, status int, typ, msg string) {

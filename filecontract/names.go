@@ -1,4 +1,11 @@
-package watcher
+// Package filecontract is the file contract of ARCHITECTURE.md §2, spelled
+// in one place: the folders (bucket prefixes) of a data directory, the
+// suffixes of a batch's files in them, the formats of inputs, which inbox
+// entries name batches, and which batch names batchd can use (CheckName,
+// SafeName, with the codes a refused input fails with). The folder and
+// bucket sources and stores, the daemon and the CLI all import it; it
+// imports no batchd package.
+package filecontract
 
 import (
 	"crypto/sha256"
@@ -45,37 +52,34 @@ const (
 	DirState = "state"
 )
 
-// Formats of input files, as in Event.Format.
+// Formats of input files, as in watcher.Event.Format.
 const (
 	FormatJSONL = "jsonl"
 	FormatJSON  = "json"
 )
 
-// Classify tells what the inbox entry base is: an input (with its batch name
-// and format) or a cancel request (with its batch name). It reports
-// ok=false for anything a source must ignore: dot-names, *.tmp, *.part,
-// NAME.options.json (the options of NAME, read by whoever runs NAME) and
-// unknown suffixes.
-func Classify(base string) (kind Kind, name, format string, ok bool) {
+// ParseInbox tells what the inbox entry base names, by its suffix: the
+// input of batch name (suffix SuffixJSONL or SuffixJSON) or a request to
+// cancel it (SuffixCancel). It reports ok=false for anything a source must
+// ignore: dot-names, *.tmp, *.part, NAME.options.json (the options of
+// NAME, read by whoever runs NAME), names holding a '/' and unknown
+// suffixes.
+func ParseInbox(base string) (name, suffix string, ok bool) {
 	if base == "" || strings.HasPrefix(base, ".") || strings.Contains(base, "/") ||
 		strings.HasSuffix(base, SuffixTmp) || strings.HasSuffix(base, SuffixPart) ||
 		strings.HasSuffix(base, SuffixOptions) {
-		return 0, "", "", false
+		return "", "", false
 	}
-	switch {
-	case strings.HasSuffix(base, SuffixJSONL):
-		kind, name, format = Input, strings.TrimSuffix(base, SuffixJSONL), FormatJSONL
-	case strings.HasSuffix(base, SuffixJSON):
-		kind, name, format = Input, strings.TrimSuffix(base, SuffixJSON), FormatJSON
-	case strings.HasSuffix(base, SuffixCancel):
-		kind, name = Cancel, strings.TrimSuffix(base, SuffixCancel)
-	default:
-		return 0, "", "", false
+	for _, suffix := range []string{SuffixJSONL, SuffixJSON, SuffixCancel} {
+		if name, ok := strings.CutSuffix(base, suffix); ok {
+			return name, suffix, name != ""
+		}
 	}
-	return kind, name, format, name != ""
+	return "", "", false
 }
 
-// Codes of Refused events: the code of the failed batch's error.
+// Codes of refused inputs (watcher.Refused events): the code of the failed
+// batch's error.
 const (
 	// CodeNameTooLong: a file name batchd derives from NAME would exceed
 	// the file-name limit.
@@ -165,4 +169,22 @@ func SafeName(name string) string {
 	// A leading dot would hide the outputs (and make them dot-files the
 	// watcher ignores).
 	return strings.TrimLeft(b.String(), ".") + "~" + hex.EncodeToString(sum[:4])
+}
+
+// Files are the names the file contract gives a batch's files (without
+// folders). They have the fields of pipeline.Files, which a store converts
+// them to: pipeline.Files(FilesOf(name, input)).
+type Files struct {
+	Input, Options, Output, Errors string
+}
+
+// FilesOf is the Files of batch name, its input being named input
+// (NAME.jsonl or NAME.json).
+func FilesOf(name, input string) Files {
+	return Files{
+		Input:   input,
+		Options: name + SuffixOptions,
+		Output:  name + SuffixOutput,
+		Errors:  name + SuffixErrors,
+	}
 }

@@ -1,4 +1,4 @@
-package s3
+package s3client
 
 import (
 	"context"
@@ -14,17 +14,15 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/batchd/batchd/watcher"
+	"github.com/batchd/batchd/filecontract"
 )
 
-// Key prefixes under the configured prefix.
+// Key prefixes of the file contract under the configured prefix.
 const (
-	dirInbox       = watcher.DirInbox
-	dirOutbox      = watcher.DirOutbox
-	dirDone        = watcher.DirDone
-	dirRejected    = watcher.DirRejected
-	dirLeases      = ".batchd/leases"
-	dirCheckpoints = ".batchd/checkpoints"
+	dirInbox    = filecontract.DirInbox
+	dirOutbox   = filecontract.DirOutbox
+	dirDone     = filecontract.DirDone
+	dirRejected = filecontract.DirRejected
 )
 
 // ErrPrecondition is a conditional write or read that did not hold: someone
@@ -36,7 +34,7 @@ type Bucket struct {
 	cfg    Config
 	log    *slog.Logger
 	client *minio.Client
-	leases *minio.Client // lease reads and writes only (Lease)
+	leases *minio.Client // lease reads and writes only (LeasePut, LeaseGet, LeaseRemove)
 	bucket string
 	prefix string
 }
@@ -69,7 +67,7 @@ func NewBucket(cfg Config) (*Bucket, error) {
 	}
 	// Leases have a client of their own: a renewal waits behind no upload
 	// for a connection, and gives up (to try again) well within the TTL.
-	leases, err := newClient(cfg, creds, renewTimeout(cfg.LeaseTTL))
+	leases, err := newClient(cfg, creds, LeaseTimeout(cfg.LeaseTTL))
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +104,12 @@ func (b *Bucket) Name() string { return b.bucket }
 
 // Owner is the name this daemon uses in leases and checkpoints.
 func (b *Bucket) Owner() string { return b.cfg.Owner }
+
+// Config is the bucket's config, defaults filled in.
+func (b *Bucket) Config() Config { return b.cfg }
+
+// Logger is the bucket's logger, which names the bucket.
+func (b *Bucket) Logger() *slog.Logger { return b.log }
 
 // Key is the object key of name under the configured prefix and dir.
 func (b *Bucket) Key(dir, name string) string {
