@@ -559,25 +559,61 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "Batches from the bucket are retried by uploading their input again.")
 		return
 	}
-	switch err := folder.Unretire(b.Name, b.Name+"."+b.Format, dir, d.dirs.Done); {
-	case errors.Is(err, folder.ErrNotRetired):
+	base := b.Name + "." + b.Format
+	if _, err := os.Lstat(filepath.Join(d.dirs.Done, base)); err != nil {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
 		return
-	case err != nil:
+	}
+	// An API batch runs again: its own final record goes first, durably,
+	// so that no power cut leaves it saying the batch ended while its
+	// input is back to run (its record is the ledger's until it ends
+	// anew). Should the move back fail, the record returns.
+	var final []byte
+	if m != nil {
+		var err error
+		if final, err = d.dropAPIFinal(m.ID); err != nil {
+			logAPI(d.log, r, err)
+			writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
+			return
+		}
+	}
+	if err := folder.Unretire(b.Name, base, dir, d.dirs.Done); err != nil {
+		if final != nil {
+			if werr := fsx.WriteFile(d.apiFinalPath(m.ID), final, true); werr != nil {
+				d.log.Error("restore final record", "name", m.ID, "error", werr)
+			}
+		}
+		if errors.Is(err, folder.ErrNotRetired) {
+			writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
+			return
+		}
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
 		return
 	}
 	d.log.Info("retry requested over the API", "name", b.Name, "failed", o.RequestCounts.Failed)
 	if m != nil {
-		// It runs again: its own record is the ledger's until it ends anew.
-		if err := os.Remove(d.apiFinalPath(m.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			d.log.Warn("remove final record", "name", m.ID, "error", err)
-		}
 		d.api.Submit(b.Name)
 	}
 	o.Status = pipeline.StatusInProgress
 	writeJSON(w, http.StatusOK, o)
+}
+
+// dropAPIFinal removes API batch id's final record durably and returns
+// what it held (nil when there was none).
+func (d *Daemon) dropAPIFinal(id string) ([]byte, error) {
+	path := d.apiFinalPath(id)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read final record of %s: %w", id, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("remove final record of %s: %w", id, err)
+	}
+	return raw, fsx.SyncDir(filepath.Dir(path))
 }
 
 // waitIdle waits until no run of name is queued or running (false on

@@ -282,8 +282,21 @@ func FinishRetire(name string, record []byte) error {
 	optPath := filepath.Join(rec.Inbox, name+filecontract.SuffixOptions)
 	inputStays := false
 	if rec.Input != "" {
-		_, err := os.Lstat(rec.Input)
+		st, err := os.Lstat(rec.Input)
 		inputStays = err == nil
+		// A power cut after the move's rename reached done/ but before the
+		// inbox was fsynced leaves the input under both names, one file:
+		// the move happened, and is finished here.
+		moved := filepath.Join(rec.DoneDir, filepath.Base(rec.Input))
+		if dst, err := os.Lstat(moved); inputStays && err == nil && os.SameFile(st, dst) {
+			if err := os.Remove(rec.Input); err != nil {
+				return fmt.Errorf("finish the move of %s: %w", rec.Input, err)
+			}
+			if err := fsx.SyncDir(rec.Inbox); err != nil {
+				return err
+			}
+			inputStays = false
+		}
 	}
 	if raw, err := fsx.ReadRegular(optPath); err == nil && rec.OptionsSum != "" && !inputStays {
 		sum := sha256.Sum256(raw)
@@ -295,6 +308,12 @@ func FinishRetire(name string, record []byte) error {
 	}
 	// The cancel request and the retry mark were for this run: removed
 	// durably, so that a power cut never revives one for a later batch.
+	// An input that stays keeps them: it runs again, as this run did (a
+	// changed input is newer than its cancel request, which then counts as
+	// an earlier batch's).
+	if inputStays {
+		return nil
+	}
 	removed := false
 	for _, m := range []struct{ suffix, what string }{{filecontract.SuffixCancel, "cancel request"}, {filecontract.SuffixRetry, "retry mark"}} {
 		switch err := os.Remove(filepath.Join(rec.Inbox, name+m.suffix)); {

@@ -131,3 +131,48 @@ func TestUnretireAndRetireAgain(t *testing.T) {
 		}
 	}
 }
+
+// A power cut between the retire move's rename and the inbox's fsync
+// leaves the input under both names, one file: FinishRetire finishes the
+// move, and the cancel request goes with it. An input that stays in the
+// inbox (the cut came before the move) keeps its cancel request: it runs
+// again, cancelled as before.
+func TestFinishRetireAfterACutMove(t *testing.T) {
+	root := t.TempDir()
+	inbox, done := filepath.Join(root, "inbox"), filepath.Join(root, "done")
+	for _, d := range []string{inbox, done} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	input, cancel := filepath.Join(inbox, "a.jsonl"), filepath.Join(inbox, "a.cancel")
+	for path, data := range map[string]string{input: "{}\n", cancel: ""} {
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := folder.New("a", input, filepath.Join(root, "outbox"), done).RetireRecord()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := folder.FinishRetire("a", rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cancel); err != nil {
+		t.Fatalf("the cancel request of an input that stays was removed: %v", err)
+	}
+	if err := os.Link(input, filepath.Join(done, "a.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if err := folder.FinishRetire("a", rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{input, cancel} {
+		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after the move was finished (%v)", gone, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(done, "a.jsonl")); err != nil {
+		t.Errorf("done/a.jsonl: %v", err)
+	}
+}
