@@ -35,6 +35,7 @@ var rules = []struct {
 	{"internal/failpoint", "crash points for the durability tests", nil},
 	{"internal/syncbuf", "a goroutine-safe buffer for tests' logs", nil},
 	{"internal/goroutines", "counts the goroutines running given code, for tests' leak checks", nil},
+	{"internal/lazyfs", "a FUSE test filesystem that loses what was not fsynced at a simulated power cut", nil},
 	{"internal/miniotest", "a real MinIO server for tests", nil},
 	{"internal/sdnotify", "systemd's notification protocol (sd_notify)", nil},
 	{"internal/formatdocs", "the published format descriptions' examples, for tests", nil},
