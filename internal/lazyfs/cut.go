@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 )
 
 // pageSize is the unit in which Torn keeps or loses unsynced data.
@@ -236,5 +237,9 @@ func (f *FS) writeDurable(r *record, p string) error {
 	if err != nil {
 		return err
 	}
-	return syscall.Chmod(p, r.perm)
+	if err := syscall.Chmod(p, r.perm); err != nil {
+		return err
+	}
+	mtime := time.Unix(0, r.durMtime)
+	return os.Chtimes(p, mtime, mtime)
 }

@@ -28,9 +28,10 @@
 //     named when its directory was last fsynced, with that node's durable
 //     content, so a rename undone by a cut brings back the old name with
 //     the old data. Two durable names of one node restore as a hard link.
-//   - A node's permission bits are taken as of its creation or its last
-//     fsync; owners and times are not kept (restored files belong to the
-//     process that runs the FS, with the cut's times). A directory that is
+//   - A node's permission bits, and a regular file's modification time,
+//     are taken as of its creation or its last fsync (fsync makes the
+//     inode durable); owners and other times are not kept (restored files
+//     belong to the process that runs the FS). A directory that is
 //     durable under two names (an unsynced directory rename) restores under
 //     the first of them in a breadth-first walk by sorted names only.
 //
@@ -107,6 +108,7 @@ type record struct {
 	// since Mount.
 	shadowed bool
 	durSize  int64
+	durMtime int64 // modification time (ns) as of Mount, creation or the last fsync
 	minSize  int64 // smallest size since the last fsync
 	dirty    spans // byte ranges written since the last fsync
 
@@ -252,7 +254,7 @@ func (f *FS) newRecord(st *syscall.Stat_t) *record {
 	f.nextID++
 	r := &record{
 		id: f.nextID, typ: st.Mode & syscall.S_IFMT, perm: st.Mode & 0o7777, rdev: st.Rdev,
-		ino: st.Ino, shadowed: true,
+		ino: st.Ino, shadowed: true, durMtime: st.Mtim.Nano(),
 	}
 	if r.isDir() {
 		r.entries = map[string]uint64{}

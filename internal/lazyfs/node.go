@@ -592,6 +592,7 @@ func (f *FS) syncFile(r *record, src *os.File) error {
 		return fmt.Errorf("fsync: %w", err)
 	}
 	r.perm = st.Mode & 0o7777
+	r.durMtime = st.Mtim.Nano()
 	if !r.isFile() || !r.shadowed {
 		return nil // unchanged since Mount, or no data to keep
 	}
