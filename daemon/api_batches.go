@@ -20,6 +20,7 @@ import (
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
+	"github.com/batchd/batchd/store/bucket"
 	"github.com/batchd/batchd/store/folder"
 )
 
@@ -552,14 +553,15 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch is still finishing; retry in a moment.")
 		return
 	}
+	base := b.Name + "." + b.Format
+	if m == nil && d.bucket != nil {
+		d.retryBucketBatch(w, r, b, o, base)
+		return
+	}
 	dir := d.dirs.Inbox
 	if m != nil {
 		dir = d.apiDir()
-	} else if d.bucket != nil {
-		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "Batches from the bucket are retried by uploading their input again.")
-		return
 	}
-	base := b.Name + "." + b.Format
 	if _, err := os.Lstat(filepath.Join(d.dirs.Done, base)); err != nil {
 		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
 		return
@@ -595,6 +597,27 @@ func (d *Daemon) handleRetryBatch(w http.ResponseWriter, r *http.Request) {
 	if m != nil {
 		d.api.Submit(b.Name)
 	}
+	o.Status = pipeline.StatusInProgress
+	writeJSON(w, http.StatusOK, o)
+}
+
+// retryBucketBatch is handleRetryBatch for a batch of the bucket: its input
+// returns from done/ to the inbox with a retry mark (bucket.Unretire), and
+// whichever daemon claims it runs the failed requests again.
+func (d *Daemon) retryBucketBatch(w http.ResponseWriter, r *http.Request, b *ledger.Batch, o *pipeline.BatchObject, base string) {
+	switch err := bucket.Unretire(r.Context(), d.bucket.b, b.Name, base); {
+	case errors.Is(err, bucket.ErrNotRetired):
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "The batch's input is no longer in done/; it cannot be retried.")
+		return
+	case errors.Is(err, bucket.ErrInputWaiting):
+		writeAPIError(w, http.StatusConflict, "invalid_state", "", "A newer input of this name waits in the inbox; it runs instead.")
+		return
+	case err != nil:
+		logAPI(d.log, r, err)
+		writeAPIError(w, http.StatusInternalServerError, "", "", "retrying failed")
+		return
+	}
+	d.log.Info("retry requested over the API", "name", b.Name, "failed", o.RequestCounts.Failed)
 	o.Status = pipeline.StatusInProgress
 	writeJSON(w, http.StatusOK, o)
 }

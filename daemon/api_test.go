@@ -400,27 +400,44 @@ func TestOpenAINodeSDK(t *testing.T) {
 // Retry runs only the failed requests again: completed ones are not redone.
 func TestAPIRetryRunsOnlyFailed(t *testing.T) {
 	var refuse atomic.Bool
-	refuse.Store(true)
-	e := newAPIEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
-		if refuse.Load() && bytes.Contains(body, []byte(`line 1`)) { // lines 1, 10-19
-			return openaitest.Fault{Status: http.StatusBadRequest}
-		}
-		return openaitest.Fault{}
-	}}, nil)
+	e := newAPIEnv(t, refuseLineOne(&refuse), nil)
 	_, f := e.upload("batch", "r.jsonl", chatBatch(20, "r"))
 	var o pipeline.BatchObject
 	e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions"}, &o)
-	first := e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	e.retryRunsOnlyFailed(o.ID, &refuse)
+}
+
+// refuseLineOne is a stand-in engine that refuses (400) the requests of
+// chatBatch lines 1 and 10-19 while refuse holds, which it does at first.
+func refuseLineOne(refuse *atomic.Bool) openaitest.Options {
+	refuse.Store(true)
+	return openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		if refuse.Load() && bytes.Contains(body, []byte(`line 1`)) {
+			return openaitest.Fault{Status: http.StatusBadRequest}
+		}
+		return openaitest.Fault{}
+	}}
+}
+
+// retryRunsOnlyFailed checks the retry of batch id, whose lines 1 and 10-19
+// of 20 the engine refuses while refuse holds: its first run ends with 11
+// failed and 9 completed; with refuse off, a retry sends the 11 failed
+// requests only and ends with all 20 completed; a second retry is refused
+// (nothing failed).
+func (e *apiEnv) retryRunsOnlyFailed(id string, refuse *atomic.Bool) {
+	t := e.t
+	t.Helper()
+	first := e.waitBatch(id, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
 	if first.RequestCounts.Failed != 11 || first.RequestCounts.Completed != 9 {
 		t.Fatalf("first run: %+v", first.RequestCounts)
 	}
 	before := e.srv.Requests()
 	refuse.Store(false)
 	var ro pipeline.BatchObject
-	if st := e.postJSON("/v1/batches/"+o.ID+"/retry", nil, &ro); st != 200 {
+	if st := e.postJSON("/v1/batches/"+id+"/retry", nil, &ro); st != 200 {
 		t.Fatalf("retry: %d", st)
 	}
-	second := e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool {
+	second := e.waitBatch(id, func(o *pipeline.BatchObject) bool {
 		return pipeline.Terminal(o.Status) && o.RequestCounts.Completed == 20
 	})
 	if second.RequestCounts.Failed != 0 {
@@ -430,7 +447,7 @@ func TestAPIRetryRunsOnlyFailed(t *testing.T) {
 		t.Fatalf("the retry sent %d requests, want the 11 failed ones only", got)
 	}
 	var ae apiErr
-	if st := e.postJSON("/v1/batches/"+o.ID+"/retry", nil, &ae); st != http.StatusConflict {
+	if st := e.postJSON("/v1/batches/"+id+"/retry", nil, &ae); st != http.StatusConflict {
 		t.Fatalf("retry with nothing failed: %d", st)
 	}
 }

@@ -114,7 +114,8 @@ func (br *bucketSource) Start(ctx context.Context, ev watcher.Event, p Canceller
 		p.CancelOnStart(ev.Name)
 		br.log.Info("cancel requested; the batch will start cancelled", "name", ev.Name)
 	}
-	return &Started{Job: pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st}, Ctx: st.Context(), Finish: st.Close}, nil
+	job := pipeline.Job{Name: ev.Name, Format: ev.Format, Store: st, RetryFailed: st.RetryRequested()}
+	return &Started{Job: job, Ctx: st.Context(), Finish: st.Close}, nil
 }
 
 // FetchBucketBatch downloads batch name's input and result objects from

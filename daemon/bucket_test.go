@@ -466,3 +466,34 @@ func TestBucketRefusesUnusableNames(t *testing.T) {
 		t.Fatalf("retried, or the engine saw %d requests, want the 2 of after", e.srv.Requests())
 	}
 }
+
+// A finished batch of the bucket is retried over the API: its input returns
+// from done/ with a retry mark (bucket.Unretire), only the failed requests
+// run again, the completed ones are kept, and the retire that ends the
+// rerun removes the mark.
+func TestBucketRetryOverAPI(t *testing.T) {
+	var refuse atomic.Bool
+	e := newBucketEnv(t, refuseLineOne(&refuse))
+	a := &apiEnv{env: e.env, key: "sk-test-key"}
+	cfg := e.bucketConfig("solo")
+	cfg.Listen = "127.0.0.1:0"
+	cfg.API.Keys = []string{a.key}
+	a.d = a.open(cfg)
+	a.base = "http://" + a.d.HTTPAddr()
+	e.put("jobs/inbox/r.jsonl", chatBatch(20, "r"))
+	e.waitPublished("r", 60*time.Second)
+	raw, _ := e.minio.Get(e.bucket, "jobs/outbox/r.batch.json")
+	var o pipeline.BatchObject
+	if err := json.Unmarshal(raw, &o); err != nil {
+		t.Fatal(err)
+	}
+	a.retryRunsOnlyFailed(o.ID, &refuse)
+	e.waitPublished("r", 60*time.Second)
+	waitFor(t, 60*time.Second, "the retry mark to go", func() bool {
+		_, ok := e.minio.Get(e.bucket, "jobs/inbox/r.retry")
+		return !ok
+	})
+	if rep := e.bucketCheck(cfg, "r"); rep.OutputLines != 20 || rep.ErrorLines != 0 {
+		t.Fatalf("after the retry: %+v", rep)
+	}
+}

@@ -61,6 +61,8 @@ type Store struct {
 	options         []byte
 	cancelKey       string
 	cancelRequested bool
+	retryKey        string
+	retryRequested  bool
 	dir, input      string
 	lease           *lease
 	cp              *checkpointer
@@ -93,7 +95,8 @@ func Open(ctx context.Context, cfg Config, name, key, etag string) (*Store, erro
 		return nil, fmt.Errorf("open %s: %s", b.URL(key), msg)
 	}
 	s := &Store{cfg: cfg, b: b, log: cfg.Logger.With("name", name, "key", key), name: name, key: key, etag: etag,
-		optKey: b.InboxKey(name + filecontract.SuffixOptions), cancelKey: b.InboxKey(name + filecontract.SuffixCancel)}
+		optKey: b.InboxKey(name + filecontract.SuffixOptions), cancelKey: b.InboxKey(name + filecontract.SuffixCancel),
+		retryKey: b.InboxKey(name + filecontract.SuffixRetry)}
 	lease, err := claim(ctx, b, name, key, etag)
 	if errors.Is(err, errHeld) {
 		s.log.Debug("input claimed elsewhere", "reason", err)
@@ -190,6 +193,11 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 	} else if tag != "" && !mod.Before(inMod) {
 		s.cancelRequested = true
 	}
+	if tag, _, err := b.Stat(ctx, s.retryKey); err != nil {
+		return false, err
+	} else if tag != "" {
+		s.retryRequested = true
+	}
 	seq, err := nextCheckpoint(ctx, b, s.name, s.etag)
 	if err != nil {
 		return false, err
@@ -207,6 +215,11 @@ func (s *Store) Context() context.Context { return s.runCtx }
 // CancelRequested tells that a cancel object newer than the input waits in
 // the inbox: the batch should start cancelled.
 func (s *Store) CancelRequested() bool { return s.cancelRequested }
+
+// RetryRequested tells that a retry mark (Unretire's) waits in the inbox:
+// the batch's failed and cancelled requests run again (pipeline.Job's
+// RetryFailed).
+func (s *Store) RetryRequested() bool { return s.retryRequested }
 
 // Close ends the claim after the run returned runErr: a run stopped early
 // saves its committed lines as checkpoints for whoever runs it next; the
@@ -409,13 +422,71 @@ func (s *Store) Retire(ctx context.Context) error {
 			}
 		}
 	}
-	if err := b.Remove(ctx, s.cancelKey); err != nil {
-		return err
+	for _, key := range []string{s.cancelKey, s.retryKey} {
+		if err := b.Remove(ctx, key); err != nil {
+			return err
+		}
 	}
 	if err := removeCheckpoints(ctx, b, s.name, s.etag); err != nil {
 		return err
 	}
 	return unpublish(ctx, b, s.name, s.etag)
+}
+
+// ErrNotRetired is Unretire's error when the input is not in done/.
+var ErrNotRetired = errors.New("the input is not in done/")
+
+// ErrInputWaiting is Unretire's error when an input of the batch's name
+// waits in the inbox already (a newer one: it runs instead).
+var ErrInputWaiting = errors.New("an input of that name waits in the inbox")
+
+// Unretire is Retire undone, to run a finished batch's failed requests
+// again (the API's retry): batch name's input (base: NAME.jsonl or
+// NAME.json) returns from done/ to the inbox with its options, after a
+// NAME.retry mark there, which makes the run that claims it rerun the
+// failed and cancelled requests (RetryRequested) and keep the completed
+// ones when that daemon's ledger holds the batch (another daemon runs every
+// request again; the results are replaced whole, never duplicated). Retire
+// removes the mark. Each step is done before the next: the mark, the
+// options, the input, each a copy conditional on the done/ object's ETag
+// and then the removal of that object, so a crash leaves the input in
+// done/ (a retry may be asked again) or in the inbox with its options and
+// its mark.
+func Unretire(ctx context.Context, b *s3client.Bucket, name, base string) error {
+	src := b.DoneKey(base)
+	tag, _, err := b.Stat(ctx, src)
+	if err != nil {
+		return fmt.Errorf("unretire %s: %w", name, err)
+	}
+	if tag == "" {
+		return fmt.Errorf("unretire %s: %w", name, ErrNotRetired)
+	}
+	if cur, _, err := b.Stat(ctx, b.InboxKey(base)); err != nil {
+		return fmt.Errorf("unretire %s: %w", name, err)
+	} else if cur != "" {
+		return fmt.Errorf("unretire %s: %w", name, ErrInputWaiting)
+	}
+	if _, err := b.PutBytes(ctx, b.InboxKey(name+filecontract.SuffixRetry), nil, "application/octet-stream", s3client.Any); err != nil {
+		return fmt.Errorf("unretire %s: %w", name, err)
+	}
+	opt := name + filecontract.SuffixOptions
+	optTag, _, err := b.Stat(ctx, b.DoneKey(opt))
+	if err != nil {
+		return fmt.Errorf("unretire %s: %w", name, err)
+	}
+	moves := []struct{ base, tag string }{{opt, optTag}, {base, tag}}
+	for _, m := range moves {
+		if m.tag == "" {
+			continue
+		}
+		if err := b.Copy(ctx, b.DoneKey(m.base), m.tag, b.InboxKey(m.base)); err != nil {
+			return fmt.Errorf("unretire %s: %w", name, err)
+		}
+		if err := b.Remove(ctx, b.DoneKey(m.base)); err != nil {
+			return fmt.Errorf("unretire %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // renew renews the lease every TTL/3 until ctx ends, and sooner again

@@ -119,3 +119,39 @@ func TestPublishOnce(t *testing.T) {
 		t.Fatalf("left after unpublish: %v", keys)
 	}
 }
+
+// Unretire brings a retired input back to the inbox with its options and
+// a retry mark, and takes them out of done/; an input not in done/, or one
+// whose name waits in the inbox already, is refused and changes nothing.
+func TestUnretire(t *testing.T) {
+	srv := miniotest.Start(t)
+	bucket := srv.Bucket()
+	b := testBucket(t, srv, bucket, "a", 0)
+	ctx := context.Background()
+	if err := Unretire(ctx, b, "x", "x.jsonl"); !errors.Is(err, ErrNotRetired) {
+		t.Fatalf("unretire of an input not in done/: %v, want ErrNotRetired", err)
+	}
+	srv.Put(bucket, "team/done/x.jsonl", []byte("{}\n"))
+	srv.Put(bucket, "team/done/x.options.json", []byte(`{"metadata":{"k":"v"}}`))
+	srv.Put(bucket, "team/inbox/x.jsonl", []byte("newer\n"))
+	if err := Unretire(ctx, b, "x", "x.jsonl"); !errors.Is(err, ErrInputWaiting) {
+		t.Fatalf("unretire over a waiting input: %v, want ErrInputWaiting", err)
+	}
+	if keys := srv.Keys(bucket, "team/inbox/"); len(keys) != 1 {
+		t.Fatalf("a refused unretire changed the inbox: %v", keys)
+	}
+	if err := b.Remove(ctx, "team/inbox/x.jsonl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unretire(ctx, b, "x", "x.jsonl"); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"team/inbox/x.jsonl": "{}\n", "team/inbox/x.options.json": `{"metadata":{"k":"v"}}`, "team/inbox/x.retry": ""} {
+		if got, ok := srv.Get(bucket, key); !ok || string(got) != want {
+			t.Errorf("%s after unretire: %q (there: %v), want %q", key, got, ok, want)
+		}
+	}
+	if keys := srv.Keys(bucket, "team/done/"); len(keys) != 0 {
+		t.Errorf("done/ still holds %v after unretire", keys)
+	}
+}
