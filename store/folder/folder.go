@@ -434,8 +434,17 @@ func publish(src, dst string) error {
 }
 
 // moveFile renames src to dst (replacing dst), making both directories durable.
+// A move a power cut interrupted (each directory's entry is durable on its
+// own) can leave src and dst as two names of one file, where rename(2) does
+// nothing: src is removed instead.
 func moveFile(src, dst string) error {
-	if err := os.Rename(src, dst); err != nil {
+	sst, serr := os.Lstat(src)
+	dst0, derr := os.Lstat(dst)
+	if serr == nil && derr == nil && os.SameFile(sst, dst0) {
+		if err := os.Remove(src); err != nil {
+			return fmt.Errorf("move %s: %w", src, err)
+		}
+	} else if err := os.Rename(src, dst); err != nil {
 		return fmt.Errorf("move %s: %w", src, err)
 	}
 	if err := fsx.SyncDir(filepath.Dir(dst)); err != nil {

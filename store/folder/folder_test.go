@@ -133,8 +133,9 @@ func TestUnretireAndRetireAgain(t *testing.T) {
 }
 
 // A power cut between the retire move's rename and the inbox's fsync
-// leaves the input under both names, one file: FinishRetire finishes the
-// move, and the cancel request goes with it. An input that stays in the
+// leaves the input (or its options) under both names, one file:
+// FinishRetire finishes the move (a rename between two names of one file
+// does nothing), and the cancel request goes with it. An input that stays in the
 // inbox (the cut came before the move) keeps its cancel request: it runs
 // again, cancelled as before.
 func TestFinishRetireAfterACutMove(t *testing.T) {
@@ -146,6 +147,7 @@ func TestFinishRetireAfterACutMove(t *testing.T) {
 		}
 	}
 	input, cancel := filepath.Join(inbox, "a.jsonl"), filepath.Join(inbox, "a.cancel")
+	options := filepath.Join(inbox, "a.options.json")
 	for path, data := range map[string]string{input: "{}\n", cancel: ""} {
 		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 			t.Fatal(err)
@@ -164,10 +166,21 @@ func TestFinishRetireAfterACutMove(t *testing.T) {
 	if err := os.Link(input, filepath.Join(done, "a.jsonl")); err != nil {
 		t.Fatal(err)
 	}
+	// The cut came during the options' move too: they are at both names.
+	if err := os.WriteFile(options, []byte(`{"metadata":{"k":"v"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = folder.New("a", input, filepath.Join(root, "outbox"), done).RetireRecord()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(options, filepath.Join(done, "a.options.json")); err != nil {
+		t.Fatal(err)
+	}
 	if err := folder.FinishRetire("a", rec); err != nil {
 		t.Fatal(err)
 	}
-	for _, gone := range []string{input, cancel} {
+	for _, gone := range []string{input, cancel, options} {
 		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still there after the move was finished (%v)", gone, err)
 		}
