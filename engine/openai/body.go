@@ -127,7 +127,12 @@ func requestID(endpoint, customID string) string {
 // snippet returns the start of a body for an error message.
 func snippet(body []byte) string {
 	const limit = 256
-	s := strings.TrimSpace(strings.ToValidUTF8(string(body), string(utf8.RuneError)))
+	// Only the start is converted: an answer may be hundreds of MiB.
+	body = bytes.TrimSpace(body)
+	if len(body) > limit+utf8.UTFMax {
+		body = body[:limit+utf8.UTFMax]
+	}
+	s := strings.ToValidUTF8(string(body), string(utf8.RuneError))
 	if len(s) > limit {
 		cut := limit
 		for cut > 0 && !utf8.RuneStart(s[cut]) {

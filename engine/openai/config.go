@@ -23,13 +23,15 @@ type Config struct {
 	MaxInFlight int
 	// MaxRetries bounds the retries of a request that fails on its own. A
 	// request gives up, and becomes an engine_unavailable error line, once
-	// more than MaxRetries of its attempts count against it: a 408 or 429
-	// always does; a 5xx, transport error, timeout or 2xx whose body is not
-	// JSON does only when the replica that failed it answered another
-	// request since this one's previous attempt (or this is the only
-	// request left and one already counted, or the server answered it with
-	// a 5xx or a 2xx that is not JSON and a health check showed the
-	// replica up meanwhile: the body of an earlier request of the same
+	// more than MaxRetries of its attempts count against it: a 408 or 429,
+	// or an answer over MaxAnswerBytes, always does; a 5xx, transport
+	// error, timeout or 2xx whose body is not JSON does only when the
+	// replica that failed it answered another request since this one's
+	// previous attempt (or this is the only request left and one already
+	// counted, or the server answered it with a 5xx, a 2xx that is not JSON
+	// or an answer it did not finish (cut short, or still arriving when
+	// AttemptTimeout ran out) and a health check showed the replica up
+	// meanwhile: the body of an earlier request of the same
 	// endpoint that succeeded, at most 64 KiB, sent again with the header
 	// X-Batchd-Health-Check and its answer discarded; one check at a time
 	// per replica, its result shared by every request failing there).
@@ -42,8 +44,26 @@ type Config struct {
 	// RetryWaitMin and RetryWaitMax bound the backoff between attempts; a
 	// server's Retry-After is honoured up to RetryWaitMax.
 	RetryWaitMin, RetryWaitMax time.Duration
-	// AttemptTimeout bounds one attempt, reading the response included.
+	// AttemptTimeout bounds one attempt, reading the whole answer included:
+	// an answer still arriving (a byte at a time, or without end) when it
+	// runs out fails the attempt.
 	AttemptTimeout time.Duration
+	// MaxAnswerBytes bounds one answer's body (default 256 MiB). A bigger
+	// one (refused unread when its Content-Length says so, otherwise cut
+	// off at the cap) fails that attempt, and counts against its request
+	// (see MaxRetries), never towards an outage: once its retries run out
+	// it becomes that request's engine_unavailable error line, naming the
+	// cap.
+	MaxAnswerBytes int64
+	// MaxAnswerBytesInFlight bounds the bytes of answers the engine holds
+	// at once, across all requests and health checks (default 512 MiB; at
+	// least MaxAnswerBytes). An answer waits for budget before it is read:
+	// its Content-Length, or, without one, a share of what the budget
+	// leaves beyond MaxAnswerBytes, and MaxAnswerBytes (one such answer at
+	// a time) once it outgrows that. An answer's bytes count until Do
+	// returns it; joining the pieces of an answer without a Content-Length
+	// briefly takes its size again.
+	MaxAnswerBytesInFlight int64
 	// ProbeInterval is how often a down engine (or replica) is probed.
 	ProbeInterval time.Duration
 	// DownAfter is the number of consecutive failed attempts (transport
@@ -74,6 +94,9 @@ func DefaultConfig() Config {
 		ProbeInterval:  2 * time.Second,
 		DownAfter:      8,
 		HangAfter:      time.Minute,
+
+		MaxAnswerBytes:         256 << 20,
+		MaxAnswerBytesInFlight: 512 << 20,
 	}
 }
 
@@ -89,7 +112,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.MaxInFlight < 1:
-		return fmt.Errorf("openai.max_in_flight: must be at least 1, got %d", c.MaxInFlight)
+		return fmt.Errorf("openai.max_inflight: must be at least 1, got %d", c.MaxInFlight)
 	case c.MaxRetries < 0:
 		return fmt.Errorf("openai.max_retries: must not be negative, got %d", c.MaxRetries)
 	case c.RetryWaitMin < 0:
@@ -106,6 +129,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("openai.down_after: must be at least 1, got %d", c.DownAfter)
 	case c.HangAfter <= 0:
 		return fmt.Errorf("openai.hang_after: must be positive, got %s", c.HangAfter)
+	case c.MaxAnswerBytes < 1<<10:
+		return fmt.Errorf("openai.max_answer_bytes: must be at least 1 KiB, got %d", c.MaxAnswerBytes)
+	case c.MaxAnswerBytesInFlight < c.MaxAnswerBytes:
+		return fmt.Errorf("openai.max_answer_bytes_inflight: %d is below max_answer_bytes %d", c.MaxAnswerBytesInFlight, c.MaxAnswerBytes)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -32,9 +31,6 @@ const (
 	keyURL      = "url"
 )
 
-// maxResponseBytes bounds one response body held in memory.
-const maxResponseBytes = 256 << 20
-
 var (
 	errClosed  = fmt.Errorf("openai engine closed: %w", engine.ErrUnavailable)
 	errNotOpen = fmt.Errorf("openai engine not open: %w", engine.ErrUnavailable)
@@ -47,7 +43,12 @@ var (
 // and resumes them when a probe or a request gets an answer, so an outage
 // pauses batches instead of failing their requests. A request fails with
 // engine.ErrUnavailable only when its retries run out while other requests,
-// or health checks, show the remote engine is up (see Config.MaxRetries).
+// or health checks, show the remote engine is up, or its own answers do
+// (408, 429, over Config.MaxAnswerBytes; see Config.MaxRetries).
+//
+// Answers are read within Config.MaxAnswerBytes each and
+// Config.MaxAnswerBytesInFlight together (see answerBudget), and
+// Config.AttemptTimeout bounds reading each one.
 type Engine struct {
 	cfg       Config
 	logger    *slog.Logger
@@ -55,6 +56,7 @@ type Engine struct {
 	prober    *prober
 	transport *http.Transport // shared connection pool
 	client    *http.Client    // sends attempts through attemptTransport
+	answers   *answerBudget   // bounds the answer bytes held, each and all
 	urlStub   string          // URL given to go-retryablehttp; the transport picks the replica
 	sem       chan struct{}   // the in-flight window
 	inflight  atomic.Int64
@@ -105,14 +107,18 @@ func New(cfg Config) (*Engine, error) {
 	transport.MaxIdleConns = cfg.MaxInFlight * len(bases)
 
 	p := newPool(bases, logURLs, cfg.DownAfter, logger)
+	// Answers read at once: one attempt per request in flight, and one
+	// health check per replica.
+	answers := newAnswerBudget(cfg.MaxAnswerBytesInFlight, cfg.MaxAnswerBytes, cfg.MaxInFlight+len(bases))
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Engine{
 		cfg:       cfg,
 		logger:    logger,
 		pool:      p,
 		transport: transport,
+		answers:   answers,
 		client: &http.Client{Transport: &attemptTransport{
-			base: transport, pool: p, timeout: cfg.AttemptTimeout, maxBody: maxResponseBytes,
+			base: transport, pool: p, timeout: cfg.AttemptTimeout, answers: answers,
 		}},
 		urlStub: stub,
 		checks:  newChecks(len(bases)),
@@ -326,6 +332,7 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	defer context.AfterFunc(e.ctx, cancel)()
 
 	c := &call{e: e, customID: req.CustomID, endpoint: req.Endpoint}
+	defer c.release()
 	c.remember()
 	callCtx = context.WithValue(callCtx, ctxKey{}, c)
 	client := &retryablehttp.Client{
@@ -368,6 +375,7 @@ type call struct {
 	replica  *replica // of the latest attempt, set by attemptTransport
 	url      string   // of the latest attempt, redacted
 	respBody []byte   // of the latest attempt, set by attemptTransport
+	held     int64    // bytes of the answer budget respBody holds
 	jsonBody bool     // respBody is JSON (checked by checkRetry on a 2xx)
 	attempts int
 	streak   int      // attempts since the call last waited for the engine to come back
@@ -378,6 +386,15 @@ type call struct {
 	checks   []uint64 // checks.ended when the previous attempt ended
 	last     string   // the latest attempt's status or error
 	reason   string   // why the call gave up
+	oversize int      // answers over Config.MaxAnswerBytes
+}
+
+// release drops the latest attempt's answer and returns its bytes to the
+// answer budget.
+func (c *call) release() {
+	c.e.answers.release(c.held)
+	c.held = 0
+	c.respBody = nil
 }
 
 func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []byte) (*http.Response, error) {
@@ -401,11 +418,14 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 // retried, with a limit only on attempts that count against this request
 // (strikes); the call gives up once it has more than Config.MaxRetries:
 //   - A 408 or 429 is always a strike: the server is up and said no.
+//   - An answer over Config.MaxAnswerBytes is always a strike: the server
+//     is up and sent more than this engine holds for one answer.
 //   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
 //     whose body is not JSON) is a strike when the replica that failed it
 //     answered another request since this one's previous attempt; or when
 //     this is the only request left and it already has a strike; or when
-//     the server answered it (a 5xx or a 2xx that is not JSON) and a
+//     the server answered it (a 5xx, a 2xx that is not JSON, or an answer
+//     cut short or still arriving when the attempt timed out) and a
 //     health check (see serverUp) shows the replica serving a known-good
 //     request meanwhile, so several requests failing at the end of a
 //     batch are told apart from an outage as one alone is. It is never a
@@ -415,7 +435,12 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 //     health. Otherwise it is an outage (pool.failed counts it towards
 //     DownAfter), and while the engine is down the call waits for it to
 //     come back before trying again.
-func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (retry bool, _ error) {
+	defer func() {
+		if retry { // the answer is not needed while the call waits
+			c.release()
+		}
+	}()
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
@@ -429,6 +454,19 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		return false, err
 	}
 	pool := c.e.pool
+	if errors.Is(err, errAnswerTooLarge) {
+		// The server answered, so it is up; what it sent is more than
+		// this engine holds for one answer: the request's own failure.
+		pool.answered(c.replica, false)
+		c.remember()
+		c.strikes++
+		c.oversize++
+		if c.strikes > c.e.cfg.MaxRetries {
+			c.reason = fmt.Sprintf("%d answers over openai.max_answer_bytes (%d bytes)", c.oversize, c.e.cfg.MaxAnswerBytes)
+			return false, errors.New(c.last)
+		}
+		return true, nil
+	}
 	c.jsonBody = err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300 && json.Valid(c.respBody)
 	if !serverFailed(resp, c.jsonBody, err) {
 		if !throttled(resp) {
@@ -463,7 +501,10 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		// The request's fault, not the engine's: it does not count
 		// towards taking the engine down.
 		c.strikes++
-	case err == nil && c.serverUp(ctx, checkedSince, alone):
+	case (err == nil || answered(err)) && c.serverUp(ctx, checkedSince, alone):
+		// It answered (a 5xx, a 2xx that is not JSON, or an answer cut
+		// short or still arriving when the attempt's time ran out) and a
+		// known-good request shows the replica serving.
 		c.strikes++
 		c.checked++
 	case ctx.Err() != nil: // cancelled during the health check
@@ -573,11 +614,8 @@ func (c *call) describe(resp *http.Response, err error) string {
 
 // result maps the final response of a call.
 func (c *call) result(resp *http.Response) (*engine.Response, error) {
-	body, err := io.ReadAll(resp.Body) // buffered by attemptTransport
+	body := c.respBody // read by attemptTransport; resp.Body holds the same bytes
 	_ = resp.Body.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read response from %s: %w: %w", c.url, err, engine.ErrUnavailable)
-	}
 	id := resp.Header.Get("X-Request-Id")
 	if id == "" {
 		id = requestID(c.endpoint, c.customID)

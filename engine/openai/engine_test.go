@@ -650,7 +650,7 @@ func TestValidate(t *testing.T) {
 		{"bad scheme", func(c *Config) { c.URLs = []string{"http://a/v1", "ftp://b/v1"} }, `openai.urls[1]: base URL "ftp://b/v1": scheme "ftp" is not http or https`},
 		{"no host", func(c *Config) { c.URLs = []string{"http:///v1"} }, "openai.urls[0]: base URL"},
 		{"query", func(c *Config) { c.URLs = []string{"http://a/v1?x=1"} }, "query"},
-		{"max in flight", func(c *Config) { c.MaxInFlight = 0 }, "openai.max_in_flight"},
+		{"max in flight", func(c *Config) { c.MaxInFlight = 0 }, "openai.max_inflight"},
 		{"max retries", func(c *Config) { c.MaxRetries = -1 }, "openai.max_retries"},
 		{"wait min", func(c *Config) { c.RetryWaitMin = -1 }, "openai.retry_wait_min"},
 		{"wait max", func(c *Config) { c.RetryWaitMax = 0 }, "openai.retry_wait_max"},
@@ -659,6 +659,8 @@ func TestValidate(t *testing.T) {
 		{"probe interval", func(c *Config) { c.ProbeInterval = 0 }, "openai.probe_interval"},
 		{"down after", func(c *Config) { c.DownAfter = 0 }, "openai.down_after"},
 		{"hang after", func(c *Config) { c.HangAfter = 0 }, "openai.hang_after"},
+		{"answer cap", func(c *Config) { c.MaxAnswerBytes = 0 }, "openai.max_answer_bytes: must be at least 1 KiB"},
+		{"answer budget", func(c *Config) { c.MaxAnswerBytesInFlight = c.MaxAnswerBytes - 1 }, "openai.max_answer_bytes_inflight"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -96,19 +95,20 @@ func (e *Engine) healthCheck(ctx context.Context, r *replica, endpoint string, b
 	// Straight to the shared connection pool: a health check is no attempt
 	// of any request (pool.pick, Stats and the hang watchdog never see it).
 	resp, err := e.prober.client.Do(req)
-	var answer []byte
+	var jsonBody bool
 	if err == nil {
-		answer, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+		// Read within the answer budget like any answer, and dropped at once.
+		var answer []byte
+		var held int64
+		answer, held, err = e.answers.read(ctx, resp.Body, resp.ContentLength)
 		_ = resp.Body.Close()
-		if err == nil && int64(len(answer)) > maxResponseBytes {
-			err = fmt.Errorf("response body over %d bytes", maxResponseBytes)
-		}
+		jsonBody = err == nil && json.Valid(answer)
+		e.answers.release(held)
 	}
 	if err != nil {
 		return false, err.Error()
 	}
 	got := fmt.Sprintf("status %d", resp.StatusCode)
-	jsonBody := json.Valid(answer)
 	if resp.StatusCode < 300 && !jsonBody {
 		got += " with a body that is not JSON"
 	}

@@ -105,8 +105,9 @@ type ctxKey struct{}
 
 // attemptTransport sends each attempt of a call to a replica chosen per
 // attempt, bounds the attempt with its own timeout and reads the whole
-// response body before returning, so a body cut short is a transport error
-// (and retried) and the timeout covers reading it.
+// answer, within the answer budget, before returning, so a body cut short,
+// too large or still arriving when the time is up is a transport error
+// (answerError) and retried.
 //
 // It deliberately has no CloseIdleConnections method: go-retryablehttp
 // calls that on the client after every failed request, which would drop the
@@ -115,7 +116,7 @@ type attemptTransport struct {
 	base    http.RoundTripper
 	pool    *pool
 	timeout time.Duration
-	maxBody int64
+	answers *answerBudget
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -123,12 +124,12 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if c == nil {
 		return nil, errors.New("openai: request without call state")
 	}
+	c.release() // the previous attempt's answer, if still held
 	r := t.pool.pick()
 	reacted := false
 	defer func() { t.pool.release(r, reacted) }()
 	c.replica = r
 	c.url = endpointURL(r.logURL, c.endpoint)
-	c.respBody = nil
 
 	parent := req.Context()
 	ctx, cancel := context.WithTimeout(parent, t.timeout)
@@ -148,20 +149,18 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	resp, err := t.base.RoundTrip(out)
 	if err == nil {
 		t.pool.heard() // the status line and headers
-		var body []byte
-		body, err = io.ReadAll(io.LimitReader(heardReader{resp.Body, t.pool}, t.maxBody+1))
+		// A heard byte tells the hang watchdog the engine is alive; it
+		// does not extend the attempt: ctx bounds the whole answer.
+		body, held, rerr := t.answers.read(ctx, heardReader{resp.Body, t.pool}, resp.ContentLength)
 		_ = resp.Body.Close()
-		if err == nil && int64(len(body)) > t.maxBody {
-			err = fmt.Errorf("response body over %d bytes", t.maxBody)
-		}
-		if err == nil {
+		if rerr == nil {
 			reacted = true
-			c.respBody = body
+			c.respBody, c.held = body, held
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 			resp.ContentLength = int64(len(body))
 			return resp, nil
 		}
-		err = fmt.Errorf("read response: %w", err)
+		err = &answerError{status: resp.StatusCode, err: rerr}
 	}
 	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%w after %s: %w", errAttemptTimeout, t.timeout, err)

@@ -159,3 +159,16 @@ func TestErrorBody(t *testing.T) {
 		})
 	}
 }
+
+func TestSnippet(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"  short  ", "short"},
+		{strings.Repeat("é", 200), strings.Repeat("é", 128) + "…"},
+		{"\xff" + strings.Repeat("a", 300), "\uFFFD" + strings.Repeat("a", 253) + "…"},
+		{strings.Repeat("a", 256) + strings.Repeat(" ", 1000), strings.Repeat("a", 256)},
+	} {
+		if got := snippet([]byte(tc.body)); got != tc.want {
+			t.Errorf("snippet(%.20q…) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+}
