@@ -138,6 +138,11 @@ type OpenAIConfig struct {
 	AttemptTimeout time.Duration `yaml:"attempt_timeout"`
 	ProbeInterval  time.Duration `yaml:"probe_interval"`
 	HangAfter      time.Duration `yaml:"hang_after"`
+	// MaxAnswerBytes bounds one answer (default 256 MiB; a bigger one fails
+	// its request after max_retries); MaxAnswerBytesInFlight bounds the
+	// answer bytes held at once (default 512 MiB).
+	MaxAnswerBytes         int64 `yaml:"max_answer_bytes"`
+	MaxAnswerBytesInFlight int64 `yaml:"max_answer_bytes_inflight"`
 }
 
 // NativeConfig configures the in-process engine.
@@ -240,6 +245,9 @@ func DefaultConfig() Config {
 			AttemptTimeout: 10 * time.Minute,
 			ProbeInterval:  2 * time.Second,
 			HangAfter:      openai.DefaultConfig().HangAfter,
+
+			MaxAnswerBytes:         openai.DefaultConfig().MaxAnswerBytes,
+			MaxAnswerBytesInFlight: openai.DefaultConfig().MaxAnswerBytesInFlight,
 		},
 		Pipeline: PipelineConfig{
 			MaxConcurrentBatches:  4,

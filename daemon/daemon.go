@@ -150,6 +150,8 @@ func (c Config) openaiConfig() openai.Config {
 	oc.RetryWaitMax = c.OpenAI.RetryWaitMax
 	oc.AttemptTimeout = c.OpenAI.AttemptTimeout
 	oc.HangAfter = c.OpenAI.HangAfter
+	oc.MaxAnswerBytes = c.OpenAI.MaxAnswerBytes
+	oc.MaxAnswerBytesInFlight = c.OpenAI.MaxAnswerBytesInFlight
 	oc.MediaRoot = c.MediaRoot
 	if c.OpenAI.ProbeInterval > 0 {
 		oc.ProbeInterval = c.OpenAI.ProbeInterval

@@ -922,6 +922,8 @@ func TestValidateChecksEngineFields(t *testing.T) {
 		{"openai.retry_wait_max", func(c *daemon.Config) { c.OpenAI.RetryWaitMax = time.Millisecond; c.OpenAI.RetryWaitMin = time.Second }},
 		{"openai.attempt_timeout", func(c *daemon.Config) { c.OpenAI.AttemptTimeout = 0 }},
 		{"openai.hang_after", func(c *daemon.Config) { c.OpenAI.HangAfter = 0 }},
+		{"openai.max_answer_bytes", func(c *daemon.Config) { c.OpenAI.MaxAnswerBytes = 0 }},
+		{"openai.max_answer_bytes_inflight", func(c *daemon.Config) { c.OpenAI.MaxAnswerBytesInFlight = 1 << 20 }},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			cfg := daemon.DefaultConfig()
