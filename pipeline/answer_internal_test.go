@@ -1,0 +1,25 @@
+package pipeline
+
+import (
+	"testing"
+
+	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/pipeline/ledger"
+)
+
+// benchAnswer is a typical chat answer as a remote engine sends it.
+var benchAnswer = []byte(`{"id":"chatcmpl-0123456789","object":"chat.completion","created":1700000000,"model":"stories260K","choices":[{"index":0,"message":{"role":"assistant","content":"Once upon a time there was a little girl named Lily. She loved to play outside."},"finish_reason":"stop"}],"usage":{"prompt_tokens":24,"completion_tokens":18,"total_tokens":42,"prompt_tokens_details":{"cached_tokens":8}}}`)
+
+// BenchmarkEngineResult measures what every answer costs on its way to a
+// result line: the checks of the body, its encoding and its usage.
+func BenchmarkEngineResult(b *testing.B) {
+	r := &run{b: &ledger.Batch{ID: "batch_0123456789abcdef"}}
+	resp := &engine.Response{StatusCode: 200, RequestID: "req_0123456789abcdef01234567", Body: benchAnswer}
+	b.SetBytes(int64(len(benchAnswer)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if res, ok := r.engineResult(i%1000+1, "request-1", resp, nil); !ok || res.kind != toOutput {
+			b.Fatal("not a result line")
+		}
+	}
+}
