@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/wire"
 )
 
@@ -14,6 +15,28 @@ import (
 // result line must be valid UTF-8 JSON whose response.body is an object,
 // and a success's usage must be token counts the batch totals can add.
 // An answer that is not is that request's engine_bad_response error line.
+
+// AnswerProblem says why an engine's answer cannot be served as it is
+// (the online endpoints' check, the same as a batch's): "" when it can,
+// else what engine_bad_response would say of it.
+func AnswerProblem(resp *engine.Response) string {
+	p := bodyProblem(resp.Body)
+	if p == "" && !json.Valid(resp.Body) {
+		p = syntaxProblem(resp.Body)
+	}
+	if p == "" && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		_, p = usageOf(resp.Body)
+	}
+	if p == "" {
+		return ""
+	}
+	return answerMessage(resp.StatusCode, p)
+}
+
+// answerMessage is the message of an engine_bad_response line.
+func answerMessage(status int, problem string) string {
+	return fmt.Sprintf("the engine answered status %d with a body that %s; it is not written as a result", status, problem)
+}
 
 // bodyProblem says what is wrong with body as the body of a result line,
 // or "" when nothing is: it must be valid UTF-8 and begin with '{' (that
@@ -80,7 +103,7 @@ func invalidUTF8At(b []byte) int {
 // with a body that problem describes. It is logged: an engine that
 // answers so is broken, and its operator should hear of it.
 func (r *run) badAnswer(id, cid string, line, status int, problem string) result {
-	msg := fmt.Sprintf("the engine answered status %d with a body that %s; it is not written as a result", status, problem)
+	msg := answerMessage(status, problem)
 	r.log.Warn("the engine's answer cannot be a result line; failing that request", keyLine, line, keyCustomID, cid, "problem", msg)
 	l := &OutputLine{ID: id, CustomID: strPtr(cid), Line: line, Error: &LineError{Code: CodeBadResponse, Message: msg}}
 	return result{line: line, kind: toErrors, data: encodeLine(l)}

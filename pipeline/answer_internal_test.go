@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/batchd/batchd/engine"
@@ -20,6 +21,30 @@ func BenchmarkEngineResult(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		if res, ok := r.engineResult(i%1000+1, "request-1", resp, nil); !ok || res.kind != toOutput {
 			b.Fatal("not a result line")
+		}
+	}
+}
+
+// AnswerProblem, the check for answers that are not written to a batch,
+// refuses what a batch refuses.
+func TestAnswerProblem(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string // "" for none
+	}{
+		{200, string(benchAnswer), ""},
+		{400, `{"error":{"message":"no","type":"invalid_request_error"}}`, ""},
+		{200, "{\"a\":\"\xff\"}", "status 200 with a body that is not valid UTF-8 (at byte 6)"},
+		{200, `[]`, "is an array, not a JSON object"},
+		{400, `{"error":`, "status 400 with a body that is not JSON"},
+		{200, `{"a":1} {}`, "is not JSON"},
+		{200, `{"usage":{"completion_tokens":-1}}`, "usage.completion_tokens"},
+		{400, `{"usage":{"completion_tokens":-1}}`, ""}, // a refusal's usage is not summed
+	} {
+		got := AnswerProblem(&engine.Response{StatusCode: c.status, Body: []byte(c.body)})
+		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%d %q: %q, want %q", c.status, c.body, got, c.want)
 		}
 	}
 }
