@@ -54,9 +54,8 @@ func bodyProblem(body []byte) string {
 
 // notObject says what body, which is not a JSON object, is instead.
 func notObject(body []byte) string {
-	var v json.RawMessage
-	if err := json.Unmarshal(body, &v); err != nil {
-		return "is not JSON: " + err.Error()
+	if !json.Valid(body) {
+		return syntaxProblem(body)
 	}
 	i := wire.SkipSpace(body, 0)
 	kind := "a number"
