@@ -56,6 +56,10 @@ type Response struct {
 	RequestID string
 	// Body is the endpoint's response body (chat.completion, text_completion,
 	// embeddings list), or an OpenAI error object {"error":{...}} for a 4xx.
+	// The pipeline checks it, whatever the engine: a body that is not a
+	// JSON object in valid UTF-8, or a 2xx whose usage token counts are
+	// not whole numbers from 0 to MaxInt64, fails the request with an
+	// engine_bad_response error line instead of being written as given.
 	Body json.RawMessage
 }
 

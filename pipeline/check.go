@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/batchd/batchd/pipeline/validate"
 )
@@ -49,8 +50,10 @@ func (r *CheckReport) addf(format string, args ...any) {
 
 // Check verifies a finished batch against its input: every input line has
 // exactly one result line across output ∪ errors, each result line's
-// custom_id is its input line's, every result line is whole JSON, the
-// batch object's counts agree, and a requests document's NAME.results.json
+// custom_id is its input line's, every result line is whole JSON in valid
+// UTF-8 whose response.body (when it has one) is an object, a success's
+// usage is token counts, the batch object's counts agree and its usage is
+// not negative, and a requests document's NAME.results.json
 // has one entry per request, in order, that agrees with its result line.
 // It is the offline oracle for the exactly-once guarantee (like `bbolt
 // check` for bbolt).
@@ -153,6 +156,9 @@ func Check(in CheckInput) (*CheckReport, error) {
 	for _, n := range dup {
 		rep.addf("line %d (custom_id %q): %d result lines", n, ids[n], seen[n])
 	}
+	if u := obj.Usage; u.InputTokens < 0 || u.OutputTokens < 0 || u.TotalTokens < 0 || u.InputTokensDetails.CachedTokens < 0 {
+		rep.addf("batch object: negative usage %+v", u)
+	}
 	c := obj.RequestCounts
 	if c.Total != c.Completed+c.Failed {
 		rep.addf("batch object: request_counts.total %d != completed %d + failed %d", c.Total, c.Completed, c.Failed)
@@ -188,7 +194,10 @@ func scanResults(path string, isErrors bool, ids map[int]string, lineOf map[stri
 				rep.addf("%s:%d: torn line (no final newline)", path, i)
 			}
 			var l OutputLine
-			if jerr := json.Unmarshal(raw, &l); jerr != nil {
+			if !utf8.Valid(raw) {
+				// encoding/json would read it, replacing the bytes.
+				rep.addf("%s:%d: not valid UTF-8 (at byte %d)", path, i, invalidUTF8At(raw))
+			} else if jerr := json.Unmarshal(raw, &l); jerr != nil {
 				rep.addf("%s:%d: not a JSON result line: %v", path, i, jerr)
 			} else {
 				n := checkResultLine(path, i, &l, isErrors, ids, lineOf, seen, rep)
@@ -239,6 +248,16 @@ func checkResultLine(path string, i int, l *OutputLine, isErrors bool, ids map[i
 	success := l.Response != nil && l.Response.StatusCode >= 200 && l.Response.StatusCode < 300
 	if isErrors == success {
 		rep.addf("%s:%d: a %s line in the wrong file", path, i, map[bool]string{true: "success", false: "failure"}[success])
+	}
+	if l.Response != nil {
+		// What the pipeline refuses from an engine (answer.go).
+		problem := bodyProblem(l.Response.Body)
+		if problem == "" && success {
+			_, problem = usageOf(l.Response.Body)
+		}
+		if problem != "" {
+			rep.addf("%s:%d: response.body %s", path, i, problem)
+		}
 	}
 	seen[n]++
 	return n

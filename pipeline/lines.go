@@ -24,12 +24,19 @@ const (
 	CodeBatchExpired      = "batch_expired"
 	CodeBatchCancelled    = "batch_cancelled"
 	CodeEngineUnavailable = "engine_unavailable"
-	CodeInvalidResponse   = "invalid_engine_response"
+	// CodeBadResponse: the engine answered with a body no result line may
+	// hold (answer.go): not valid UTF-8, not a JSON object, or a success
+	// whose usage is not token counts.
+	CodeBadResponse = "engine_bad_response"
 	// CodeEngineCrashed: the request was in flight at two unclean stops of
 	// the daemon, the second time alone (inflight.go); it is not run again
 	// (POST /v1/batches/{id}/retry runs it once more, alone).
 	CodeEngineCrashed = "engine_crashed"
 )
+
+// codeInvalidResponse is what CodeBadResponse was called before it
+// covered more than a body that is not JSON; lines of older runs have it.
+const codeInvalidResponse = "invalid_engine_response"
 
 // suspectLimit is how many unclean stops with a request in flight fail it.
 const suspectLimit = 2
@@ -38,7 +45,7 @@ const suspectLimit = 2
 // retries instead of reusing: they say nothing about the request itself.
 func rerunnable(code string) bool {
 	switch code {
-	case CodeBatchExpired, CodeBatchCancelled, CodeEngineUnavailable, CodeInvalidResponse:
+	case CodeBatchExpired, CodeBatchCancelled, CodeEngineUnavailable, CodeBadResponse, codeInvalidResponse:
 		return true
 	}
 	return false
@@ -226,7 +233,6 @@ func (r *run) answerResult(o outcome) (res result, ok bool) {
 // false when the run is shutting down: the line is left for the next run.
 func (r *run) engineResult(line int, cid string, resp *engine.Response, err error) (result, bool) {
 	id := requestID(r.b.ID, line)
-	l := &OutputLine{ID: id, CustomID: strPtr(cid)}
 	switch {
 	case err == nil:
 		success := resp.StatusCode >= 200 && resp.StatusCode < 300
@@ -234,14 +240,21 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 		if success {
 			errLine = 0
 		}
-		if data, ok := encodeResponse(id, cid, resp.StatusCode, answerID(resp, id), resp.Body, errLine); !ok {
-			l.Error = &LineError{Code: CodeInvalidResponse, Message: fmt.Sprintf("the engine answered status %d with a body that is not JSON", resp.StatusCode)}
-			l.Line = line
-		} else if success {
-			return result{line: line, kind: toOutput, data: data, usage: usageOf(resp.Body)}, true
-		} else {
+		if p := bodyProblem(resp.Body); p != "" {
+			return r.badAnswer(id, cid, line, resp.StatusCode, p), true
+		}
+		data, ok := encodeResponse(id, cid, resp.StatusCode, answerID(resp, id), resp.Body, errLine)
+		switch {
+		case !ok:
+			return r.badAnswer(id, cid, line, resp.StatusCode, syntaxProblem(resp.Body)), true
+		case !success:
 			return result{line: line, kind: toErrors, data: data}, true
 		}
+		usage, p := usageOf(resp.Body)
+		if p != "" {
+			return r.badAnswer(id, cid, line, resp.StatusCode, p), true
+		}
+		return result{line: line, kind: toOutput, data: data, usage: usage}, true
 	case r.runCtx.Err() != nil:
 		return result{}, false
 	case r.reqCtx.Err() != nil:
@@ -253,10 +266,9 @@ func (r *run) engineResult(line int, cid string, resp *engine.Response, err erro
 		if !errors.Is(err, engine.ErrUnavailable) {
 			r.log.Warn("engine error", keyLine, line, keyCustomID, cid, "error", err)
 		}
-		l.Error = &LineError{Code: CodeEngineUnavailable, Message: err.Error()}
-		l.Line = line
+		l := &OutputLine{ID: id, CustomID: strPtr(cid), Error: &LineError{Code: CodeEngineUnavailable, Message: err.Error()}, Line: line}
+		return result{line: line, kind: toErrors, data: encodeLine(l)}, true
 	}
-	return result{line: line, kind: toErrors, data: encodeLine(l)}, true
 }
 
 // answerID is the request_id of an engine's answer: the engine's own, or
@@ -267,23 +279,6 @@ func answerID(resp *engine.Response, lineID string) string {
 		return resp.RequestID
 	}
 	return lineID
-}
-
-func usageOf(body []byte) lineUsage {
-	if lu, ok := readUsage(body); ok {
-		return lu
-	}
-	var u struct {
-		Usage wire.Usage `json:"usage"`
-	}
-	if json.Unmarshal(body, &u) != nil {
-		return lineUsage{}
-	}
-	lu := lineUsage{in: int64(u.Usage.PromptTokens), out: int64(u.Usage.CompletionTokens)}
-	if d := u.Usage.PromptTokensDetails; d != nil {
-		lu.cached = int64(d.CachedTokens)
-	}
-	return lu
 }
 
 // The members of a body's usage that usageOf reads or checks.
@@ -298,7 +293,8 @@ var (
 // in place. ok is false whenever the answer needs encoding/json's own
 // judgement (usageOf then decodes the body): a key with escapes, one of
 // the keys read spelled in another case or given twice, a value of a type
-// or spelling encoding/json would refuse for an int.
+// or spelling encoding/json would refuse for an int, a negative count
+// (usageOf then says what is wrong).
 func readUsage(body []byte) (lineUsage, bool) {
 	var usage []byte
 	if !knownMembers(body, topUsageKey, func(_ int, v []byte) bool { usage = v; return true }) {
@@ -359,18 +355,4 @@ func knownMembers(obj []byte, keys []string, read func(i int, v []byte) bool) bo
 			seen |= 1 << j
 		}
 	}
-}
-
-// jsonInt reads v, a raw JSON value, into *n as encoding/json reads an int:
-// null leaves it; ok is false for anything but an integer that fits.
-func jsonInt(v []byte, n *int64) bool {
-	if string(v) == "null" {
-		return true
-	}
-	x, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		return false
-	}
-	*n = x
-	return true
 }

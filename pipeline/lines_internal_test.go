@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/batchd/batchd/wire"
@@ -50,53 +51,67 @@ func TestEncodeResponseMatchesMarshal(t *testing.T) {
 }
 
 // usageOf's fast path gives what decoding the body gives, and leaves to
-// the decoder every body it cannot read the same way.
+// the decoder every body it cannot read the same way; a usage whose
+// counts are not whole numbers from 0 to MaxInt64 is refused.
 func TestReadUsageMatchesDecoding(t *testing.T) {
-	decoded := func(body string) lineUsage {
+	decoded := func(body string) (lineUsage, bool) {
 		var u struct {
 			Usage wire.Usage `json:"usage"`
 		}
 		if json.Unmarshal([]byte(body), &u) != nil {
-			return lineUsage{}
+			return lineUsage{}, false
 		}
 		lu := lineUsage{in: int64(u.Usage.PromptTokens), out: int64(u.Usage.CompletionTokens)}
 		if d := u.Usage.PromptTokensDetails; d != nil {
 			lu.cached = int64(d.CachedTokens)
 		}
-		return lu
+		return lu, true
 	}
 	for _, c := range []struct {
 		body string
 		fast bool // readUsage answers itself
+		bad  string
 	}{
-		{`{"choices":[{"usage":{"prompt_tokens":99}}],"usage":{"prompt_tokens":24,"completion_tokens":12,"total_tokens":36}}`, true},
-		{`{"usage":{"prompt_tokens":5,"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":4}}}`, true},
-		{`{"usage":{"prompt_tokens":5,"prompt_tokens_details":null,"completion_tokens_details":{"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}}`, true},
-		{` { "usage" : { "prompt_tokens" : -3 , "other": "x\"}" } } `, true},
-		{`{"usage":null}`, true},
-		{`{"id":"x"}`, true},
-		{`{"usage":{"prompt_tokens":null,"completion_tokens":2}}`, true},
-		{`{"Usage":{"prompt_tokens":5}}`, false},
-		{`{"usage":{"Prompt_Tokens":5}}`, false},
-		{`{"usage":{"prompt_tokens":5},"usage":{"completion_tokens":6}}`, false},
-		{`{"usage":{"prompt_tokens":5,"prompt_tokens":6}}`, false},
-		{`{"us\u0061ge":{"prompt_tokens":5}}`, false},
-		{`{"usage":{"prompt_tokens":5.0,"completion_tokens":6}}`, false},
-		{`{"usage":{"prompt_tokens":"5"}}`, false},
-		{`{"usage":{"prompt_tokens":5,"total_tokens":1e2}}`, false},
-		{`{"usage":{"prompt_tokens":99999999999999999999}}`, false},
-		{`{"usage":{"prompt_tokens":5,"completion_tokens_details":{"accepted_prediction_tokens":true}}}`, false},
-		{`{"usage":{"prompt_tokens_details":{"cached_tokens":[]}}}`, false},
-		{`{"usage":[1]}`, false},
-		{`{"usage":"lots"}`, false},
-		{`["usage"]`, false},
+		{`{"choices":[{"usage":{"prompt_tokens":99}}],"usage":{"prompt_tokens":24,"completion_tokens":12,"total_tokens":36}}`, true, ""},
+		{`{"usage":{"prompt_tokens":5,"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":4}}}`, true, ""},
+		{`{"usage":{"prompt_tokens":5,"prompt_tokens_details":null,"completion_tokens_details":{"accepted_prediction_tokens":2,"rejected_prediction_tokens":1}}}`, true, ""},
+		{` { "usage" : { "prompt_tokens" : 3 , "other": "x\"}" } } `, true, ""},
+		{`{"usage":null}`, true, ""},
+		{`{"id":"x"}`, true, ""},
+		{`{"usage":{"prompt_tokens":null,"completion_tokens":2}}`, true, ""},
+		{`{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":0}}`, true, ""},
+		{`{"Usage":{"prompt_tokens":5}}`, false, ""},
+		{`{"usage":{"Prompt_Tokens":5}}`, false, ""},
+		{`{"usage":{"prompt_tokens":5},"usage":{"completion_tokens":6}}`, false, ""},
+		{`{"usage":{"prompt_tokens":5,"prompt_tokens":6}}`, false, ""},
+		{`{"us\u0061ge":{"prompt_tokens":5}}`, false, ""},
+		{` { "usage" : { "prompt_tokens" : -3 , "other": "x\"}" } } `, false, "usage.prompt_tokens that is not a whole number from 0 to 9223372036854775807 (-3)"},
+		{`{"usage":{"prompt_tokens":4611686018427387904,"completion_tokens":-4611686018427387904}}`, false, "usage.completion_tokens"},
+		{`{"usage":{"prompt_tokens":5.0,"completion_tokens":6}}`, false, "usage.prompt_tokens"},
+		{`{"usage":{"prompt_tokens":"5"}}`, false, "usage.prompt_tokens"},
+		{`{"usage":{"prompt_tokens":5,"total_tokens":1e2}}`, false, "usage.total_tokens"},
+		{`{"usage":{"prompt_tokens":99999999999999999999}}`, false, "usage.prompt_tokens"},
+		{`{"usage":{"prompt_tokens":5,"completion_tokens_details":{"accepted_prediction_tokens":true}}}`, false, "usage.completion_tokens_details.accepted_prediction_tokens"},
+		{`{"usage":{"prompt_tokens_details":{"cached_tokens":[]}}}`, false, "usage.prompt_tokens_details.cached_tokens"},
+		{`{"usage":{"prompt_tokens_details":{"cached_tokens":-1}}}`, false, "usage.prompt_tokens_details.cached_tokens"},
+		{`{"usage":{"prompt_tokens_details":7}}`, false, "not an object of token counts"},
+		{`{"usage":[1]}`, false, "not an object of token counts"},
+		{`{"usage":"lots"}`, false, "not an object of token counts"},
 	} {
 		_, fast := readUsage([]byte(c.body))
 		if fast != c.fast {
 			t.Errorf("%s: fast path %v, want %v", c.body, fast, c.fast)
 		}
-		if got, want := usageOf([]byte(c.body)), decoded(c.body); got != want {
-			t.Errorf("%s: usage %+v, decoding gives %+v", c.body, got, want)
+		got, problem := usageOf([]byte(c.body))
+		if c.bad != "" {
+			if !strings.Contains(problem, c.bad) {
+				t.Errorf("%s: problem %q, want one with %q", c.body, problem, c.bad)
+			}
+			continue
+		}
+		want, ok := decoded(c.body)
+		if problem != "" || !ok || got != want {
+			t.Errorf("%s: usage %+v (problem %q), decoding gives %+v (ok %v)", c.body, got, problem, want, ok)
 		}
 	}
 }

@@ -125,7 +125,9 @@ func (r *run) seed() error {
 			if err := json.Unmarshal(c.Data, &l); err != nil || l.Response == nil {
 				return fmt.Errorf("line %d: not an output line", c.Line)
 			}
-			res.usage = usageOf(l.Response.Body)
+			// Checked when it was written; a line of an older batchd
+			// whose usage is not token counts adds nothing.
+			res.usage, _ = usageOf(l.Response.Body)
 		}
 		n++
 		return r.append(res)
@@ -247,9 +249,9 @@ func (r *run) append(res result) error {
 		r.outDirty = true
 		r.b.Completed++
 		r.b.OutLen += int64(len(res.data) + 1)
-		r.b.InputTokens += res.usage.in
-		r.b.OutputTokens += res.usage.out
-		r.b.CachedTokens += res.usage.cached
+		r.b.InputTokens = addTokens(r.b.InputTokens, res.usage.in)
+		r.b.OutputTokens = addTokens(r.b.OutputTokens, res.usage.out)
+		r.b.CachedTokens = addTokens(r.b.CachedTokens, res.usage.cached)
 	}
 	w.Write(res.data)
 	if err := w.WriteByte('\n'); err != nil {

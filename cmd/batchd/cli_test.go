@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -411,6 +412,37 @@ func TestStatusListsBatchesAndQueuedInputs(t *testing.T) {
 	}
 }
 
+// replaceLine returns lines joined, with line i replaced by line.
+func replaceLine(lines []string, i int, line string) string {
+	out := slices.Clone(lines)
+	out[i] = line
+	return strings.Join(out, "")
+}
+
+// withResponseBody returns result line line, its newline kept, with
+// response.body replaced by body.
+func withResponseBody(t *testing.T, line, body string) string {
+	t.Helper()
+	var l map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(line), &l); err != nil {
+		t.Fatal(err)
+	}
+	var resp map[string]json.RawMessage
+	if err := json.Unmarshal(l["response"], &resp); err != nil {
+		t.Fatal(err)
+	}
+	resp["body"] = json.RawMessage(body)
+	var err error
+	if l["response"], err = json.Marshal(resp); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
 // waitFinished waits until batch name is completed and its input is in done/.
 func waitFinished(t *testing.T, data, name, format string) {
 	t.Helper()
@@ -464,6 +496,10 @@ func TestCheckDetectsTamperedOutputs(t *testing.T) {
 			want: []string{"a success line in the wrong file"}},
 		{name: "a torn last line", output: string(intact[:len(intact)-10]), errs: string(intactErrs),
 			want: []string{"torn line"}},
+		{name: "invalid UTF-8 in a line", output: replaceLine(lines, 2, strings.Replace(lines[2], `"content":"`, "\"content\":\"\xff", 1)), errs: string(intactErrs),
+			want: []string{"tamper.output.jsonl:3: not valid UTF-8 (at byte"}},
+		{name: "a body that is not an object", output: replaceLine(lines, 3, withResponseBody(t, lines[3], `["not","an","object"]`)), errs: string(intactErrs),
+			want: []string{"tamper.output.jsonl:4: response.body is an array, not a JSON object"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,10 +1,12 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -250,10 +252,13 @@ func (e *Engine) enter() error {
 // JSON body or a refusal (4xx but 408/429, and 501, whose body is always an
 // OpenAI error object), an error wrapping engine.ErrUnavailable when the
 // request's retries run out while the remote engine is up (see
-// Config.MaxRetries) or the engine is closed, or ctx.Err().
+// Config.MaxRetries) or the engine is closed, or ctx.Err(). A 2xx whose
+// whole body is not JSON (a syntax error, nesting too deep) is retried
+// Config.MaxRetries times, then returned as it is: the pipeline makes it
+// that request's engine_bad_response line.
 //
 // Failures of the remote engine (5xx, transport errors, timeouts, a 2xx
-// whose body is not JSON) are retried for as long as they last: while the
+// whose body is cut short) are retried for as long as they last: while the
 // engine is down, Do waits before sending and between retries. Close ends
 // those waits with engine.ErrUnavailable, so callers should cancel their
 // contexts first.
@@ -348,7 +353,7 @@ func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response,
 	resp, err := c.send(callCtx, client, body)
 	if err == nil {
 		res, err := c.result(resp)
-		if err == nil && res.StatusCode < 300 {
+		if err == nil && res.StatusCode < 300 && c.jsonBody {
 			e.samples.keep(req.Endpoint, body, time.Now())
 		}
 		return res, err
@@ -377,6 +382,7 @@ type call struct {
 	respBody []byte   // of the latest attempt, set by attemptTransport
 	held     int64    // bytes of the answer budget respBody holds
 	jsonBody bool     // respBody is JSON (checked by checkRetry on a 2xx)
+	badBody  bool     // respBody is a 2xx's whole body that is not JSON (see badAnswer)
 	attempts int
 	streak   int      // attempts since the call last waited for the engine to come back
 	strikes  int      // attempts that count against this request (see checkRetry)
@@ -420,11 +426,13 @@ func (c *call) send(ctx context.Context, client *retryablehttp.Client, body []by
 //   - A 408 or 429 is always a strike: the server is up and said no.
 //   - An answer over Config.MaxAnswerBytes is always a strike: the server
 //     is up and sent more than this engine holds for one answer.
+//   - A 2xx whose whole body is not JSON is always a strike, and the
+//     call then ends with that answer (see badAnswer).
 //   - A failure of the remote engine (5xx, transport error, timeout, a 2xx
-//     whose body is not JSON) is a strike when the replica that failed it
+//     whose body is cut short) is a strike when the replica that failed it
 //     answered another request since this one's previous attempt; or when
 //     this is the only request left and it already has a strike; or when
-//     the server answered it (a 5xx, a 2xx that is not JSON, or an answer
+//     the server answered it (a 5xx, a 2xx cut short, or an answer
 //     cut short or still arriving when the attempt timed out) and a
 //     health check (see serverUp) shows the replica serving a known-good
 //     request meanwhile, so several requests failing at the end of a
@@ -467,7 +475,12 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		}
 		return true, nil
 	}
-	c.jsonBody = err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300 && json.Valid(c.respBody)
+	success := err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300
+	c.jsonBody = success && json.Valid(c.respBody)
+	c.badBody = success && !c.jsonBody && !cutShort(c.respBody)
+	if c.badBody {
+		return c.badAnswer()
+	}
 	if !serverFailed(resp, c.jsonBody, err) {
 		if !throttled(resp) {
 			pool.answered(c.replica, true)
@@ -483,7 +496,7 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		return true, nil
 	}
 
-	if err == nil && resp.StatusCode < 300 {
+	if success {
 		c.e.logger.Warn("success response is not JSON; retrying",
 			keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "body", snippet(c.respBody))
 	}
@@ -528,6 +541,36 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		c.remember()
 	}
 	return true, nil
+}
+
+// badAnswer is checkRetry for a 2xx whose body, read whole, is not JSON
+// (a syntax error, nesting deeper than encoding/json reads, data after
+// the value): the server is up and this is its answer to this request,
+// so each such attempt is a strike, never an outage, and once the
+// strikes pass Config.MaxRetries the answer is returned as it is, for
+// the pipeline to fail the request with it (engine_bad_response). Held
+// as an outage, the request would be sent again for ever.
+func (c *call) badAnswer() (bool, error) {
+	c.e.pool.answered(c.replica, true)
+	c.remember()
+	c.strikes++
+	if c.strikes > c.e.cfg.MaxRetries {
+		c.e.logger.Warn("success response is not JSON; answering with it",
+			keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "body", snippet(c.respBody))
+		return false, nil
+	}
+	c.e.logger.Warn("success response is not JSON; retrying",
+		keyCustomID, c.customID, keyAttempt, c.attempts, keyURL, c.url, "body", snippet(c.respBody))
+	return true, nil
+}
+
+// cutShort reports whether body, which is not JSON, ends before its
+// first value does (or is empty): a body cut short, which the server
+// failing mid-answer sends, unlike a whole answer that is not JSON.
+func cutShort(body []byte) bool {
+	var v json.RawMessage
+	err := json.NewDecoder(bytes.NewReader(body)).Decode(&v)
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // remember records what the replicas have served, and the health checks
@@ -624,7 +667,9 @@ func (c *call) result(resp *http.Response) (*engine.Response, error) {
 	switch {
 	case code >= 200 && code < 300:
 		// checkRetry read the same bytes (attemptTransport buffered them).
-		if !c.jsonBody {
+		// A body that is not JSON after every retry is answered as it
+		// is: the pipeline fails the request with it.
+		if !c.jsonBody && !c.badBody {
 			return nil, fmt.Errorf("post %s: status %d with a body that is not JSON: %s: %w",
 				c.url, code, snippet(body), engine.ErrUnavailable)
 		}

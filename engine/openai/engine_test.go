@@ -617,6 +617,53 @@ func TestInvalidJSONSuccess(t *testing.T) {
 	}
 }
 
+func TestWholeBodyNotJSONIsAnswered(t *testing.T) {
+	// A 2xx whose whole body is not JSON is the server's answer to this
+	// request, not an outage: it is a strike each time, and after
+	// MaxRetries it is returned as it is (the pipeline fails the request
+	// with it), even with nothing else running and nothing to check the
+	// server with. Before, a body nested deeper than encoding/json reads
+	// was sent again for ever.
+	deep := strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000)
+	for _, tc := range []struct{ name, body string }{
+		{"100k deep", deep},
+		{"100k deep object", strings.Repeat(`{"a":`, 100_000) + "1" + strings.Repeat("}", 100_000)},
+		{"not json", "not json"},
+		{"data after the value", `{"object":"chat.completion"} and more`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, openaitest.Options{Fault: func(int64, *http.Request, []byte) openaitest.Fault {
+				return openaitest.Fault{Status: 200, Body: tc.body}
+			}})
+			cfg := testConfig(srv.URL())
+			cfg.MaxRetries = 2
+			e, logs := newTestEngine(t, cfg)
+			resp, err := do(t, e, chatRequest("deep", "hi"))
+			if err != nil {
+				t.Fatalf("Do: %v, want the answer", err)
+			}
+			if resp.StatusCode != 200 || string(resp.Body) != tc.body {
+				t.Errorf("answer: status %d, body of %d bytes, want 200 and the server's %d bytes", resp.StatusCode, len(resp.Body), len(tc.body))
+			}
+			if n := srv.Requests(); n != int64(cfg.MaxRetries+1) {
+				t.Errorf("server saw %d requests, want %d", n, cfg.MaxRetries+1)
+			}
+			if w := logs.find("success response is not JSON; retrying"); len(w) != cfg.MaxRetries {
+				t.Errorf("%d retry warnings, want %d", len(w), cfg.MaxRetries)
+			}
+			if w := logs.find("success response is not JSON; answering with it"); len(w) != 1 || w[0].attrs[keyCustomID] != "deep" {
+				t.Errorf("warnings = %v, want one WARN with custom_id deep", w)
+			}
+			if e.Stats().Paused {
+				t.Error("the engine paused: a whole answer was taken for an outage")
+			}
+			if b := e.samples.get(engine.EndpointChat); b != nil {
+				t.Errorf("the request was kept as a known-good sample: %s", b)
+			}
+		})
+	}
+}
+
 func TestURLs(t *testing.T) {
 	for _, tc := range []struct{ base, endpoint, want string }{
 		{"http://h:8000/v1", "/v1/chat/completions", "http://h:8000/v1/chat/completions"},
