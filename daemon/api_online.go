@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/wire"
 )
 
@@ -107,6 +108,17 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			}
 			logAPI(d.log, r, err)
 			writeAPIError(w, http.StatusInternalServerError, "", "", "the engine failed: %v", err)
+			return
+		}
+		if p := pipeline.AnswerProblem(resp); p != "" {
+			// What a batch would write as an engine_bad_response line is
+			// never passed on as an answer.
+			d.log.Warn("engine answer refused", "path", r.URL.Path, "problem", p)
+			if st != nil && st.started {
+				fmt.Fprintf(st.w, "data: %s\n\n", wire.NewError(wire.TypeServerError, p, "", pipeline.CodeBadResponse).JSON())
+				return
+			}
+			writeAPIError(w, http.StatusBadGateway, pipeline.CodeBadResponse, "", "%s", p)
 			return
 		}
 		if resp.RequestID != "" && (st == nil || !st.started) {

@@ -705,3 +705,28 @@ func TestOutOfVocabularyTokenIDsAreRefusedNotFatal(t *testing.T) {
 		t.Fatalf("after the hostile requests: %d %v", st, ok)
 	}
 }
+
+// An online answer the engine gets wrong (not UTF-8, not an object) is a
+// 502 engine_bad_response, never passed on: the same check as a batch's.
+func TestAPIOnlineRefusesABadAnswer(t *testing.T) {
+	bodies := map[string]string{"gpt-bad-utf8": "{\"object\":\"chat.completion\",\"x\":\"\xff\"}", "gpt-array": "[]"}
+	e := newAPIEnv(t, openaitest.Options{Fault: func(n int64, r *http.Request, body []byte) openaitest.Fault {
+		var req struct{ Model string }
+		_ = json.Unmarshal(body, &req)
+		if b, ok := bodies[req.Model]; ok {
+			return openaitest.Fault{Status: 200, Body: b}
+		}
+		return openaitest.Fault{}
+	}}, nil)
+	for model := range bodies {
+		var ae apiErr
+		st := e.postJSON("/v1/chat/completions", map[string]any{"model": model, "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, &ae)
+		if st != http.StatusBadGateway || ae.Error.Code == nil || *ae.Error.Code != "engine_bad_response" {
+			t.Errorf("%s: %d %+v, want 502 engine_bad_response", model, st, ae)
+		}
+	}
+	var chat map[string]any
+	if st := e.postJSON("/v1/chat/completions", map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, &chat); st != 200 || chat["object"] != "chat.completion" {
+		t.Fatalf("a good answer after them: %d %v", st, chat)
+	}
+}
