@@ -312,6 +312,13 @@ func (r *runner) step() {
 	logits := r.mr.run(p)
 	next := r.samp.sample(p, logits, r.model.cfg.VocabSize)
 	r.sched.postprocess(p, next)
+	for _, s := range r.samp.nonFinite {
+		if s.job.failed == nil {
+			resp, adapter := nonFiniteLogits(s)
+			r.e.log.Error("engine failed a request: its logits are not finite", "model", r.name, "adapter", adapter)
+			r.failJob(s.job, resp)
+		}
+	}
 	// The step's time, drafting included, is what speculation weighs its
 	// drafts against (allocDrafts).
 	r.sched.cost.observe(len(p.seqs), p.tokens, time.Since(start).Seconds())
