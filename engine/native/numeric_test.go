@@ -29,14 +29,15 @@ func TestAllFinite(t *testing.T) {
 			x[0] = math.MaxFloat32
 			x[n-1] = float32(math.Copysign(0, -1))
 		}
-		if !allFinite(x) {
+		if !allFinite(x) || n > 1 && !allFinite(x[1:]) {
 			t.Fatalf("%v: not finite", x)
 		}
 		for i := range n {
-			for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			for _, bad := range []float32{float32(math.NaN()), math.Float32frombits(0xffc00001), float32(math.Inf(1)), float32(math.Inf(-1))} {
 				y := append([]float32(nil), x...)
 				y[i] = bad
-				if allFinite(y) {
+				// Whole, and from the second value (another alignment).
+				if allFinite(y) || i > 0 && allFinite(y[1:]) {
 					t.Errorf("%v: finite", y)
 				}
 			}

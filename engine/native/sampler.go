@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/kernels"
@@ -519,24 +520,38 @@ func (sc *sampler) minTokensMask(st *seqSampling, p *params, vocab int) []int32 
 	return st.mask
 }
 
-// allFinite reports whether x holds neither NaN nor an infinity: v·0 is 0
-// for a finite v and NaN for the others, so the sums stay 0 exactly when
-// every value is finite. Four sums keep the adds independent: a pass over
-// a 150k vocabulary costs tens of microseconds, beside milliseconds for
-// the forward pass that made it.
+// allFinite reports whether x holds neither NaN nor an infinity: the
+// floats whose exponent bits are all ones. Adding 1 to the exponent field
+// carries into the sign bit exactly for those, so OR-ing the sums of two
+// floats at a time (a uint64 holds two; the low one's carry stays in its
+// half) and looking at the sign bits tells. About 0.3 ns a value: tens of
+// microseconds for a 150k vocabulary, beside milliseconds for the forward
+// pass that made it.
 func allFinite(x []float32) bool {
-	var a, b, c, d float32
+	const exp, one, sign = 0x7f800000_7f800000, 0x00800000_00800000, 0x80000000_80000000
+	var a, b, c, d uint64
+	one1 := func(v float32) uint64 { return uint64(math.Float32bits(v)&0x7f800000 + 0x00800000) }
+	if len(x) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(x)))%8 != 0 {
+		a, x = one1(x[0]), x[1:] // the uint64s must be aligned
+	}
+	var w []uint64
+	if len(x) >= 2 {
+		w = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(x))), len(x)/2)
+	}
 	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		a += x[i] * 0
-		b += x[i+1] * 0
-		c += x[i+2] * 0
-		d += x[i+3] * 0
+	for ; i+4 <= len(w); i += 4 {
+		a |= w[i]&exp + one
+		b |= w[i+1]&exp + one
+		c |= w[i+2]&exp + one
+		d |= w[i+3]&exp + one
 	}
-	for ; i < len(x); i++ {
-		a += x[i] * 0
+	for ; i < len(w); i++ {
+		a |= w[i]&exp + one
 	}
-	return a+b+c+d == 0
+	if len(x)%2 == 1 {
+		a |= one1(x[len(x)-1])
+	}
+	return (a|b|c|d)&sign == 0
 }
 
 // argmax is the first index of the largest value, in plain Go: the
