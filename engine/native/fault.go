@@ -8,6 +8,7 @@ import (
 
 	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/wire"
 )
 
 // A panic while the engine runs a request is a bug in batchd or a request
@@ -135,4 +136,22 @@ func (sc *scheduler) fail(j *job) {
 		}
 		sc.drop(s, "error")
 	}
+}
+
+// CodeNumericError is the error code of a request whose logits held NaN
+// or an infinity (a model or LoRA adapter whose weights overflow): there is
+// no token to sample from them, so the request fails with a 500, alone.
+const CodeNumericError = "engine_numeric_error"
+
+// nonFiniteLogits is the answer to a request whose sequence s got logits
+// that are not finite, and the name of the adapter s ran with ("" for
+// none).
+func nonFiniteLogits(s *seq) (*engine.Response, string) {
+	with, name := "", ""
+	if s.adapter != nil {
+		name = s.adapter.name
+		with = fmt.Sprintf(" with the LoRA adapter %q", name)
+	}
+	msg := fmt.Sprintf("The model computed NaN or infinite logits for this request%s, so no token could be sampled; it was not retried. The weights overflow float32 on this input: check the model's and the adapter's weights.", with)
+	return &engine.Response{StatusCode: 500, Body: wire.NewError(wire.TypeServerError, msg, "", CodeNumericError).JSON()}, name
 }

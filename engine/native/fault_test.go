@@ -181,24 +181,64 @@ func TestTokenIDsCheckedOnEveryEndpoint(t *testing.T) {
 	}
 }
 
-// max_tokens of 2^31-1 costs no more memory than the cache could ever
-// fill: the sequence's token buffer is sized by the cache, not the request.
+// max_tokens of 2^31-1 costs no memory for output not yet made: a new
+// sequence's token buffer has room for at most initialOutputRoom tokens,
+// whatever the request, the context or the cache allow (128 choices of a
+// request waiting to run once cost 512 KiB each with the default cache),
+// and it grows with what the sequence generates.
 func TestHugeMaxTokensBoundedBuffer(t *testing.T) {
-	// A small cache: the request runs until it is full.
-	e := openEngineWith(t, func(c *Config) { c.KVCacheBytes = 256 << 10 }, ModelConfig{Path: demoPath(t)})
-	var capSeen atomic.Int64
-	r := e.runners[e.order[0]]
-	setFaultHook(t, func([]int32) {
-		for _, s := range r.sched.running {
-			capSeen.Store(int64(cap(s.tokens)))
+	const body = `{"prompt":[1,2,3],"max_tokens":2147483647,"n":128}`
+	t.Run("default cache", func(t *testing.T) {
+		e := openEngine(t, ModelConfig{Path: demoPath(t)})
+		r := e.runners[e.order[0]]
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var capMax, seqs, steps atomic.Int64
+		setFaultHook(t, func([]int32) {
+			for _, s := range r.sched.running {
+				capMax.Store(max(capMax.Load(), int64(cap(s.tokens))))
+			}
+			seqs.Store(max(seqs.Load(), int64(len(r.sched.running))))
+			if steps.Add(1) == 3 {
+				cancel()
+			}
+		})
+		if _, err := e.Do(ctx, &engine.Request{CustomID: "t", Endpoint: engine.EndpointCompletions, Body: json.RawMessage(body)}); err == nil {
+			t.Fatal("the cancelled request answered")
+		}
+		t.Logf("cache of %d positions, context %d", r.mr.kv.nBlocks*r.mr.kv.bs, r.model.cfg.ContextLength)
+		if seqs.Load() != 128 || capMax.Load() == 0 || capMax.Load() > 3+initialOutputRoom {
+			t.Fatalf("%d sequences ran, token buffer capacity up to %d: want 128, at most %d", seqs.Load(), capMax.Load(), 3+initialOutputRoom)
 		}
 	})
-	resp, err := doResp(t, e, engine.EndpointCompletions, `{"prompt":[1,2,3],"max_tokens":2147483647}`)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%v %+v", err, resp)
-	}
-	t.Logf("cache of %d positions", r.mr.kv.nBlocks*r.mr.kv.bs)
-	if limit := int64(r.mr.kv.nBlocks*r.mr.kv.bs + 1); capSeen.Load() == 0 || capSeen.Load() > limit {
-		t.Fatalf("token buffer capacity %d, want ≤ %d (the cache's positions)", capSeen.Load(), limit)
-	}
+	t.Run("grows to the cache", func(t *testing.T) {
+		// A small cache: the request runs until it is full, past the
+		// buffer's first room.
+		e := openEngineWith(t, func(c *Config) { c.KVCacheBytes = 1 << 20 }, ModelConfig{Path: demoPath(t)})
+		var capMax atomic.Int64
+		r := e.runners[e.order[0]]
+		setFaultHook(t, func([]int32) {
+			for _, s := range r.sched.running {
+				capMax.Store(max(capMax.Load(), int64(cap(s.tokens))))
+			}
+		})
+		resp, err := doResp(t, e, engine.EndpointCompletions, `{"prompt":[1,2,3],"max_tokens":2147483647,"ignore_eos":true}`)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %+v", err, resp)
+		}
+		var m struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		json.Unmarshal(resp.Body, &m)
+		positions := r.mr.kv.nBlocks * r.mr.kv.bs
+		t.Logf("cache of %d positions, %d tokens generated", positions, m.Usage.CompletionTokens)
+		if m.Usage.CompletionTokens <= initialOutputRoom || 3+m.Usage.CompletionTokens < positions-r.mr.kv.bs {
+			t.Fatalf("%d tokens generated in a cache of %d positions: want it filled, past %d", m.Usage.CompletionTokens, positions, initialOutputRoom)
+		}
+		if limit := int64(2 * positions); capMax.Load() > limit {
+			t.Fatalf("token buffer capacity %d, want ≤ %d (twice the cache's positions)", capMax.Load(), limit)
+		}
+	})
 }

@@ -81,6 +81,12 @@ func (m *Model) loadAdapter(name, path string) (*adapter, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.uploadAdapter(name, path, l)
+}
+
+// uploadAdapter uploads l, loaded from path, to m's device.
+func (m *Model) uploadAdapter(name, path string, l *weights.LoRA) (*adapter, error) {
+	var err error
 	a := &adapter{name: name, rank: l.Rank, layers: make([][loraGroups]loraStack, m.cfg.Layers)}
 	first := [loraGroups]int{}
 	for t := loraTargets - 1; t >= 0; t-- {

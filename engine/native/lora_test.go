@@ -339,17 +339,7 @@ func TestLoRALoadErrors(t *testing.T) {
 			ts["base_model.model.model.layers.9.self_attn.q_proj.lora_A.weight"] = ts[qA]
 		}), []string{"layers.9", "the model has 4 layers"}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := m.loadAdapter("bad", c.path)
-			if err == nil {
-				t.Fatal("loaded")
-			}
-			for _, s := range append(c.want, c.path) {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q lacks %q", err, s)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantLoadError(t, m, c.path, c.want...) })
 	}
 	t.Run("target_modules embed_tokens", func(t *testing.T) {
 		dir := l.writePEFT(t, w, 4)
@@ -368,6 +358,21 @@ func TestLoRALoadErrors(t *testing.T) {
 			t.Fatalf("error %v", err)
 		}
 	})
+}
+
+// wantLoadError checks that loading path on m fails with an error that
+// names the path and holds each of want.
+func wantLoadError(t *testing.T, m *Model, path string, want ...string) {
+	t.Helper()
+	_, err := m.loadAdapter("bad", path)
+	if err == nil {
+		t.Fatal("loaded")
+	}
+	for _, s := range append(want, path) {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q lacks %q", err, s)
+		}
+	}
 }
 
 // Through the engine: model naming an adapter and lora_name choose it, an

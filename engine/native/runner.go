@@ -195,14 +195,25 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 			s := &seq{job: j, index: pi*p.n + k, promptLen: len(pr), dec: r.tok.NewDecoder(), adapter: p.adapter,
 				spec: specState{method: method}}
 			s.dec.Prime(pr) // the prompt's text exists: no leading-space stripping for the first token
-			// Room for the whole output, but never more than the cache
-			// could hold: max_tokens may be 2^31-1.
-			s.tokens = append(make([]int32, 0, min(len(pr)+p.maxTokens, r.mr.kv.nBlocks*r.mr.kv.bs+1)), pr...)
+			s.tokens = append(make([]int32, 0, len(pr)+outputRoom(p.maxTokens)), pr...)
 			j.seqs = append(j.seqs, s)
 		}
 	}
 	return j, nil
 }
+
+// initialOutputRoom is the most output a sequence's token buffer has room
+// for when it is made; a longer output grows it as it comes.
+const initialOutputRoom = 256
+
+// outputRoom is the room for output a new sequence's token buffer gets:
+// max_tokens up to initialOutputRoom. Never more: max_tokens may be
+// 2^31-1, and a request may make thousands of sequences (prompts × n)
+// that wait before they run, so a buffer sized by max_tokens, the context
+// or the cache would cost memory for output not yet made (once, 8 GiB for
+// one request). Grown by append, a buffer costs what its sequence has
+// generated, which the cache and the context bound.
+func outputRoom(maxTokens int) int { return min(maxTokens, initialOutputRoom) }
 
 // specMethod resolves a request's speculative field to the method its
 // sequences draft with, or refuses a method the model does not have.
@@ -312,6 +323,13 @@ func (r *runner) step() {
 	logits := r.mr.run(p)
 	next := r.samp.sample(p, logits, r.model.cfg.VocabSize)
 	r.sched.postprocess(p, next)
+	for _, s := range r.samp.nonFinite {
+		if s.job.failed == nil {
+			resp, adapter := nonFiniteLogits(s)
+			r.e.log.Error("engine failed a request: its logits are not finite", "model", r.name, "adapter", adapter)
+			r.failJob(s.job, resp)
+		}
+	}
 	// The step's time, drafting included, is what speculation weighs its
 	// drafts against (allocDrafts).
 	r.sched.cost.observe(len(p.seqs), p.tokens, time.Since(start).Seconds())

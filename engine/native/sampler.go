@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/kernels"
@@ -100,6 +101,9 @@ type sampler struct {
 	raw   []float32
 	eog   []int32 // the tokenizer's end-of-generation ids
 	eogOK bool
+	// nonFinite is the sequences of the last sample whose logits held a
+	// NaN or an infinity: they got no token, and their requests fail.
+	nonFinite []*seq
 }
 
 // history is what the penalties need of one sequence: the distinct tokens
@@ -388,6 +392,7 @@ func (sc *sampler) sample(p plan, logits []float32, vocab int) (next [][]int32) 
 	}
 	sc.flat = slices.Grow(sc.flat[:0], rows)
 	sc.next = sc.next[:0]
+	sc.nonFinite = sc.nonFinite[:0]
 	row := 0
 	for _, s := range p.sample {
 		st := s.samp
@@ -398,7 +403,13 @@ func (sc *sampler) sample(p plan, logits []float32, vocab int) (next [][]int32) 
 		clear(st.pending)
 		st.pending, st.pendingAt = st.pending[:0], 0
 		first := len(sc.flat)
-		if len(s.draft) == 0 {
+		if n := 1 + len(s.draft); !allFinite(logits[row*vocab : (row+n)*vocab]) {
+			// A model or adapter that computes NaN or an infinity has
+			// no next token to give: the sequence gets none (the
+			// runner fails its request), the others go on.
+			sc.nonFinite = append(sc.nonFinite, s)
+			row += n
+		} else if len(s.draft) == 0 {
 			sc.flat = append(sc.flat, sc.pick(s, s.tokens, logits[row*vocab:(row+1)*vocab]))
 			row++
 		} else {
@@ -507,6 +518,40 @@ func (sc *sampler) minTokensMask(st *seqSampling, p *params, vocab int) []int32 
 	mask = append(mask, p.stopIDs...)
 	st.mask = slices.DeleteFunc(mask, func(id int32) bool { return int(id) >= vocab })
 	return st.mask
+}
+
+// allFinite reports whether x holds neither NaN nor an infinity: the
+// floats whose exponent bits are all ones. Adding 1 to the exponent field
+// carries into the sign bit exactly for those, so OR-ing the sums of two
+// floats at a time (a uint64 holds two; the low one's carry stays in its
+// half) and looking at the sign bits tells. About 0.3 ns a value: tens of
+// microseconds for a 150k vocabulary, beside milliseconds for the forward
+// pass that made it.
+func allFinite(x []float32) bool {
+	const exp, one, sign = 0x7f800000_7f800000, 0x00800000_00800000, 0x80000000_80000000
+	var a, b, c, d uint64
+	one1 := func(v float32) uint64 { return uint64(math.Float32bits(v)&0x7f800000 + 0x00800000) }
+	if len(x) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(x)))%8 != 0 {
+		a, x = one1(x[0]), x[1:] // the uint64s must be aligned
+	}
+	var w []uint64
+	if len(x) >= 2 {
+		w = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(x))), len(x)/2)
+	}
+	i := 0
+	for ; i+4 <= len(w); i += 4 {
+		a |= w[i]&exp + one
+		b |= w[i+1]&exp + one
+		c |= w[i+2]&exp + one
+		d |= w[i+3]&exp + one
+	}
+	for ; i < len(w); i++ {
+		a |= w[i]&exp + one
+	}
+	if len(x)%2 == 1 {
+		a |= one1(x[len(x)-1])
+	}
+	return (a|b|c|d)&sign == 0
 }
 
 // argmax is the first index of the largest value, in plain Go: the

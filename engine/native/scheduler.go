@@ -308,6 +308,9 @@ func (sc *scheduler) noteBlocksUsed() {
 func (sc *scheduler) postprocess(p plan, tokens [][]int32) {
 	sc.computed(p)
 	for i, s := range p.sample {
+		if len(tokens[i]) == 0 {
+			continue // logits not finite: the runner fails its request
+		}
 		before := len(s.tokens)
 		for _, t := range tokens[i] {
 			if s.finished() {

@@ -91,6 +91,12 @@ func (c *Checker) Check(n int, raw []byte) Result {
 		res.Problem = lineProblem(CodeInvalidCustomID, "custom_id must be a string, got "+typeName(cid))
 		return res
 	}
+	if loneSurrogate(cid) {
+		// No custom_id is kept: decoded, the half would be U+FFFD, an id
+		// that is not the input's and that another half would share.
+		res.Problem = lineProblem(CodeInvalidCustomID, `custom_id must be valid Unicode: it holds half a UTF-16 surrogate pair (a \uD800-\uDFFF escape without its other half)`)
+		return res
+	}
 	id, _ := unquote(cid)
 	res.CustomID, res.HasCustomID = string(id), true
 	switch {

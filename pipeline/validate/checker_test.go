@@ -37,6 +37,13 @@ func TestCheckLineRules(t *testing.T) {
 		{"custom_id too long", `{"custom_id":"` + long + `"}`, CodeInvalidCustomID, KindLine, long, true},
 		{"custom_id 512 ok", batchLine(long[:512], C, chatOK), "", 0, long[:512], true},
 		{"custom_id escaped", `{"custom_id":"q\u002d7","method":"POST","url":"` + C + `","body":` + chatOK + `}`, "", 0, "q-7", true},
+		{"custom_id lone high surrogate", batchLine(`\ud800`, C, chatOK), CodeInvalidCustomID, KindLine, "", false},
+		{"custom_id lone low surrogate", batchLine(`\udfff`, C, chatOK), CodeInvalidCustomID, KindLine, "", false},
+		{"custom_id high surrogate then letter", batchLine(`a\uDBFFb`, C, chatOK), CodeInvalidCustomID, KindLine, "", false},
+		{"custom_id two high surrogates", batchLine(`\ud800\ud800\udc00`, C, chatOK), CodeInvalidCustomID, KindLine, "", false},
+		{"custom_id surrogate pair", batchLine(`\ud83d\ude00`, C, chatOK), "", 0, "\U0001F600", true},
+		{"custom_id escaped backslash u", batchLine(`\\ud800`, C, chatOK), "", 0, `\ud800`, true},
+		{"custom_id replacement character", batchLine(`\ufffd`, C, chatOK), "", 0, "\uFFFD", true},
 		{"method missing", `{"custom_id":"a","url":"` + C + `","body":{}}`, CodeInvalidMethod, KindLine, "a", true},
 		{"method get", `{"custom_id":"a","method":"GET","url":"` + C + `","body":{}}`, CodeInvalidMethod, KindLine, "a", true},
 		{"method lower", `{"custom_id":"a","method":"post","url":"` + C + `","body":{}}`, CodeInvalidMethod, KindLine, "a", true},
@@ -120,6 +127,11 @@ func TestCheckDuplicates(t *testing.T) {
 		{`{"custom_id":"\u0061"}`, CodeDuplicateCustomID}, // the same id, escaped
 		{`not json`, CodeInvalidJSONLine},
 		{batchLine("d", C, chatOK), ""},
+		// Lone surrogate halves: each decodes to U+FFFD, so kept they would
+		// be one id; refused, they reserve nothing and clash with nothing.
+		{batchLine(`\ud800`, C, chatOK), CodeInvalidCustomID},
+		{batchLine(`\udfff`, C, chatOK), CodeInvalidCustomID},
+		{batchLine(`\ufffd`, C, chatOK), ""},
 	}
 	c := NewChecker(Config{})
 	for i, l := range lines {
@@ -131,8 +143,8 @@ func TestCheckDuplicates(t *testing.T) {
 			t.Errorf("line %d: duplicate must carry its custom_id as a line problem: %+v", i+1, res)
 		}
 	}
-	if got := c.Seen(); got != 4 {
-		t.Errorf("Seen() = %d, want 4 (a, b, c, d)", got)
+	if got := c.Seen(); got != 5 {
+		t.Errorf("Seen() = %d, want 5 (a, b, c, d, U+FFFD)", got)
 	}
 	// A new Checker (a new file) starts empty.
 	if res := NewChecker(Config{}).Check(1, []byte(lines[0].raw)); res.Problem != nil {

@@ -39,6 +39,10 @@ func FuzzCheck(f *testing.F) {
 		// both as "\ufffd0", one key (found by this fuzz target in CI).
 		"{\"\xa20\":\"\",\"\x8c0\":{}}",
 		`{"\ud800":1,"\udc00":2}`,
+		// Lone surrogate halves in custom_id (invalid_custom_id), a valid
+		// pair, and an escaped backslash before a u (both valid).
+		batchLine(`\ud800`, C, chatOK), batchLine(`\udfff`, C, chatOK), batchLine(`x\udbff\u0041`, C, chatOK),
+		batchLine(`\ud83d\ude00`, C, chatOK), batchLine(`\\ud800`, C, chatOK), batchLine(`\ufffd`, C, chatOK),
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -54,6 +58,7 @@ func FuzzCheck(f *testing.F) {
 			if !bytes.Equal(raw, orig) {
 				t.Fatal("Check modified its input")
 			}
+			checkCustomIDExact(t, raw, res)
 			if res.Line != 7 || (res.Request == nil) == (res.Problem == nil) {
 				t.Fatalf("want exactly one of Request and Problem on line 7, got %+v", res)
 			}
@@ -96,6 +101,39 @@ func FuzzCheck(f *testing.F) {
 		}
 		checkScannerAgainstStdlib(t, raw)
 	})
+}
+
+// checkCustomIDExact checks that a custom_id kept is the input's exactly:
+// every U+FFFD in it was in the raw token (as the character or an escape
+// of it), none came from decoding a lone surrogate half or invalid UTF-8,
+// so two different ids never decode to one.
+func checkCustomIDExact(t *testing.T, raw []byte, res Result) {
+	if !res.HasCustomID {
+		return
+	}
+	var cid []byte
+	for it := newMembers(raw); ; {
+		k, vs, ve, ok := it.next()
+		if !ok {
+			break
+		}
+		if key, _ := unquote(k); string(key) == "custom_id" {
+			cid = raw[vs:ve]
+		}
+	}
+	given := bytes.Count(cid, []byte("\uFFFD"))
+	for i := 0; i+1 < len(cid); i++ {
+		if cid[i] != '\\' {
+			continue
+		}
+		if r, ok := hex4(cid[i+2:]); ok && cid[i+1] == 'u' && r == 0xFFFD {
+			given++
+		}
+		i++ // the escaped byte: an escaped backslash escapes nothing after it
+	}
+	if got := strings.Count(res.CustomID, "\uFFFD"); got != given {
+		t.Fatalf("custom_id %q has %d U+FFFD, the input's %s has %d", res.CustomID, got, cid, given)
+	}
 }
 
 // checkScannerAgainstStdlib compares the in-place scanner with encoding/json

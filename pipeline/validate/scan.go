@@ -54,6 +54,77 @@ func unquote(s []byte) ([]byte, bool) {
 	return []byte(str), true
 }
 
+// loneSurrogate reports whether s, a raw JSON string token, escapes half a
+// UTF-16 surrogate pair without the other half ("\ud800", "\udfff"). JSON
+// decoders replace such a half with U+FFFD, so two different strings decode
+// to one: where identity matters (custom_id), that is refused, not decoded.
+// The scan runs only over a string holding a backslash.
+func loneSurrogate(s []byte) bool {
+	if bytes.IndexByte(s, '\\') < 0 {
+		return false
+	}
+	high := false // the escape before was a high surrogate
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			if high {
+				return true
+			}
+			continue
+		}
+		if i+1 >= len(s) || s[i+1] != 'u' {
+			if high {
+				return true
+			}
+			i++ // a two-byte escape (\\, \", \n, ...)
+			continue
+		}
+		r, ok := hex4(s[i+2:])
+		if !ok {
+			return false // not valid JSON: the parser reports it
+		}
+		i += 5
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if high {
+				return true
+			}
+			high = true
+		case r >= 0xDC00 && r < 0xE000:
+			if !high {
+				return true
+			}
+			high = false
+		default:
+			if high {
+				return true
+			}
+		}
+	}
+	return high
+}
+
+// hex4 decodes the four hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
 // typeName names the JSON type of a raw value for messages.
 func typeName(v []byte) string { return wire.TypeName(v) }
 

@@ -83,7 +83,9 @@ type File struct {
 // The mapping is MAP_SHARED over a file the caller must not truncate while it
 // is open: reading a page past a shortened file faults the process.
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	// O_NONBLOCK: a FIFO in the file's place is refused below, not waited
+	// on for ever; a regular file reads the same.
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: open: %w", err)
 	}

@@ -938,7 +938,7 @@ func (m *Model) openShards(dir string) (map[string]*rawTensor, error) {
 
 // readLimited reads a whole file of at most limit bytes.
 func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}

@@ -49,6 +49,22 @@ type LoRA struct {
 // maxAdapterConfig bounds adapter_config.json.
 const maxAdapterConfig = 1 << 20
 
+// maxLoRAValue bounds an adapter's weights and its lora_alpha: 65504, the
+// largest float16. Adapters are trained and saved in 16 bits with weights
+// of order 0.01–1 and alphas of 8–512; a value past the float16 range is
+// no trained adapter, and such values (3e38, say) overflow float32 once
+// scaled (alpha/r·B) or multiplied, which makes every logit NaN. With
+// both bounded, alpha/r·B stays finite.
+const maxLoRAValue = 65504
+
+// checkAlpha refuses a lora_alpha that is not a number in (0, 65504].
+func checkAlpha(a float64) error {
+	if !(a > 0 && a <= maxLoRAValue) { // NaN fails both
+		return fmt.Errorf("lora_alpha %v is not a number in (0, %d] (trained adapters use 8 to 512)", a, maxLoRAValue)
+	}
+	return nil
+}
+
 // peftConfig is what batchd reads of adapter_config.json; fields that would
 // change the computation in a way batchd does not do are refused by name.
 type peftConfig struct {
@@ -116,8 +132,11 @@ func LoadLoRA(path string, base *Model) (*LoRA, error) {
 		l.Alpha = *cfg.Alpha
 	case sf.meta["lora_alpha"] != "":
 		a, err := strconv.ParseFloat(sf.meta["lora_alpha"], 64)
-		if err != nil || a <= 0 || math.IsInf(a, 0) {
-			return nil, invalid("lora adapter %s: metadata lora_alpha %q is not a positive number", file, sf.meta["lora_alpha"])
+		if err == nil {
+			err = checkAlpha(a)
+		}
+		if err != nil {
+			return nil, invalid("lora adapter %s: metadata lora_alpha %q is not a number in (0, %d] (trained adapters use 8 to 512)", file, sf.meta["lora_alpha"], maxLoRAValue)
 		}
 		l.Alpha = a
 	default:
@@ -141,8 +160,11 @@ func (c *peftConfig) check(path string) error {
 	if c.R == nil || *c.R < 1 {
 		return invalid("lora adapter %s: r must be a positive integer", path)
 	}
-	if c.Alpha == nil || *c.Alpha <= 0 {
+	if c.Alpha == nil {
 		return invalid("lora adapter %s: lora_alpha must be a positive number", path)
+	}
+	if err := checkAlpha(*c.Alpha); err != nil {
+		return invalid("lora adapter %s: %v", path, err)
 	}
 	if c.UseDoRA {
 		return bad("use_dora: DoRA adapters are not supported")
@@ -273,9 +295,9 @@ func loraFloats(e safeEntry, n int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range out {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, errors.Join(ErrInvalid, errors.New("holds a NaN or infinite value"))
+	for i, v := range out {
+		if !(math.Abs(float64(v)) <= maxLoRAValue) { // NaN fails too
+			return nil, errors.Join(ErrInvalid, fmt.Errorf("element %d is %v: adapter weights must be finite and at most %d in magnitude (the float16 range; trained adapters hold values of order 0.01 to 1)", i, v, maxLoRAValue))
 		}
 	}
 	return out, nil

@@ -304,7 +304,7 @@ func (m *Model) WeightTypes() string {
 // hasGGUFMagic reports whether the file at path starts with "GGUF", for
 // GGUF files named without the extension.
 func hasGGUFMagic(path string) bool {
-	f, err := os.Open(path)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return false
 	}

@@ -260,18 +260,11 @@ func parseSafetensorsMeta(b []byte) (map[string]safeEntry, map[string]string, er
 
 // mmapFile maps a whole regular file read-only.
 func mmapFile(path string) ([]byte, error) {
-	fh, err := os.Open(path)
+	fh, st, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, invalid("%s: not a regular file", path)
-	}
 	size := st.Size()
 	if size == 0 {
 		return nil, invalid("%s: empty file", path)
@@ -287,6 +280,28 @@ func mmapFile(path string) ([]byte, error) {
 }
 
 func munmap(b []byte) error { return syscall.Munmap(b) }
+
+// openRegular opens path for reading and refuses anything but a regular
+// file (symlinks are followed: a Hugging Face cache links its snapshots'
+// files to blobs). O_NONBLOCK keeps a FIFO put in a weight's place from
+// blocking the open for ever, waiting for a writer; for a regular file the
+// flag changes nothing.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		fh.Close()
+		return nil, nil, invalid("%s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	return fh, st, nil
+}
 
 // contains reports whether b lies wholly inside mapping.
 func contains(mapping, b []byte) bool {
