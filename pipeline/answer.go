@@ -200,9 +200,9 @@ func jsonInt(v []byte, n *int64) bool {
 	return true
 }
 
-// addTokens adds n tokens to a total, saturating at math.MaxInt64: a total
+// AddTokens adds n tokens to a total, saturating at math.MaxInt64: a total
 // never wraps negative, however large the counts an engine reports.
-func addTokens(total, n int64) int64 {
+func AddTokens(total, n int64) int64 {
 	if n <= 0 {
 		return total
 	}

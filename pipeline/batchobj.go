@@ -159,7 +159,7 @@ func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 			InputTokens:        b.InputTokens,
 			InputTokensDetails: TokenDetails{CachedTokens: b.CachedTokens},
 			OutputTokens:       b.OutputTokens,
-			TotalTokens:        addTokens(max(b.InputTokens, 0), b.OutputTokens),
+			TotalTokens:        AddTokens(max(b.InputTokens, 0), b.OutputTokens),
 		},
 		Metadata: b.Metadata,
 		Batchd:   info,

@@ -249,9 +249,9 @@ func (r *run) append(res result) error {
 		r.outDirty = true
 		r.b.Completed++
 		r.b.OutLen += int64(len(res.data) + 1)
-		r.b.InputTokens = addTokens(r.b.InputTokens, res.usage.in)
-		r.b.OutputTokens = addTokens(r.b.OutputTokens, res.usage.out)
-		r.b.CachedTokens = addTokens(r.b.CachedTokens, res.usage.cached)
+		r.b.InputTokens = AddTokens(r.b.InputTokens, res.usage.in)
+		r.b.OutputTokens = AddTokens(r.b.OutputTokens, res.usage.out)
+		r.b.CachedTokens = AddTokens(r.b.CachedTokens, res.usage.cached)
 	}
 	w.Write(res.data)
 	if err := w.WriteByte('\n'); err != nil {

@@ -170,8 +170,8 @@ func (c *collector) collectBatches(ch chan<- prometheus.Metric) (undone int, err
 		byStatus[b.Status]++
 		completed += b.Completed
 		failed += b.Failed
-		prompt += b.InputTokens
-		completion += b.OutputTokens
+		prompt = pipeline.AddTokens(prompt, b.InputTokens)
+		completion = pipeline.AddTokens(completion, b.OutputTokens)
 		if unfinished(b.Status) {
 			undone += max(0, b.Total-b.Completed-b.Failed)
 		}

@@ -3,6 +3,7 @@ package ops
 import (
 	"errors"
 	"github.com/batchd/batchd/pipeline"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -193,5 +194,14 @@ func TestMetricsSourceError(t *testing.T) {
 	}
 	if !strings.Contains(body, "batchd_engine_in_flight 2") {
 		t.Errorf("engine metrics missing after a batch listing error:\n%s", body)
+	}
+}
+
+// Token totals over batches saturate like each batch's own: two batches at
+// the ceiling never read as a negative number of tokens.
+func TestTokenTotalsSaturate(t *testing.T) {
+	batches := []BatchView{{InputTokens: math.MaxInt64, OutputTokens: 5}, {InputTokens: math.MaxInt64 - 1, OutputTokens: math.MaxInt64}}
+	if got := totalTokens(batches); got != math.MaxInt64 {
+		t.Fatalf("totalTokens = %d, want %d", got, int64(math.MaxInt64))
 	}
 }

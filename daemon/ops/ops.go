@@ -91,11 +91,12 @@ type State interface {
 	Intake() IntakeView
 }
 
-// totalTokens sums prompt and completion tokens over batches.
+// totalTokens sums prompt and completion tokens over batches, saturating
+// at math.MaxInt64 (each batch's own totals saturate there too).
 func totalTokens(batches []BatchView) int64 {
 	var n int64
 	for _, b := range batches {
-		n += b.InputTokens + b.OutputTokens
+		n = pipeline.AddTokens(pipeline.AddTokens(n, b.InputTokens), b.OutputTokens)
 	}
 	return n
 }
