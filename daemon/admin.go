@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -23,14 +24,24 @@ const LedgerBackupPath = "/admin/ledger/backup"
 // exclusive flock on DATA/state/batchd.lock (so a killed process never
 // leaves it held) holding the process id. Close the file to release it.
 // Commands that must not run beside a daemon (ledger compact) take it too.
+// A link at the lock's path is refused, never written through.
 func LockDataDir(dirs Dirs) (*os.File, error) {
-	path := filepath.Join(dirs.State, "batchd.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := flockDataDir(dirs)
+	if err != nil {
+		return nil, err
+	}
+	recordPid(f)
+	return f, nil
+}
+
+// flockDataDir takes the lock of LockDataDir without writing to it.
+func flockDataDir(dirs Dirs) (*os.File, error) {
+	f, err := fsx.OpenNoFollow(filepath.Join(dirs.State, "batchd.lock"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		raw, _ := os.ReadFile(path)
+		raw, _ := io.ReadAll(io.LimitReader(f, 64))
 		f.Close()
 		pid := strings.TrimSpace(string(raw))
 		if pid == "" {
@@ -38,10 +49,31 @@ func LockDataDir(dirs Dirs) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("%w: %s is in use by another batchd (pid %s)", ErrInUse, dirs.Root, pid)
 	}
+	return f, nil
+}
+
+// recordPid writes the process id into the lock file f holds.
+func recordPid(f *os.File) {
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return f, nil
+}
+
+// checkDataDirs refuses a data directory whose own folders (inbox/,
+// outbox/, done/, rejected/, state/, api/, files/ and the folders state/
+// holds) are symbolic links: batchd follows none, so that nothing outside
+// the data directory is read or written through them, and a second daemon
+// never runs another's inbox through a link. The data directory itself
+// may be a link (its path is the operator's to choose).
+func checkDataDirs(dirs Dirs) error {
+	for _, p := range []string{dirs.Inbox, dirs.Outbox, dirs.Done, dirs.Rejected, dirs.State,
+		filepath.Join(dirs.Root, "api"), filepath.Join(dirs.Root, "files"),
+		filepath.Join(dirs.State, "batches"), filepath.Join(dirs.State, "webhooks"), filepath.Join(dirs.State, "bucket")} {
+		if err := fsx.NoLink(p); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+	}
+	return nil
 }
 
 // AddrFile is where a daemon with HTTP on records the address it listens

@@ -183,11 +183,18 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	if err := d.cfg.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := checkDataDirs(d.dirs); err != nil {
+		return err
+	}
 	for _, p := range []string{d.dirs.Inbox, d.dirs.Outbox, d.dirs.Done, d.dirs.State} {
 		if err := fsx.MkdirAll(p, 0o755); err != nil {
 			return fmt.Errorf("create data dir: %w", err)
 		}
 	}
+	// Nothing in the data directory is written (the lock's pid, the stale
+	// address, the outbox's temporaries) before both locks are held: the
+	// lock file's, and the ledger's (pipe.Open), which holds even when
+	// someone removed the lock file under a running daemon.
 	if err := d.takeLock(); err != nil {
 		return err
 	}
@@ -196,9 +203,6 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 			d.Close(context.Background())
 		}
 	}()
-	if err := folder.CleanOutbox(d.dirs.Outbox); err != nil {
-		return err
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel, d.runCtx = cancel, runCtx
 
@@ -212,6 +216,13 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 	pc.Logger = d.log
 	d.pipe = pipeline.New(pc, d.eng)
 	if err := d.pipe.Open(runCtx); err != nil {
+		if errors.Is(err, ledger.ErrLocked) {
+			return fmt.Errorf("%w: %s is in use by another batchd, which holds its ledger (was state/batchd.lock removed?): %w", ErrInUse, d.dirs.Root, err)
+		}
+		return err
+	}
+	d.lockTaken()
+	if err := folder.CleanOutbox(d.dirs.Outbox); err != nil {
 		return err
 	}
 	if err := d.pipe.Recover(folder.FinishRetire); err != nil {
@@ -317,16 +328,22 @@ func (d *Daemon) HTTPAddr() string {
 	return d.httpAddr.String()
 }
 
-// takeLock makes this process the data directory's only daemon.
+// takeLock takes the data directory's lock file; lockTaken records it once
+// the ledger's lock is held too.
 func (d *Daemon) takeLock() error {
-	f, err := LockDataDir(d.dirs)
+	f, err := flockDataDir(d.dirs)
 	if err != nil {
 		return err
 	}
 	d.lock = f
+	return nil
+}
+
+// lockTaken records this process as the data directory's only daemon.
+func (d *Daemon) lockTaken() {
+	recordPid(d.lock)
 	// A previous run's address is stale; serveHTTP records this one's.
 	os.Remove(AddrFile(d.dirs))
-	return nil
 }
 
 // receive turns src's events into queued jobs, and hands its cancel

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+
+	"github.com/batchd/batchd/internal/fsx"
 )
 
 // Crash reports. The Go runtime writes what it prints when the process
@@ -18,6 +20,13 @@ import (
 // kill, and only a crash makes suspects of the requests in flight: a
 // request is failed with engine_crashed only when batchd crashed twice
 // while running it, never because an operator or the machine stopped it.
+// A SIGQUIT is an operator's too (for its stack dump): its report, which
+// starts "SIGQUIT: quit", is kept but is no crash (operatorStop). A
+// SIGABRT stays a crash: the runtime's own aborts print the same line.
+//
+// The report is opened without following a link (fsx.OpenNoFollow): one
+// planted at state/crash.log is refused at start, never read as a crash
+// or truncated.
 const crashFile = "crash.log"
 
 // takeCrashReport returns the first line of the report the previous
@@ -25,7 +34,7 @@ const crashFile = "crash.log"
 // report as crash.log.prev for the operator.
 func takeCrashReport(stateDir string) (string, error) {
 	path := filepath.Join(stateDir, crashFile)
-	f, err := os.Open(path)
+	f, err := fsx.OpenNoFollow(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
@@ -43,10 +52,14 @@ func takeCrashReport(stateDir string) (string, error) {
 	return strings.TrimSpace(line), nil
 }
 
+// operatorStop reports whether the report whose first line is first was
+// written for an operator's SIGQUIT (a stack dump), not a crash.
+func operatorStop(first string) bool { return strings.HasPrefix(first, "SIGQUIT:") }
+
 // reportCrashes points the process's crash output at stateDir's report
 // file (truncated: nothing has crashed yet).
 func reportCrashes(stateDir string) error {
-	f, err := os.OpenFile(filepath.Join(stateDir, crashFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsx.OpenNoFollow(filepath.Join(stateDir, crashFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("open crash report: %w", err)
 	}

@@ -20,7 +20,8 @@ import (
 // and the crash report as a crashed process leaves them) runs alone after
 // the restart; in flight at a second crash, it fails with engine_crashed
 // and never reaches the engine again, while every other line completes. A
-// kill (no crash report) holds nothing against the requests in flight.
+// kill (no crash report) and an operator's SIGQUIT (a report that is a
+// stack dump, not a crash) hold nothing against the requests in flight.
 func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	var (
 		mu       sync.Mutex
@@ -71,9 +72,9 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 
 	// crash runs the batch until the poison is in flight, keeps the
 	// in-flight table as it is at that moment, stops the pipeline and puts
-	// the table back: what a kill -9 leaves behind; with crashed, also the
-	// runtime's crash report: what a crash leaves behind.
-	crash := func(crashed bool) {
+	// the table back: what a kill -9 leaves behind; with a report, also
+	// what the Go runtime writes to the crash output as the process dies.
+	crash := func(report string) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
 		ran := make(chan error, 1)
@@ -97,10 +98,8 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 			if err := os.WriteFile(table, snap, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if crashed {
-				// What the Go runtime writes there when the process dies
-				// of a fatal error.
-				if err := os.WriteFile(filepath.Join(e.dir, "state", "crash.log"), []byte("fatal error: fault\n[signal SIGBUS]\n"), 0o644); err != nil {
+			if report != "" {
+				if err := os.WriteFile(filepath.Join(e.dir, "state", "crash.log"), []byte(report), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -108,14 +107,30 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	}
 	// Killed (no crash report) with the poison in flight: nothing is held
 	// against it, and it runs with the others again.
-	crash(false)
+	crash("")
 	if got := poisons.Load(); got != 1 {
 		t.Fatalf("poison sent %d times", got)
 	}
+	// Stopped twice by an operator's SIGQUIT (the runtime's stack dump in
+	// the crash output) with the poison in flight: no crash either.
+	const sigquit = "SIGQUIT: quit\nPC=0x47b0e1 m=0 sigcode=0\n\ngoroutine 0 gp=0x8a6b40 m=0 mp=0x8a7ae0 [idle]:\n"
+	crash(sigquit)
+	crash(sigquit)
+	if got := poisons.Load(); got != 3 {
+		t.Fatalf("poison sent %d times after two SIGQUIT stops, want 3", got)
+	}
+	if b, err := e.pipe.Ledger().ByName("crashy"); err != nil {
+		t.Fatal(err)
+	} else if s, err := e.pipe.Ledger().Suspects(b.ID); err != nil || len(s) != 0 {
+		t.Fatalf("after two SIGQUIT stops the suspects are %v (%v), want none", s, err)
+	}
+	// What the Go runtime writes there when the process dies of a fatal
+	// error.
+	const fatal = "fatal error: fault\n[signal SIGBUS]\n"
 	phase.Store(1)
-	crash(true) // the poison in flight with others
+	crash(fatal) // the poison in flight with others
 	phase.Store(2)
-	crash(true) // the poison alone
+	crash(fatal) // the poison alone
 	if n := beside.Load(); n != 0 {
 		t.Fatalf("%d requests reached the engine while the suspect ran: it should run alone", n)
 	}
@@ -123,8 +138,8 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	if o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 20 || o.RequestCounts.Failed != 1 {
 		t.Fatalf("after two crashes: %s %+v\n%s", o.Status, o.RequestCounts, strings.Join(readLines(t, filepath.Join(e.outbox, "crashy.errors.jsonl")), "\n"))
 	}
-	if n := poisons.Load(); n != 3 {
-		t.Fatalf("the poison reached the engine %d times, want 3 (killed, crashed, crashed alone)", n)
+	if n := poisons.Load(); n != 5 {
+		t.Fatalf("the poison reached the engine %d times, want 5 (killed, SIGQUIT twice, crashed, crashed alone)", n)
 	}
 	errs := parseLines(t, filepath.Join(e.outbox, "crashy.errors.jsonl"))
 	if len(errs) != 1 || *errs[0].CustomID != "poison" || errs[0].Error == nil || errs[0].Error.Code != pipeline.CodeEngineCrashed ||
@@ -140,8 +155,8 @@ func TestRequestInFlightAtTwoCrashesIsNotRunAThirdTime(t *testing.T) {
 	if o := e.run(retry); o.Status != pipeline.StatusCompleted || o.RequestCounts.Completed != 21 || o.RequestCounts.Failed != 0 {
 		t.Fatalf("retry: %s %+v", o.Status, o.RequestCounts)
 	}
-	if n := poisons.Load(); n != 4 {
-		t.Fatalf("the retry sent the poison %d times in all, want 4", n)
+	if n := poisons.Load(); n != 6 {
+		t.Fatalf("the retry sent the poison %d times in all, want 6", n)
 	}
 	e.check("crashy", "jsonl")
 }

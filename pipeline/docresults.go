@@ -117,7 +117,7 @@ func buildDocResults(path string, b *ledger.Batch, out, errs string) error {
 	}
 
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := fsx.OpenNoFollow(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
 
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 )
 
@@ -59,7 +61,7 @@ func openInflight(path string, slots int) (*inflight, []ledger.LineRef, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsx.OpenNoFollow(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open in-flight table: %w", err)
 	}
@@ -105,12 +107,18 @@ func (t *inflight) grow(size int) bool {
 }
 
 // readInflight lists the requests in the table's slots (none when the file
-// does not exist). Slots that do not parse are skipped.
+// does not exist). Slots that do not parse are skipped. A link at path is
+// refused (fsx.ErrLink), never read or truncated through.
 func readInflight(path string) ([]ledger.LineRef, error) {
-	data, err := os.ReadFile(path)
+	f, err := fsx.OpenNoFollow(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read in-flight table: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("read in-flight table: %w", err)
 	}

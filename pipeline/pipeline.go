@@ -236,6 +236,11 @@ func (p *Pipeline) openInflight() error {
 	if err != nil {
 		return err
 	}
+	if operatorStop(crash) {
+		p.log.Info("batchd was stopped by SIGQUIT (an operator's stack dump), not a crash: nothing is held against the requests in flight",
+			"report", filepath.Join(p.cfg.StateDir, crashFile+".prev"))
+		crash = ""
+	}
 	t, left, err := openInflight(filepath.Join(p.cfg.StateDir, inflightFile), p.cfg.Workers)
 	if err != nil {
 		return err

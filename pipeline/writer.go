@@ -29,6 +29,9 @@ func (p *Pipeline) resultPaths(b *ledger.Batch, gen int) (out, errs string) {
 // committed lengths, and removes files of other generations.
 func (r *run) openResults() error {
 	dir := r.p.batchDir(r.b.ID)
+	if err := fsx.NoLink(dir); err != nil {
+		return fmt.Errorf("batch dir: %w", err)
+	}
 	if err := fsx.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create batch dir: %w", err)
 	}
@@ -66,7 +69,7 @@ func openAt(path string, n int64) (*os.File, error) {
 			return nil, err
 		}
 	} else if errors.Is(err, os.ErrExist) {
-		f, err = os.OpenFile(path, os.O_RDWR, 0o644)
+		f, err = fsx.OpenNoFollow(path, os.O_RDWR, 0)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open results: %w", err)

@@ -75,12 +75,17 @@ func (s *Sender) syncDir() error {
 	return nil
 }
 
-// loadSpool creates the spool folder if needed and reads the events in it.
+// loadSpool creates the spool folder if needed (a link there is refused)
+// and reads the events in it.
 // Leftover temporary files are removed; an unreadable file is logged and
 // moved aside (NAME.corrupt), not fatal. URLs no longer configured are
 // dropped with a warning.
 func (s *Sender) loadSpool(ctx context.Context) ([]*event, error) {
 	dir := s.cfg.SpoolDir
+	// A link at the folder would send every event outside DATA.
+	if err := fsx.NoLink(dir); err != nil {
+		return nil, fmt.Errorf("webhook: spool dir: %w", err)
+	}
 	if err := os.MkdirAll(dir, spoolDirPerm); err != nil {
 		return nil, fmt.Errorf("webhook: create spool dir: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/internal/syncbuf"
 )
 
@@ -720,5 +721,30 @@ func TestCloseAbortsHungAttempt(t *testing.T) {
 	}
 	if recs := logs.records(t, "given up"); len(recs) != 0 {
 		t.Errorf("an aborted attempt was given up: %v", recs)
+	}
+}
+
+// A spool folder that is a symbolic link is refused at start: no event is
+// ever written where it points.
+func TestSpoolDirLinkIsRefused(t *testing.T) {
+	outside := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "webhooks")
+	if err := os.Symlink(outside, dir); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(testConfig(t, dir, &logBuffer{}, "http://example.invalid/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start(t.Context())
+	if err == nil {
+		_ = s.Close(context.Background())
+		t.Fatal("a sender started on a linked spool folder")
+	}
+	if !errors.Is(err, fsx.ErrLink) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("error %q does not refuse the link at %s", err, dir)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("%d entries written through the link", len(ents))
 	}
 }

@@ -168,6 +168,39 @@ func ReadRegular(path string) ([]byte, error) {
 	return raw, nil
 }
 
+// ErrLink is the error for a symbolic link where batchd keeps its own
+// files and folders (a data directory's inbox/, outbox/, state/ and what
+// state/ holds): batchd follows none there, so that nothing outside the
+// data directory is read or written through one.
+var ErrLink = errors.New("is a symbolic link; batchd follows no link among its own files and folders (remove it)")
+
+// OpenNoFollow opens path as os.OpenFile does, but not through a symbolic
+// link at path itself (O_NOFOLLOW): a link there, even a dangling one, is
+// an error wrapping ErrLink that names path. Links in the folders above
+// path are followed; NoLink checks those batchd owns when it starts.
+func OpenNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW, perm)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s %w", path, ErrLink)
+	}
+	return f, err
+}
+
+// NoLink returns an error wrapping ErrLink that names path when path is
+// a symbolic link, nil when it is anything else or does not exist.
+func NoLink(path string) error {
+	st, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check %s: %w", path, err)
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("%s %w", path, ErrLink)
+	}
+	return nil
+}
+
 // ErrOutsideRoot is Under's error for a path that resolves outside its root.
 var ErrOutsideRoot = errors.New("outside the root directory")
 

@@ -1,8 +1,10 @@
 package fsx
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -126,5 +128,53 @@ func TestMkdirAll(t *testing.T) {
 	}
 	if err := MkdirAll(file, 0o755); err == nil {
 		t.Fatal("MkdirAll of a file succeeded")
+	}
+}
+
+// OpenNoFollow and NoLink refuse a link at the path, naming it, and leave
+// the link's target as it was.
+func TestOpenNoFollowAndNoLinkRefuseALink(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "target")
+	if err := os.WriteFile(outside, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(t.TempDir(), "none"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, dangling} {
+		f, err := OpenNoFollow(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err == nil {
+			f.Close()
+			t.Fatalf("%s: a link was opened", p)
+		}
+		if !errors.Is(err, ErrLink) || !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not wrap ErrLink or name %s", err, p)
+		}
+		if err := NoLink(p); !errors.Is(err, ErrLink) || !strings.Contains(err.Error(), p) {
+			t.Errorf("NoLink(%s) = %v", p, err)
+		}
+	}
+	if got, _ := os.ReadFile(outside); string(got) != "keep" {
+		t.Fatalf("the link's target holds %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(outside), "none")); err == nil {
+		t.Fatal("the dangling link's target was created")
+	}
+	regular := filepath.Join(dir, "regular")
+	f, err := OpenNoFollow(regular, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, p := range []string{regular, dir, filepath.Join(dir, "missing")} {
+		if err := NoLink(p); err != nil {
+			t.Errorf("NoLink(%s) = %v", p, err)
+		}
 	}
 }

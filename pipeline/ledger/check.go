@@ -62,7 +62,7 @@ func (r *CheckReport) add(batch, field, format string, args ...any) {
 // A file it cannot read returns an error: a *DamagedError, or ErrLocked
 // when a running batchd holds it. Problems found go in the report.
 func Check(path string, opts CheckOptions) (*CheckReport, error) {
-	if _, err := os.Stat(path); err != nil {
+	if _, err := os.Lstat(path); err != nil { // a link is refused below
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	if opts.Timeout <= 0 {

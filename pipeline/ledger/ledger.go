@@ -116,7 +116,7 @@ type Ledger struct {
 
 // openOptions are the options of every read-write open.
 func openOptions() *bolt.Options {
-	return &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType}
+	return &bolt.Options{Timeout: 500 * time.Millisecond, FreelistType: bolt.FreelistMapType, OpenFile: fsx.OpenNoFollow}
 }
 
 // Open opens (creating if needed) the ledger at path. A ledger held by
@@ -126,7 +126,11 @@ func openOptions() *bolt.Options {
 // emptied, broken pages or meta pages, or failing bbolt's own consistency
 // check) returns a *DamagedError, never a crash, and never a silently empty
 // ledger that would forget what ran. The check reads the whole file once.
+// A symbolic link at path is refused (fsx.ErrLink), never followed.
 func Open(path string) (*Ledger, error) {
+	if err := fsx.NoLink(path); err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		if err := create(path); err != nil {
 			return nil, fmt.Errorf("create ledger %s: %w", path, err)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/batchd/batchd/internal/fsx"
 )
 
 func TestBitmapSetClearHas(t *testing.T) {
@@ -117,6 +119,50 @@ func TestSecondOpenFailsFast(t *testing.T) {
 	if l2, err := Open(path); err == nil {
 		l2.Close()
 		t.Fatal("a second Open of a held ledger succeeded")
+	}
+}
+
+// A link planted at the ledger's path is refused, naming the path, whether
+// its target is a ledger (another data directory's) or does not exist:
+// nothing outside is read, locked, compacted or created through it.
+func TestOpenRefusesALink(t *testing.T) {
+	outside := t.TempDir()
+	other := filepath.Join(outside, "ledger.db")
+	l, err := Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Put(&Batch{ID: "batch_other", Status: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	before, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{other, filepath.Join(outside, "none.db")} {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		if err := os.Symlink(target, path); err != nil {
+			t.Fatal(err)
+		}
+		if l, err := Open(path); err == nil {
+			l.Close()
+			t.Fatalf("a link to %s was opened", target)
+		} else if !errors.Is(err, fsx.ErrLink) || !strings.Contains(err.Error(), path) {
+			t.Errorf("error %q does not refuse the link at %s", err, path)
+		}
+		if _, err := CompactIfWorth(path); err != nil {
+			t.Errorf("CompactIfWorth of a small file's link: %v", err)
+		}
+		if _, err := Check(path, CheckOptions{}); !errors.Is(err, fsx.ErrLink) {
+			t.Errorf("Check through a link: %v", err)
+		}
+	}
+	if after, _ := os.ReadFile(other); string(after) != string(before) {
+		t.Error("the linked ledger changed")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "none.db")); err == nil {
+		t.Error("a ledger was created at a dangling link's target")
 	}
 }
 

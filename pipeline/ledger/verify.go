@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/batchd/batchd/internal/fsx"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -229,6 +230,9 @@ const maxCheckErrors = 20
 // *DamagedError; bbolt's findings go to checkErrs when it is not nil, and
 // otherwise also make a *DamagedError.
 func openVerified(path string, opts *bolt.Options, checkErrs *[]string) (*bolt.DB, header, error) {
+	if err := fsx.NoLink(path); err != nil {
+		return nil, header{}, fmt.Errorf("open ledger: %w", err)
+	}
 	h, err := inspect(path)
 	if err != nil {
 		return nil, h, err
@@ -243,7 +247,7 @@ func openVerified(path string, opts *bolt.Options, checkErrs *[]string) (*bolt.D
 	var file *os.File
 	o := *opts
 	o.OpenFile = func(name string, flag int, perm os.FileMode) (*os.File, error) {
-		f, err := os.OpenFile(name, flag, perm)
+		f, err := fsx.OpenNoFollow(name, flag, perm)
 		file = f
 		return f, err
 	}
