@@ -107,7 +107,7 @@ type createRequest struct {
 func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 	if err != nil {
-		writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "reading the body: %v", err)
+		writeBodyError(w, err, "request_too_large", "")
 		return
 	}
 	var req createRequest

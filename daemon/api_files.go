@@ -89,6 +89,11 @@ func (d *Daemon) uploadPath(id string) string { return filepath.Join(d.filesDir(
 // handleUpload is POST /v1/files: multipart with purpose=batch and file,
 // streamed to disk, at most cfg.API.MaxUploadBytes.
 func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
+	release, ok := d.bodies.uploadSlot(w)
+	if !ok {
+		return
+	}
+	defer release()
 	limit := d.cfg.API.MaxUploadBytes
 	r.Body = http.MaxBytesReader(w, r.Body, limit+1<<20)
 	mr, err := r.MultipartReader()
@@ -188,12 +193,7 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeUploadError(w http.ResponseWriter, err error) {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		writeAPIError(w, http.StatusRequestEntityTooLarge, "file_too_large", "file", "the upload is larger than the limit of %d bytes", mbe.Limit)
-		return
-	}
-	writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "reading the upload: %v", err)
+	writeBodyError(w, err, "file_too_large", "file")
 }
 
 // uploaded reads an uploaded file's object.

@@ -26,12 +26,7 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(d.cfg.Pipeline.MaxLineBytes)))
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeAPIError(w, http.StatusRequestEntityTooLarge, "request_too_large", "", "the request body is larger than %d bytes", mbe.Limit)
-				return
-			}
-			writeAPIError(w, http.StatusBadRequest, "invalid_request", "", "reading the body: %v", err)
+			writeBodyError(w, err, "request_too_large", "")
 			return
 		}
 		var probe struct {

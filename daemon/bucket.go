@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -48,7 +49,11 @@ func (br *bucketSource) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	var ev s3.Event
 	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&ev); err != nil {
-		http.Error(w, "not a bucket notification: "+err.Error(), http.StatusBadRequest)
+		status := http.StatusBadRequest
+		if errors.Is(err, errBodyTooSlow) {
+			status = http.StatusRequestTimeout
+		}
+		http.Error(w, "not a bucket notification: "+err.Error(), status)
 		return
 	}
 	n := br.w.Notify(r.Context(), ev)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -94,10 +95,26 @@ type APIConfig struct {
 	// MetricsPublic opens /metrics alone to anyone (for Prometheus
 	// scrapers) while Keys guard the rest.
 	MetricsPublic bool `yaml:"metrics_public"`
-	// MaxUploadBytes bounds one POST /v1/files (default 512 MiB).
+	// MaxUploadBytes bounds one POST /v1/files (default 512 MiB; 1 byte
+	// to 1 TiB).
 	MaxUploadBytes int64 `yaml:"max_upload_bytes"`
+	// MaxConcurrentUploads bounds the POST /v1/files bodies read at once
+	// (default 16; 1 to 4096); one more is answered 429 with Retry-After
+	// before anything is written.
+	MaxConcurrentUploads int `yaml:"max_concurrent_uploads"`
+	// BodyTimeout and BodyMinRate pace every request body (an upload, a
+	// batch, an online request, a bucket event): from its first byte, and
+	// again each time it has brought BodyMinRate × BodyTimeout bytes (at
+	// least one), it has BodyTimeout to bring that many more, or it is
+	// answered 408 and an upload's partial file is removed. Defaults 30s
+	// (1ms to 1h) and 1024 bytes per second (0 to 1 GiB; 0: any byte
+	// restarts the timeout): a body under 1 KiB/s, like one dripping a
+	// byte every 2 s, is cut off within 30s; any faster one never is.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	BodyMinRate int64         `yaml:"body_min_rate"`
 	// DefaultMaxTokens is the output limit of an online request that sets
-	// none (and no batch default does; default 4096).
+	// none (and no batch default does; default 4096; 0 to 2147483647, 0:
+	// none, the request generates until its context is full).
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
 }
 
@@ -265,8 +282,9 @@ func DefaultConfig() Config {
 		Watcher: WatcherConfig{Rescan: 30 * time.Second, Settle: time.Second, IncompleteAfter: dir.DefaultIncompleteAfter, PollInterval: 2 * time.Second},
 		S3: S3Config{LeaseTTL: s3client.DefaultConfig("").LeaseTTL, ListInterval: s3client.DefaultConfig("").ListInterval,
 			CheckpointInterval: 5 * time.Second},
-		Log:       LogConfig{Level: "info", Format: "text"},
-		API:       APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096},
+		Log: LogConfig{Level: "info", Format: "text"},
+		API: APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096,
+			MaxConcurrentUploads: 16, BodyTimeout: 30 * time.Second, BodyMinRate: 1 << 10},
 		Retention: 30 * 24 * time.Hour,
 
 		ShutdownGrace: 30 * time.Second,
@@ -290,10 +308,15 @@ func LoadFile(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("read config: %w", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(ExpandEnv(string(raw)))))
+	expanded := []byte(ExpandEnv(string(raw)))
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
 	dec.KnownFields(true)
+	vals := yamlValues(expanded, reflect.TypeFor[Config]())
 	// An empty file (io.EOF) means all defaults.
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, fmt.Errorf("config %s: %w", path, nameKeys(err, vals))
+	}
+	if err := checkWholeNumbers(vals); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	if keys, vars, ok := fileKeys(string(raw)); ok {
@@ -431,6 +454,9 @@ func (c Config) Validate() error {
 	if c.Data == "" {
 		return errors.New("data: required")
 	}
+	if err := c.validateRanges(); err != nil {
+		return err
+	}
 	if err := c.validateMediaRoot(); err != nil {
 		return err
 	}
@@ -438,9 +464,6 @@ func (c Config) Validate() error {
 	case "openai":
 		if len(c.OpenAI.URLs) == 0 {
 			return errors.New("openai.urls: at least one base URL is required for engine openai")
-		}
-		if c.OpenAI.MaxInFlight < 1 {
-			return fmt.Errorf("openai.max_inflight: must be at least 1, got %d", c.OpenAI.MaxInFlight)
 		}
 		if err := c.openaiConfig().Validate(); err != nil {
 			return err
@@ -452,9 +475,6 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("engine: unknown engine %q (known: native, openai)", c.Engine)
 	}
-	if c.Pipeline.MaxConcurrentBatches < 1 {
-		return fmt.Errorf("pipeline.max_concurrent_batches: must be at least 1, got %d", c.Pipeline.MaxConcurrentBatches)
-	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		return err
 	}
@@ -462,12 +482,6 @@ func (c Config) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("log.format: must be text or json, got %q", c.Log.Format)
-	}
-	if c.Watcher.Settle <= 0 || c.Watcher.Rescan <= 0 {
-		return errors.New("watcher.settle and watcher.rescan: must be positive durations")
-	}
-	if c.Watcher.IncompleteAfter <= 0 {
-		return fmt.Errorf("watcher.incomplete_after: must be a positive duration, got %v", c.Watcher.IncompleteAfter)
 	}
 	if err := c.pipelineConfig().Validate(); err != nil {
 		return fmt.Errorf("pipeline.%w", err)
@@ -477,26 +491,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("webhooks: %w", err)
 		}
 	}
-	if c.ShutdownGrace < 0 {
-		return fmt.Errorf("shutdown_grace: must not be negative (0 stops at once), got %s", c.ShutdownGrace)
-	}
-	if c.Retention < 0 {
-		return fmt.Errorf("retention: must not be negative, got %s", c.Retention)
-	}
 	if err := c.validateAccess(); err != nil {
 		return err
-	}
-	if c.API.MaxUploadBytes < 1 {
-		return fmt.Errorf("api.max_upload_bytes: must be positive, got %d", c.API.MaxUploadBytes)
 	}
 	switch {
 	case c.Source == "" || c.Source == "dir":
 	case c.IsBucket():
 		if err := c.s3Config().Validate(); err != nil {
 			return err
-		}
-		if c.S3.CheckpointInterval <= 0 {
-			return fmt.Errorf("s3.checkpoint_interval: must be positive, got %s", c.S3.CheckpointInterval)
 		}
 	default:
 		return fmt.Errorf("source: %q is neither dir nor s3://BUCKET/PREFIX", c.Source)

@@ -65,6 +65,7 @@ type Daemon struct {
 	bucket   *bucketSource // nil unless the inbox is a bucket
 	api      *apiSource
 	http     *http.Server
+	bodies   *bodyLimits // paces request bodies, bounds uploads (api_bodies.go)
 	httpAddr net.Addr
 
 	cancel context.CancelFunc
@@ -519,6 +520,7 @@ func (d *Daemon) finished(dl delivery) {
 
 func (d *Daemon) serveHTTP() error {
 	mux := http.NewServeMux()
+	d.bodies = newBodyLimits(d.cfg.API)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -590,7 +592,9 @@ func (d *Daemon) serveHTTP() error {
 		ln.Close()
 		return err
 	}
-	d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Headers must come within ReadHeaderTimeout, bodies at the pace
+	// bodyLimits sets; an idle keep-alive connection is closed after IdleTimeout.
+	d.http = &http.Server{Handler: d.bodies.paceBodies(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()

@@ -771,7 +771,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"api.keys[0]", func(c *daemon.Config) { c.API.Keys = []string{""} }},
 		{"listen", func(c *daemon.Config) { c.Listen = "0.0.0.0:8080" }},
 		{"watcher.settle", func(c *daemon.Config) { c.Watcher.Settle = 0 }},
-		{"watcher.settle and watcher.rescan", func(c *daemon.Config) { c.Watcher.Rescan = -time.Second }},
+		{"watcher.rescan", func(c *daemon.Config) { c.Watcher.Rescan = -time.Second }},
 		{"on_invalid", func(c *daemon.Config) { c.Batch.OnInvalid = "shrug" }},
 		{"native.kernels", func(c *daemon.Config) {
 			c.Engine, c.Native.Models, c.Native.Kernels = "native", []native.ModelConfig{{Path: "m.gguf"}}, "sse9"

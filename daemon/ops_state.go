@@ -66,6 +66,9 @@ func (s opsState) Intake() ops.IntakeView {
 	if st.Full {
 		v.DiskFullSince = st.Since.Unix()
 	}
+	if b := s.d.bodies; b != nil {
+		v.Uploads, v.UploadsRefused, v.BodiesTooSlow = len(b.uploads), b.refused.Load(), b.tooSlow.Load()
+	}
 	return v
 }
 

@@ -108,7 +108,7 @@ type Engine interface {
 // Stats is an optional view an engine may offer for status and metrics.
 type Stats struct {
 	InFlight int   // requests being run now
-	Paused   bool  // true while the engine is wholly down and callers are held
+	Paused   bool  // true while the engine is wholly down (callers held, or retrying with nothing answered yet)
 	Hung     bool  // true while requests are sent but the engine has answered nothing for a while
 	Retries  int64 // attempts that repeated an earlier one, so far
 }

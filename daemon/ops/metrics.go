@@ -70,6 +70,7 @@ type collector struct {
 	dispatchInFlight, dispatchWaiting, dispatchWindow      *prometheus.Desc
 	diskFull, diskFullPauses                               *prometheus.Desc
 	inboxWaiting, requestsWaiting                          *prometheus.Desc
+	uploads, uploadsRefused, bodiesTooSlow                 *prometheus.Desc
 	specDraft, specAccepted                                *prometheus.Desc
 }
 
@@ -116,6 +117,11 @@ func newCollector(src State) *collector {
 			[]string{"source"}, nil),
 		requestsWaiting: d("batchd_requests_waiting",
 			"Requests of unfinished batches not dispatched to the engine yet: their lines not done as of the latest commit, less those in flight.", nil, nil),
+		uploads: d("batchd_api_uploads_in_progress", "POST /v1/files bodies being received now (at most api.max_concurrent_uploads).", nil, nil),
+		uploadsRefused: d("batchd_api_uploads_refused_total",
+			"Uploads answered 429 because api.max_concurrent_uploads were being received, since the daemon started.", nil, nil),
+		bodiesTooSlow: d("batchd_api_bodies_too_slow_total",
+			"Request bodies cut off with a 408 for coming slower than api.body_min_rate over api.body_timeout, since the daemon started.", nil, nil),
 		specDraft: d("batchd_spec_draft_tokens_total",
 			"Draft tokens speculative decoding verified, per model; absent for an engine that does not speculate.", []string{"model"}, nil),
 		specAccepted: d("batchd_spec_accepted_tokens_total",
@@ -129,7 +135,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.inFlight, c.queueDepth, c.paused, c.hung, c.prefixHit, c.kvBytes, c.retries, c.kernelsInfo,
 		c.dispatchInFlight, c.dispatchWaiting, c.dispatchWindow,
 		c.diskFull, c.diskFullPauses, c.specDraft, c.specAccepted,
-		c.inboxWaiting, c.requestsWaiting,
+		c.inboxWaiting, c.requestsWaiting, c.uploads, c.uploadsRefused, c.bodiesTooSlow,
 	} {
 		ch <- d
 	}
@@ -237,6 +243,9 @@ func (c *collector) collectIntake(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, full)
 	ch <- prometheus.MustNewConstMetric(c.diskFullPauses, prometheus.CounterValue, float64(in.DiskFullPauses))
+	ch <- prometheus.MustNewConstMetric(c.uploads, prometheus.GaugeValue, float64(in.Uploads))
+	ch <- prometheus.MustNewConstMetric(c.uploadsRefused, prometheus.CounterValue, float64(in.UploadsRefused))
+	ch <- prometheus.MustNewConstMetric(c.bodiesTooSlow, prometheus.CounterValue, float64(in.BodiesTooSlow))
 	for source, n := range in.InboxWaiting {
 		ch <- prometheus.MustNewConstMetric(c.inboxWaiting, prometheus.GaugeValue, float64(n), source)
 	}

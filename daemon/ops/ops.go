@@ -77,6 +77,13 @@ type IntakeView struct {
 	// every daemon on the bucket reports the same backlog. A source the
 	// daemon does not have is absent; a bucket not listed yet too.
 	InboxWaiting map[string]int
+	// Uploads is the POST /v1/files bodies being read now; UploadsRefused
+	// counts those answered 429 because api.max_concurrent_uploads were
+	// (since the daemon started), BodiesTooSlow the request bodies cut off
+	// with a 408 for coming too slowly (api.body_timeout, body_min_rate).
+	Uploads        int
+	UploadsRefused int64
+	BodiesTooSlow  int64
 }
 
 // State is the daemon's state as package ops reads it. Its methods are

@@ -195,11 +195,13 @@ func (e *Engine) Close(ctx context.Context) error {
 }
 
 // Stats reports the requests holding a slot of the in-flight window
-// (sending, backing off or held by an outage), whether callers are held,
-// and whether the remote engine looks hung (see Config.HangAfter).
+// (sending, backing off or held by an outage), whether batches are paused
+// for an outage (callers held, or retrying after only a probe answered:
+// see pool.outage), and whether the remote engine looks hung (see Config.HangAfter).
 func (e *Engine) Stats() engine.Stats {
+	inflight := e.inflight.Load()
 	return engine.Stats{
-		InFlight: int(e.inflight.Load()), Paused: e.pool.isDown(), Hung: e.hung.Load(),
+		InFlight: int(inflight), Paused: e.pool.paused(inflight > 0), Hung: e.hung.Load(),
 		Retries: e.retries.Load(),
 	}
 }

@@ -32,10 +32,15 @@ type pool struct {
 	logger    *slog.Logger
 
 	mu    sync.Mutex
-	next  int           // round-robin cursor for ties
-	fails int           // consecutive failed attempts across all replicas
-	down  bool          // the engine is wholly down: callers are held
-	up    chan struct{} // closed while up; a fresh open one while down
+	next  int  // round-robin cursor for ties
+	fails int  // consecutive failed attempts across all replicas
+	down  bool // the engine is wholly down: callers are held
+	// outage: the engine went down and no request has been answered
+	// since. A probe (GET /models) ends down, so held callers try again,
+	// but not outage: a server can answer its probe and fail every
+	// request (5xx), and batches are paused until one is answered.
+	outage bool
+	up     chan struct{} // closed while up; a fresh open one while down
 
 	// For the hang watchdog: attempts on the wire, and since when the
 	// engine owes an answer: set by the first attempt sent after the
@@ -184,6 +189,12 @@ func (p *pool) failed(r *replica, cause string) {
 func (p *pool) goDownLocked(cause string) {
 	p.down = true
 	p.up = make(chan struct{})
+	if p.outage { // a probe answered, the requests still fail: logged already
+		p.logger.Debug("remote engine still failing requests after its probe answered; held again",
+			"failed_attempts", p.fails, "last_error", cause)
+		return
+	}
+	p.outage = true
 	p.logger.Warn("remote engine unreachable; batches paused, probing",
 		"failed_attempts", p.fails, "last_error", cause)
 }
@@ -200,8 +211,29 @@ func (p *pool) markUpLocked(r *replica, how string) {
 	if p.down {
 		p.down = false
 		close(p.up)
+	}
+	switch {
+	case !p.outage:
+	case how == seenByProbe:
+		p.logger.Debug("remote engine answers its probe; retrying the held requests", keyURL, r.logURL)
+	default:
+		p.outage = false
 		p.logger.Info("remote engine back; resuming", keyURL, r.logURL, "seen_by", how)
 	}
+}
+
+// seenByProbe is markUpLocked's how for a probe: it releases held callers
+// but does not end an outage (see pool.outage).
+const seenByProbe = "probe"
+
+// paused reports whether batches are paused for an outage: the engine is
+// down, or only a probe has answered since it was and busy says requests
+// still wait for an answer. With none waiting, a probe's answer is all
+// there is to go on.
+func (p *pool) paused(busy bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down || p.outage && busy
 }
 
 // isDown reports whether the engine is wholly down.
@@ -274,7 +306,7 @@ func (pr *prober) run(ctx context.Context) {
 					return
 				}
 				pr.pool.mu.Lock()
-				pr.pool.markUpLocked(r, "probe")
+				pr.pool.markUpLocked(r, seenByProbe)
 				pr.pool.mu.Unlock()
 			})
 		}
