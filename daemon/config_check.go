@@ -68,6 +68,8 @@ func (c Config) validateRanges() error {
 		{key: "api.body_min_rate", v: c.API.BodyMinRate, lo: 0, hi: gib, unit: "bytes per second"},
 		{key: "openai.max_inflight", v: int64(c.OpenAI.MaxInFlight), lo: 1, hi: 16384},
 		{key: "openai.max_retries", v: int64(c.OpenAI.MaxRetries), lo: 0, hi: 1000},
+		{key: "openai.max_answer_bytes", v: c.OpenAI.MaxAnswerBytes, lo: kib, hi: 64 * gib, unit: "bytes"},
+		{key: "openai.max_answer_bytes_inflight", v: c.OpenAI.MaxAnswerBytesInFlight, lo: kib, hi: tib, unit: "bytes"},
 		{key: "native.threads", v: int64(c.Native.Threads), lo: 0, hi: 4096},
 		{key: "native.max_batch_tokens", v: int64(c.Native.MaxBatchTokens), lo: 1, hi: 1 << 20},
 		{key: "native.max_seqs", v: int64(c.Native.MaxSeqs), lo: 1, hi: 16384},

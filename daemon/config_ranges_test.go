@@ -25,6 +25,8 @@ func TestConfigRanges(t *testing.T) {
 		{"api.body_min_rate", "-1 is out of range (0..1073741824 bytes per second; 1 GiB)", func(c *daemon.Config) { c.API.BodyMinRate = -1 }},
 		{"openai.max_inflight", "100000 is out of range (1..16384)", func(c *daemon.Config) { c.OpenAI.MaxInFlight = 100000 }},
 		{"openai.max_retries", "-1 is out of range (0..1000)", func(c *daemon.Config) { c.OpenAI.MaxRetries = -1 }},
+		{"openai.max_answer_bytes", "100 is out of range (1024..68719476736 bytes; 64 GiB)", func(c *daemon.Config) { c.OpenAI.MaxAnswerBytes = 100 }},
+		{"openai.max_answer_bytes_inflight", "-1 is out of range (1024..1099511627776 bytes; 1 TiB)", func(c *daemon.Config) { c.OpenAI.MaxAnswerBytesInFlight = -1 }},
 		{"openai.retry_wait_min", "2h is out of range (0s..1h)", func(c *daemon.Config) { c.OpenAI.RetryWaitMin = 2 * time.Hour }},
 		{"openai.retry_wait_max", "0s is out of range (1ms..24h)", func(c *daemon.Config) { c.OpenAI.RetryWaitMax = 0 }},
 		{"openai.attempt_timeout", "-1m is out of range (1ms..24h)", func(c *daemon.Config) { c.OpenAI.AttemptTimeout = -time.Minute }},
