@@ -20,6 +20,7 @@ var errAnswerTooLarge = errors.New("answer too large")
 // attempt's time ran out, bytes still dripping in).
 type answerError struct {
 	status int
+	got    int64 // body bytes that arrived before it failed
 	err    error
 }
 
@@ -34,6 +35,18 @@ func (e *answerError) Unwrap() error { return e.err }
 func answered(err error) bool {
 	var ae *answerError
 	return errors.As(err, &ae)
+}
+
+// stillArriving reports whether err is an attempt whose time ran out while
+// a 2xx answer's body was arriving: the server had decided its answer and
+// was sending it too slowly (a byte at a time, or for ever). That is the
+// request's own failure, like an answer over the cap, whether or not a
+// health check can be sent: held as an outage, it would be sent again
+// without end.
+func stillArriving(err error) bool {
+	var ae *answerError
+	return errors.Is(err, errAttemptTimeout) && errors.As(err, &ae) &&
+		ae.status >= 200 && ae.status < 300 && ae.got > 0
 }
 
 // firstChunk is the size of the first buffer an answer without a

@@ -145,8 +145,15 @@ func TestAnswerOverTheCapIsTheRequestsFailure(t *testing.T) {
 func TestDrippingAnswerEndsAtAttemptTimeout(t *testing.T) {
 	// A body dripped a byte at a time keeps the engine from looking hung,
 	// but attempt_timeout still bounds the whole answer: each attempt
-	// times out, and a health check showing the server up makes them the
-	// request's own failures, so it ends after max_retries.
+	// times out while the 2xx answer is still arriving, which is the
+	// request's own failure, so it ends after max_retries, whether or not
+	// anything succeeded before (a health check could be sent).
+	for _, sample := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sample=%v", sample), func(t *testing.T) { testDrippingAnswer(t, sample) })
+	}
+}
+
+func testDrippingAnswer(t *testing.T, sample bool) {
 	srv := startAnswerServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, "{")
@@ -169,9 +176,11 @@ func TestDrippingAnswerEndsAtAttemptTimeout(t *testing.T) {
 	cfg.MaxRetries = 2
 	cfg.AttemptTimeout = 500 * time.Millisecond
 	e, logs := newTestEngine(t, cfg)
-	mustOK(t, e, chatRequest("before", "fine")) // a known-good body to check with
+	if sample {
+		mustOK(t, e, chatRequest("before", "fine")) // a known-good body to check with
+	}
 	_, err := do(t, e, chatRequest("bad", "bad"))
-	checkAnswerFailure(t, e, logs, srv, err, cfg.MaxRetries+1, "attempt timed out after 500ms", "read answer (status 200)")
+	checkAnswerFailure(t, e, logs, srv, err, cfg.MaxRetries+1, "attempt timed out after 500ms", "read answer (status 200)", "3 answers still arriving at openai.attempt_timeout (500ms)")
 }
 
 func TestAnswerBudgetBoundsAnswersInFlight(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -395,6 +396,22 @@ type call struct {
 	last     string   // the latest attempt's status or error
 	reason   string   // why the call gave up
 	oversize int      // answers over Config.MaxAnswerBytes
+	unended  int      // 2xx answers still arriving at Config.AttemptTimeout
+}
+
+// answerReason is why a call gave up on answers too large or too slow.
+func (c *call) answerReason() string {
+	var parts []string
+	if c.oversize > 0 {
+		parts = append(parts, fmt.Sprintf("%d answers over openai.max_answer_bytes (%d bytes)", c.oversize, c.e.cfg.MaxAnswerBytes))
+	}
+	if c.unended > 0 {
+		parts = append(parts, fmt.Sprintf("%d answers still arriving at openai.attempt_timeout (%s)", c.unended, c.e.cfg.AttemptTimeout))
+	}
+	if others := c.strikes - c.oversize - c.unended; others > 0 {
+		parts = append(parts, fmt.Sprintf("%d other failures", others))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // release drops the latest attempt's answer and returns its bytes to the
@@ -464,15 +481,20 @@ func (c *call) checkRetry(ctx context.Context, resp *http.Response, err error) (
 		return false, err
 	}
 	pool := c.e.pool
-	if errors.Is(err, errAnswerTooLarge) {
+	if over, slow := errors.Is(err, errAnswerTooLarge), stillArriving(err); over || slow {
 		// The server answered, so it is up; what it sent is more than
-		// this engine holds for one answer: the request's own failure.
+		// this engine holds for one answer, or did not end within
+		// attempt_timeout: the request's own failure.
 		pool.answered(c.replica, false)
 		c.remember()
 		c.strikes++
-		c.oversize++
+		if over {
+			c.oversize++
+		} else {
+			c.unended++
+		}
 		if c.strikes > c.e.cfg.MaxRetries {
-			c.reason = fmt.Sprintf("%d answers over openai.max_answer_bytes (%d bytes)", c.oversize, c.e.cfg.MaxAnswerBytes)
+			c.reason = c.answerReason()
 			return false, errors.New(c.last)
 		}
 		return true, nil

@@ -151,7 +151,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		t.pool.heard() // the status line and headers
 		// A heard byte tells the hang watchdog the engine is alive; it
 		// does not extend the attempt: ctx bounds the whole answer.
-		body, held, rerr := t.answers.read(ctx, heardReader{resp.Body, t.pool}, resp.ContentLength)
+		hr := &heardReader{r: resp.Body, pool: t.pool}
+		body, held, rerr := t.answers.read(ctx, hr, resp.ContentLength)
 		_ = resp.Body.Close()
 		if rerr == nil {
 			reacted = true
@@ -160,7 +161,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			resp.ContentLength = int64(len(body))
 			return resp, nil
 		}
-		err = &answerError{status: resp.StatusCode, err: rerr}
+		err = &answerError{status: resp.StatusCode, got: hr.got, err: rerr}
 	}
 	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%w after %s: %w", errAttemptTimeout, t.timeout, err)
@@ -174,11 +175,13 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 type heardReader struct {
 	r    io.Reader
 	pool *pool
+	got  int64 // bytes read
 }
 
-func (h heardReader) Read(b []byte) (int, error) {
+func (h *heardReader) Read(b []byte) (int, error) {
 	n, err := h.r.Read(b)
 	if n > 0 {
+		h.got += int64(n)
 		h.pool.heard()
 	}
 	return n, err
