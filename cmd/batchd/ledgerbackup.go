@@ -73,7 +73,10 @@ func cmdLedgerBackup(ctx context.Context, args []string, stdout, stderr io.Write
 	case errors.Is(err, daemon.ErrInUse):
 		addr := *url
 		if addr == "" {
-			raw, rerr := os.ReadFile(daemon.AddrFile(dirs))
+			raw, rerr := fsx.ReadRegular(daemon.AddrFile(dirs)) // no link followed
+			if errors.Is(rerr, fsx.ErrNotRegular) {
+				return errorf(stderr, exitUsage, "%v; %v: give the daemon's address with --url", err, rerr)
+			}
 			if rerr != nil {
 				return errorf(stderr, exitUsage, "%v; the batchd running on %s records no HTTP address (%s): it runs with listen: off. Give its address with --url, or stop it and back up offline", err, dirs.Root, daemon.AddrFile(dirs))
 			}

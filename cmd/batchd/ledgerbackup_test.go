@@ -68,6 +68,25 @@ func TestLedgerBackupWhileRunningAndRestore(t *testing.T) {
 	if _, err := os.Stat(backup); !os.IsNotExist(err) {
 		t.Errorf("a refused backup left %s: %v", backup, err)
 	}
+	// A link planted at state/http.addr is not followed to an address.
+	addrFile := filepath.Join(data, "state", "http.addr")
+	outside := writeFile(t, filepath.Join(root, "outside.addr"), "127.0.0.1:1\n")
+	if err := os.Rename(addrFile, addrFile+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, addrFile); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = cli(t, "ledger", "backup", backup, "--data", data, "--key", "sekrit")
+	if code != exitUsage || !strings.Contains(stderr, "symbolic link") || !strings.Contains(stderr, "--url") {
+		t.Errorf("backup through a linked http.addr: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if err := os.Remove(addrFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(addrFile+".real", addrFile); err != nil {
+		t.Fatal(err)
+	}
 	code, stdout, stderr = cli(t, "ledger", "backup", backup, "--data", data, "--key", "sekrit")
 	if code != exitOK || !strings.HasPrefix(stdout, "OK backup of ") || !strings.Contains(stdout, "1 batch (from the running batchd at 127.0.0.1:") {
 		t.Fatalf("backup of a running daemon's ledger: exit %d\n%s%s", code, stdout, stderr)
