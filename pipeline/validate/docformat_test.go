@@ -109,12 +109,13 @@ func TestDocReaderFormatKeys(t *testing.T) {
 	}
 }
 
-// TestDocReaderFormatDefaultsByEndpoint: completions get the sampling and
-// length defaults but no chat-template controls; embeddings get none.
+// TestDocReaderFormatDefaultsByEndpoint: completions get the sampling,
+// length and logprobs defaults but no chat-template controls; embeddings get
+// none.
 func TestDocReaderFormatDefaultsByEndpoint(t *testing.T) {
 	got := docBodies(t, `{"num_logprobs":2,"enable_thinking":true,"requests":[{"prompt":"a"},{"input":"b"}]}`)
 	want := []map[string]any{
-		{"prompt": "a", "max_tokens": 256.0, "temperature": 1.0, "top_p": 0.8, "top_k": 50.0},
+		{"prompt": "a", "max_tokens": 256.0, "temperature": 1.0, "top_p": 0.8, "top_k": 50.0, "logprobs": 2.0},
 		{"input": "b"},
 	}
 	if !reflect.DeepEqual(got, want) {

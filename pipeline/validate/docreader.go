@@ -667,12 +667,19 @@ func (d *DocReader) convert(el []byte) []byte {
 			}
 		}
 	}
+	if !hasBody && !d.urlGiven && inferred != 0 {
+		infer = inferred
+	}
+	ep := infer
+	if given(url) {
+		ep = 0
+		if u, ok := unquote(url); ok {
+			ep = endpointOf(u)
+		}
+	}
 	d.reqLP = false
 	if !hasBody {
-		body = d.shorthandBody(el)
-		if !d.urlGiven && inferred != 0 {
-			infer = inferred
-		}
+		body = d.shorthandBody(el, ep)
 	}
 
 	out := append(d.out[:0], `{"custom_id":`...)
@@ -690,13 +697,8 @@ func (d *DocReader) convert(el []byte) []byte {
 		out = append(out, `"POST"`...)
 	}
 	out = append(out, `,"url":`...)
-	ep := infer
 	if given(url) {
 		out = append(out, url...)
-		ep = 0
-		if u, ok := unquote(url); ok {
-			ep = endpointOf(u)
-		}
 	} else {
 		out = append(out, '"')
 		out = append(out, ep.url()...)
@@ -712,8 +714,9 @@ func (d *DocReader) convert(el []byte) []byte {
 	return out
 }
 
-// shorthandBody returns el without its custom_id, method and url members.
-func (d *DocReader) shorthandBody(el []byte) []byte {
+// shorthandBody returns el without its custom_id, method and url members,
+// and with the format's names spelled as the body fields of ep.
+func (d *DocReader) shorthandBody(el []byte, ep endpoint) []byte {
 	b := append(d.shorthand[:0], '{')
 	first := true
 	for it := newMembers(el); ; {
@@ -749,14 +752,23 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 			d.tmp = append(append(d.tmp[:0], `"max_tokens":`...), v...)
 			member = d.tmp
 		case docKeyNumLogprobs:
-			d.reqLP = true
 			if isNull(v) {
-				d.reqLP = false
 				continue
 			}
-			if string(v) == "0" {
+			lp, ok := numLogprobs(v, ep)
+			if !ok {
+				// Left as written: the Checker refuses it by this name.
+				break
+			}
+			d.reqLP = true
+			switch {
+			case ep == epCompletions && lp == 0:
+				continue
+			case ep == epCompletions:
+				d.tmp = append(append(d.tmp[:0], `"logprobs":`...), v...)
+			case lp == 0:
 				d.tmp = append(d.tmp[:0], `"logprobs":false`...)
-			} else {
+			default:
 				d.tmp = append(append(d.tmp[:0], `"logprobs":true,"top_logprobs":`...), v...)
 			}
 			member = d.tmp
@@ -772,6 +784,17 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 	return b
 }
 
+// numLogprobs reads a request's num_logprobs, and reports whether it is one
+// that ep takes (an integer within numLogprobsRange; never on embeddings).
+func numLogprobs(v []byte, ep endpoint) (int64, bool) {
+	if ep != epChat && ep != epCompletions {
+		return 0, false
+	}
+	n, st := parseInt(v)
+	r := numLogprobsRange(ep)
+	return n, st == intOK && n >= r.Min && n <= r.Max
+}
+
 // prepareBody applies the system prompt and the document's defaults to a
 // body (a valid JSON object).
 func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
@@ -782,13 +805,55 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 		body = d.withSystemPrompt(body)
 	}
 	body = d.applyDefaults(body, ep, &d.defaults)
-	if ep == epChat {
+	switch ep {
+	case epChat:
 		if !d.reqLP {
 			body = d.applyDefaults(body, ep, &d.chatLP)
 		}
 		body = d.applyDefaults(body, ep, &d.chat)
+	case epCompletions:
+		if !d.reqLP && d.numLogprobs > 0 {
+			body = d.withCompletionsLogprobs(body)
+		}
 	}
 	return body
+}
+
+// withCompletionsLogprobs applies the document's num_logprobs to a
+// completions body without its own logprobs: as logprobs when completions
+// take that many, else as num_logprobs, which the Checker refuses by name.
+func (d *DocReader) withCompletionsLogprobs(body []byte) []byte {
+	for it := newMembers(body); ; {
+		k, vs, ve, ok := it.next()
+		if !ok {
+			break
+		}
+		if key, _ := unquote(k); string(key) == "logprobs" && given(body[vs:ve]) {
+			return body
+		}
+	}
+	sep := `,"logprobs":`
+	if d.numLogprobs > numLogprobsRange(epCompletions).Max {
+		sep = `,"num_logprobs":`
+	}
+	return appendMember(body, sep, strconv.AppendInt(nil, d.numLogprobs, 10))
+}
+
+// appendMember returns a copy of the object body with `,"key":` (sep) and v
+// added before its closing brace.
+func appendMember(body []byte, sep string, v []byte) []byte {
+	end := bytes.LastIndexByte(body, '}')
+	if end < 0 {
+		return body
+	}
+	out := make([]byte, 0, len(body)+len(sep)+len(v))
+	out = append(out, body[:end]...)
+	if len(bytes.TrimSpace(body[:end])) <= 1 {
+		sep = sep[1:] // an empty object
+	}
+	out = append(out, sep...)
+	out = append(out, v...)
+	return append(out, body[end:]...)
 }
 
 // withLoraPath adds "lora_path" to a body whose lora_name is an adapter of
@@ -811,15 +876,10 @@ func (d *DocReader) withLoraPath(body []byte) []byte {
 			}
 		}
 	}
-	end := bytes.LastIndexByte(body, '}')
-	if path == nil || end < 0 {
+	if path == nil {
 		return body
 	}
-	out := make([]byte, 0, len(body)+len(path)+16)
-	out = append(out, body[:end]...)
-	out = append(out, `,"lora_path":`...)
-	out = append(out, path...)
-	return append(out, body[end:]...)
+	return appendMember(body, `,"lora_path":`, path)
 }
 
 // applyDefaults merges ds under body, into the scratch buffer that the

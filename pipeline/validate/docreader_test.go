@@ -255,3 +255,65 @@ func TestDocReaderThroughChecker(t *testing.T) {
 		t.Errorf("first body = %s (%d), want %s (64)", first.Body, first.MaxTokens, wantBody)
 	}
 }
+
+// docResults runs a document through a Checker and returns each request's
+// result, as Result.String writes it.
+func docResults(t *testing.T, doc string) []string {
+	t.Helper()
+	c := NewChecker(Config{})
+	d := NewDocReader(strings.NewReader(doc), 0)
+	var got []string
+	for {
+		n, raw, tooLong, err := d.Next()
+		if errors.Is(err, io.EOF) {
+			return got
+		}
+		if err != nil || tooLong {
+			t.Fatalf("Next() = %v, %v", tooLong, err)
+		}
+		got = append(got, c.Check(n, raw).String())
+	}
+}
+
+// TestDocReaderNumLogprobsByEndpoint: num_logprobs becomes the logprobs of
+// the request's endpoint, at the top level and in a request, and a value the
+// endpoint cannot take is refused by the name the user wrote.
+func TestDocReaderNumLogprobsByEndpoint(t *testing.T) {
+	got := docBodies(t, `{"num_logprobs":4,"requests":[
+		{"prompt":"a"},
+		{"prompt":"b","num_logprobs":2},
+		{"prompt":"c","num_logprobs":0},
+		{"prompt":"d","logprobs":1},
+		{"messages":[{"role":"user","content":"e"}],"num_logprobs":0}
+	]}`)
+	for i, want := range []any{4.0, 2.0, nil, 1.0, false} {
+		if got[i]["logprobs"] != want {
+			t.Errorf("request %d: logprobs %v, want %v (body %v)", i+1, got[i]["logprobs"], want, got[i])
+		}
+	}
+	if _, ok := got[1]["top_logprobs"]; ok {
+		t.Errorf("a completions request got top_logprobs: %v", got[1])
+	}
+
+	res := docResults(t, `{"num_logprobs":9,"requests":[
+		{"custom_id":"a","prompt":"a"},
+		{"custom_id":"b","prompt":"b","num_logprobs":6},
+		{"custom_id":"c","messages":[{"role":"user","content":"c"}],"num_logprobs":51},
+		{"custom_id":"d","messages":[{"role":"user","content":"d"}],"num_logprobs":"3"},
+		{"custom_id":"e","input":"e","num_logprobs":1},
+		{"custom_id":"f","messages":[{"role":"user","content":"f"}]},
+		{"custom_id":"g","prompt":"g","num_logprobs":5}
+	]}`)
+	want := []string{
+		`line 1: custom_id "a": body.num_logprobs: must be an integer between 0 and 5 on /v1/completions, whose logprobs it sets`,
+		`line 2: custom_id "b": body.num_logprobs: must be an integer between 0 and 5 on /v1/completions, whose logprobs it sets`,
+		`line 3: custom_id "c": body.num_logprobs: must be an integer between 0 and 50`,
+		`line 4: custom_id "d": body.num_logprobs: must be an integer, got a string`,
+		`line 5: custom_id "e": body.num_logprobs: is not supported on /v1/embeddings: remove it`,
+		`line 6: custom_id "f": ok`,
+		`line 7: custom_id "g": ok`,
+	}
+	if strings.Join(res, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(res, "\n"), strings.Join(want, "\n"))
+	}
+}
