@@ -467,7 +467,6 @@ func (d *DocReader) compileOptions() error {
 	if d.noGenPrompt {
 		chat["add_generation_prompt"] = json.RawMessage("false")
 	}
-	chat["chat_template_kwargs"] = json.RawMessage(`{"enable_thinking":` + strconv.FormatBool(d.thinking) + `}`)
 	d.chat = compileDefaults(chat)
 	return nil
 }
@@ -811,6 +810,7 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 			body = d.applyDefaults(body, ep, &d.chatLP)
 		}
 		body = d.applyDefaults(body, ep, &d.chat)
+		body = d.withThinking(body)
 	case epCompletions:
 		if !d.reqLP && d.numLogprobs > 0 {
 			body = d.withCompletionsLogprobs(body)
@@ -823,20 +823,54 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 // completions body without its own logprobs: as logprobs when completions
 // take that many, else as num_logprobs, which the Checker refuses by name.
 func (d *DocReader) withCompletionsLogprobs(body []byte) []byte {
-	for it := newMembers(body); ; {
-		k, vs, ve, ok := it.next()
-		if !ok {
-			break
-		}
-		if key, _ := unquote(k); string(key) == "logprobs" && given(body[vs:ve]) {
-			return body
-		}
+	if vs, ve, ok := member(body, "logprobs"); ok && given(body[vs:ve]) {
+		return body
 	}
 	sep := `,"logprobs":`
 	if d.numLogprobs > numLogprobsRange(epCompletions).Max {
 		sep = `,"num_logprobs":`
 	}
 	return appendMember(body, sep, strconv.AppendInt(nil, d.numLogprobs, 10))
+}
+
+// withThinking sets chat_template_kwargs.enable_thinking, which a chat
+// template reads (and a remote server passes on), of a chat body that has
+// none: to the body's own enable_thinking when it has one, else to the
+// document's enable_thinking. Other chat_template_kwargs are kept.
+func (d *DocReader) withThinking(body []byte) []byte {
+	value := []byte(strconv.FormatBool(d.thinking))
+	if vs, ve, ok := member(body, "enable_thinking"); ok && isBool(body[vs:ve]) {
+		value = body[vs:ve]
+	}
+	vs, ve, ok := member(body, "chat_template_kwargs")
+	if !ok || !isObject(body[vs:ve]) {
+		// None (or null: the member added after it counts).
+		d.tmp = append(append(d.tmp[:0], `{"enable_thinking":`...), value...)
+		return appendMember(body, `,"chat_template_kwargs":`, append(d.tmp, '}'))
+	}
+	kwargs := body[vs:ve]
+	if _, _, ok := member(kwargs, "enable_thinking"); ok {
+		return body
+	}
+	kwargs = appendMember(kwargs, `,"enable_thinking":`, value)
+	out := make([]byte, 0, len(body)+len(kwargs)-(ve-vs))
+	out = append(out, body[:vs]...)
+	out = append(out, kwargs...)
+	return append(out, body[ve:]...)
+}
+
+// member returns the offsets of the value of key in the object obj (the
+// last one, when repeated).
+func member(obj []byte, key string) (vs, ve int, found bool) {
+	for it := newMembers(obj); ; {
+		k, s, e, ok := it.next()
+		if !ok {
+			return vs, ve, found
+		}
+		if name, _ := unquote(k); string(name) == key {
+			vs, ve, found = s, e, true
+		}
+	}
 }
 
 // appendMember returns a copy of the object body with `,"key":` (sep) and v
