@@ -47,7 +47,7 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		w = af.w
 	}
 	if format == filecontract.FormatJSON {
-		err = documentToJSONL(w, in, *maxLine)
+		err = documentToJSONL(w, docReader(in, path, *maxLine), *maxLine)
 	} else {
 		err = jsonlToDocument(w, in, *maxLine)
 	}
@@ -68,10 +68,17 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
+// docReader reads the requests document at path from r, opening path again
+// for the keys that come after "requests".
+func docReader(r io.Reader, path string, maxLine int) *validate.DocReader {
+	d := validate.NewDocReader(r, maxLine)
+	d.LookAhead(func() (io.ReadCloser, error) { return os.Open(path) })
+	return d
+}
+
 // documentToJSONL writes the canonical batch line of each request, compacted:
 // a pretty-printed document's newlines inside a request would split its line.
-func documentToJSONL(w io.Writer, r io.Reader, maxLine int) error {
-	d := validate.NewDocReader(r, maxLine)
+func documentToJSONL(w io.Writer, d *validate.DocReader, maxLine int) error {
 	var line bytes.Buffer
 	for {
 		n, raw, tooLong, err := d.Next()

@@ -178,3 +178,25 @@ func TestConvertToStdoutReportsErrors(t *testing.T) {
 		t.Errorf("truncated document: code %d, stderr %q", code, stderr)
 	}
 }
+
+// A document whose keys come after "requests" (json.dumps(sort_keys=True),
+// jq -S) is read whole: its keys apply to every request.
+func TestConvertAndValidateSortedKeys(t *testing.T) {
+	dir := t.TempDir()
+	doc := writeFile(t, filepath.Join(dir, "doc.json"), `{
+  "max_generate_length": 4,
+  "requests": [{"custom_id": "a", "messages": [{"role": "user", "content": "x"}]}],
+  "temperature": 0.25
+}
+`)
+	code, out, stderr := cli(t, "convert", doc)
+	if code != exitOK {
+		t.Fatalf("convert: %d %s", code, stderr)
+	}
+	if b := jsonlBodies(t, out)["a"]; b["temperature"] != 0.25 || b["max_tokens"] != 4.0 {
+		t.Errorf("body %v", b)
+	}
+	if code, stdout, stderr := cli(t, "validate", doc); code != exitOK || !strings.Contains(stdout, "1 requests, 1 valid") {
+		t.Errorf("validate: %d %s %s", code, stdout, stderr)
+	}
+}

@@ -155,6 +155,13 @@ type DocReader struct {
 	system   []byte // the system prompt as a JSON string; nil when none
 	saveKV   bool
 	seen     map[string]bool
+
+	// open opens the input again from its start, for the look ahead at the
+	// keys after requests[]; nil when there is none (see LookAhead).
+	open func() (io.ReadCloser, error)
+	// after is the keys the look ahead read after requests[], which the
+	// main pass then skips.
+	after    map[string]bool
 	defaults defaultSet
 
 	// The format's keys, gathered in the header and compiled at requests[].
@@ -195,6 +202,15 @@ func NewDocReader(r io.Reader, maxRequestBytes int) *DocReader {
 		options: make(map[string]json.RawMessage),
 	}
 }
+
+// LookAhead lets d read the document's top-level keys that come after
+// "requests" (as json.dumps(sort_keys=True) and jq -S write them) before its
+// first request: when it reaches requests[], it opens the input again with
+// open and reads that copy through, skipping the requests, for those keys.
+// Memory stays bounded; an input that is a seekable file ending in "]}"
+// (requests last) is not read twice. Without it such a key is a structural
+// error. Call it before the first Next.
+func (d *DocReader) LookAhead(open func() (io.ReadCloser, error)) { d.open = open }
 
 // SaveSystemPromptKVCache reports the document's save_system_prompt_kv_cache;
 // it is known once Next has been called.
@@ -288,6 +304,9 @@ func (d *DocReader) readHeader() error {
 			if c != '[' {
 				return d.errorf(`"requests" must be an array, got %q`, c)
 			}
+			if err := d.readAhead(); err != nil {
+				return err
+			}
 			if err := d.compileOptions(); err != nil {
 				return err
 			}
@@ -321,6 +340,97 @@ func (d *DocReader) readKey() (string, error) {
 		return "", d.errorf("expected ':' after key %q, got %q", key, c)
 	}
 	return key, nil
+}
+
+// readAhead reads the keys after requests[] from a second copy of the input
+// (see LookAhead), with the copy's offsets in its errors.
+func (d *DocReader) readAhead() error {
+	if d.open == nil {
+		return nil
+	}
+	rc, err := d.open()
+	if err != nil {
+		return fmt.Errorf("open the requests document again: %w", err)
+	}
+	defer rc.Close()
+	if s, ok := rc.(io.ReadSeeker); ok {
+		last, err := endsWithArray(s)
+		if err != nil {
+			return fmt.Errorf("read the requests document's end: %w", err)
+		}
+		if last {
+			return nil
+		}
+	}
+	br, off := d.br, d.off
+	d.br, d.off = bufio.NewReaderSize(rc, readBufferSize), 0
+	defer func() { d.br, d.off = br, off }()
+	d.after = make(map[string]bool)
+	if c, err := d.skipSpace(); err != nil || c != '{' {
+		return err // the main pass read a '{' here; a changed input is for its reader to tell
+	}
+	past := false
+	for first := true; ; first = false {
+		c, err := d.skipSpace()
+		if err != nil {
+			return err
+		}
+		if c == '}' {
+			return nil
+		}
+		if !first && c != ',' {
+			return d.errorf("expected ',' or '}' after a value, got %q", c)
+		}
+		if first {
+			d.unreadByte()
+		}
+		key, err := d.readKey()
+		if err != nil {
+			return err
+		}
+		switch {
+		case key == docKeyRequests && !past:
+			past = true
+			fallthrough
+		case !past:
+			// Read by the main pass already; requests[] is its to stream.
+			if _, _, err := d.readValue(nil, 0); err != nil {
+				return err
+			}
+		case key == docKeyRequests:
+			return d.errorf("repeated key %q", key)
+		default:
+			if err := d.readOption(key); err != nil {
+				return err
+			}
+			d.after[key] = true
+		}
+	}
+}
+
+// endsWithArray reports whether the input s ends with "]}" and spaces: the
+// last key of a well-formed document is then requests (no other top-level
+// key takes an array). It leaves s at its start.
+func endsWithArray(s io.ReadSeeker) (bool, error) {
+	size, err := s.Seek(0, io.SeekEnd)
+	if err != nil {
+		return false, err
+	}
+	tail := make([]byte, min(size, 512))
+	if _, err := s.Seek(size-int64(len(tail)), io.SeekStart); err != nil {
+		return false, err
+	}
+	if _, err := io.ReadFull(s, tail); err != nil {
+		return false, err
+	}
+	if _, err := s.Seek(0, io.SeekStart); err != nil {
+		return false, err
+	}
+	tail = bytes.TrimRight(tail, " \t\r\n")
+	if !bytes.HasSuffix(tail, []byte("}")) {
+		return false, nil
+	}
+	return bytes.HasSuffix(bytes.TrimRight(tail[:len(tail)-1], " \t\r\n"), []byte("]")), nil
 }
 
 // readOption reads the value of a key before requests[].
@@ -492,10 +602,23 @@ func (d *DocReader) readTail() error {
 			return err
 		}
 		switch {
-		case isHeaderKey(key):
-			return d.errorf("%q must come before %q", key, docKeyRequests)
+		case d.after[key]:
+			// Read ahead: skip it.
+			if _, _, err := d.readValue(nil, 0); err != nil {
+				return err
+			}
+			return d.readTail()
 		case key == docKeyRequests:
 			return d.errorf("repeated key %q", key)
+		case isHeaderKey(key) && d.open != nil:
+			// Not read ahead: the look ahead found the document to end
+			// with requests[], so this value is not one the key takes.
+			if err := d.readOption(key); err != nil {
+				return err
+			}
+			return d.errorf("%q must come before %q", key, docKeyRequests)
+		case isHeaderKey(key):
+			return d.errorf("%q must come before %q in a document read in one pass", key, docKeyRequests)
 		}
 		return d.errorf("unknown key %q", key)
 	}
