@@ -130,7 +130,8 @@ const (
 // {"custom_id","method","url","body"} that a Checker validates like a JSONL
 // line:
 //   - a missing or null custom_id becomes "request-N", N the request's 1-based
-//     index (a clash with an explicit id is then a duplicate_custom_id);
+//     index, or "request-N.K" (K = 2, 3, ...) when a request gives that id:
+//     with LookAhead, any request of the document; without, one before it;
 //   - a missing method is "POST"; a missing url is the document's url, or, for
 //     a shorthand in a document without one, the endpoint its messages,
 //     prompt or input key implies (chat when none);
@@ -161,7 +162,11 @@ type DocReader struct {
 	open func() (io.ReadCloser, error)
 	// after is the keys the look ahead read after requests[], which the
 	// main pass then skips.
-	after    map[string]bool
+	after map[string]bool
+	// taken is the custom_ids starting "request-" that requests give,
+	// which a generated one skips: all of them after a look ahead, else
+	// those read so far.
+	taken    map[string]bool
 	defaults defaultSet
 
 	// The format's keys, gathered in the header and compiled at requests[].
@@ -207,8 +212,9 @@ func NewDocReader(r io.Reader, maxRequestBytes int) *DocReader {
 // "requests" (as json.dumps(sort_keys=True) and jq -S write them) before its
 // first request: when it reaches requests[], it opens the input again with
 // open and reads that copy through, skipping the requests, for those keys.
-// Memory stays bounded; an input that is a seekable file ending in "]}"
-// (requests last) is not read twice. Without it such a key is a structural
+// The look ahead also gathers the custom_ids starting "request-" that the
+// requests give, for generated ones to skip. Memory stays bounded by one
+// request and those ids. Without it such a key is a structural
 // error. Call it before the first Next.
 func (d *DocReader) LookAhead(open func() (io.ReadCloser, error)) { d.open = open }
 
@@ -353,15 +359,6 @@ func (d *DocReader) readAhead() error {
 		return fmt.Errorf("open the requests document again: %w", err)
 	}
 	defer rc.Close()
-	if s, ok := rc.(io.ReadSeeker); ok {
-		last, err := endsWithArray(s)
-		if err != nil {
-			return fmt.Errorf("read the requests document's end: %w", err)
-		}
-		if last {
-			return nil
-		}
-	}
 	br, off := d.br, d.off
 	d.br, d.off = bufio.NewReaderSize(rc, readBufferSize), 0
 	defer func() { d.br, d.off = br, off }()
@@ -391,7 +388,9 @@ func (d *DocReader) readAhead() error {
 		switch {
 		case key == docKeyRequests && !past:
 			past = true
-			fallthrough
+			if err := d.readAheadIDs(); err != nil {
+				return err
+			}
 		case !past:
 			// Read by the main pass already; requests[] is its to stream.
 			if _, _, err := d.readValue(nil, 0); err != nil {
@@ -408,29 +407,69 @@ func (d *DocReader) readAhead() error {
 	}
 }
 
-// endsWithArray reports whether the input s ends with "]}" and spaces: the
-// last key of a well-formed document is then requests (no other top-level
-// key takes an array). It leaves s at its start.
-func endsWithArray(s io.ReadSeeker) (bool, error) {
-	size, err := s.Seek(0, io.SeekEnd)
-	if err != nil {
-		return false, err
+// readAheadIDs reads requests[] in the look ahead for the custom_ids that
+// a generated one must skip.
+func (d *DocReader) readAheadIDs() error {
+	if c, err := d.skipSpace(); err != nil || c != '[' {
+		return err // as in readAhead
 	}
-	tail := make([]byte, min(size, 512))
-	if _, err := s.Seek(size-int64(len(tail)), io.SeekStart); err != nil {
-		return false, err
+	for n := 0; ; n++ {
+		c, err := d.skipSpace()
+		if err != nil {
+			return err
+		}
+		if c == ']' {
+			return nil
+		}
+		if n > 0 && c != ',' {
+			return d.errorf("expected ',' or ']' after request %d, got %q", n, c)
+		}
+		if n == 0 {
+			d.unreadByte()
+		}
+		el, tooLong, err := d.readValue(d.el[:0], d.max)
+		if err != nil {
+			return err
+		}
+		if !tooLong {
+			d.el = el
+			d.noteID(el)
+		}
 	}
-	if _, err := io.ReadFull(s, tail); err != nil {
-		return false, err
+}
+
+// noteID adds the custom_id of a request element to taken when a generated
+// one could be it.
+func (d *DocReader) noteID(el []byte) {
+	if !isObject(el) || !json.Valid(el) {
+		return
 	}
-	if _, err := s.Seek(0, io.SeekStart); err != nil {
-		return false, err
+	if vs, ve, ok := member(el, "custom_id"); ok {
+		if id, ok := unquote(el[vs:ve]); ok && bytes.HasPrefix(id, []byte(generatedIDPrefix)) {
+			if d.taken == nil {
+				d.taken = make(map[string]bool)
+			}
+			d.taken[string(id)] = true
+		}
 	}
-	tail = bytes.TrimRight(tail, " \t\r\n")
-	if !bytes.HasSuffix(tail, []byte("}")) {
-		return false, nil
+}
+
+// generatedIDPrefix starts the custom_id of a request that gives none.
+const generatedIDPrefix = "request-"
+
+// appendGeneratedID appends, as a JSON string, the custom_id of the n-th
+// request, which gives none: "request-n", or when a request gives that one,
+// the first free "request-n.k" (k = 2, 3, ...).
+func (d *DocReader) appendGeneratedID(out []byte, n int) []byte {
+	id := strconv.AppendInt(append(d.tmp[:0], generatedIDPrefix...), int64(n), 10)
+	base := len(id)
+	for k := 2; d.taken[string(id)]; k++ {
+		id = strconv.AppendInt(append(id[:base], '.'), int64(k), 10)
 	}
-	return bytes.HasSuffix(bytes.TrimRight(tail[:len(tail)-1], " \t\r\n"), []byte("]")), nil
+	d.tmp = id
+	out = append(out, '"')
+	out = append(out, id...)
+	return append(out, '"')
 }
 
 // readOption reads the value of a key before requests[].
@@ -610,13 +649,6 @@ func (d *DocReader) readTail() error {
 			return d.readTail()
 		case key == docKeyRequests:
 			return d.errorf("repeated key %q", key)
-		case isHeaderKey(key) && d.open != nil:
-			// Not read ahead: the look ahead found the document to end
-			// with requests[], so this value is not one the key takes.
-			if err := d.readOption(key); err != nil {
-				return err
-			}
-			return d.errorf("%q must come before %q", key, docKeyRequests)
 		case isHeaderKey(key):
 			return d.errorf("%q must come before %q in a document read in one pass", key, docKeyRequests)
 		}
@@ -806,11 +838,12 @@ func (d *DocReader) convert(el []byte) []byte {
 
 	out := append(d.out[:0], `{"custom_id":`...)
 	if given(cid) {
+		if d.open == nil {
+			d.noteID(el)
+		}
 		out = append(out, cid...)
 	} else {
-		out = append(out, `"request-`...)
-		out = strconv.AppendInt(out, int64(d.n), 10)
-		out = append(out, '"')
+		out = d.appendGeneratedID(out, d.n)
 	}
 	out = append(out, `,"method":`...)
 	if given(method) {

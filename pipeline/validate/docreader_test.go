@@ -400,3 +400,39 @@ func TestDocReaderLookAhead(t *testing.T) {
 type seekCloser struct{ *strings.Reader }
 
 func (seekCloser) Close() error { return nil }
+
+// TestDocReaderGeneratedIDsSkipGivenOnes: a generated custom_id never
+// collides with one a request gives, before it or (with LookAhead) after it.
+func TestDocReaderGeneratedIDsSkipGivenOnes(t *testing.T) {
+	m := `"messages":[{"role":"user","content":"x"}]`
+	doc := `{"requests":[{` + m + `},{"custom_id":"request-1",` + m + `},{` + m + `},{"custom_id":"request-3",` + m + `},{"custom_id":"request-3.2",` + m + `},{"custom_id":"request-2.2",` + m + `}]}`
+	ids := func(d *DocReader) []string {
+		c := NewChecker(Config{})
+		var out []string
+		for {
+			n, raw, _, err := d.Next()
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := c.Check(n, raw)
+			if res.Problem != nil {
+				t.Errorf("request %d: %v", n, res)
+			}
+			out = append(out, res.CustomID)
+		}
+	}
+	d := NewDocReader(strings.NewReader(doc), 0)
+	d.LookAhead(func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(doc)), nil })
+	want := "request-1.2 request-1 request-3.3 request-3 request-3.2 request-2.2"
+	if got := strings.Join(ids(d), " "); got != want {
+		t.Errorf("with a look ahead: %s, want %s", got, want)
+	}
+	// Read in one pass, the ids given before a request are skipped.
+	one := `{"requests":[{"custom_id":"request-2",` + m + `},{` + m + `}]}`
+	if got := strings.Join(ids(NewDocReader(strings.NewReader(one), 0)), " "); got != "request-2 request-2.2" {
+		t.Errorf("in one pass: %s", got)
+	}
+}
