@@ -116,12 +116,13 @@ const (
 //
 // It streams: requests[] is never held whole, only one request (at most
 // maxRequestBytes; longer ones are reported tooLong, skipped and the next one
-// read). To stay streaming, every other key must come before "requests": a
-// key after it is a structural error ("\"defaults\" must come before
-// \"requests\""), reported when the reader reaches it, i.e. after the
-// requests before it were yielded. Callers that must not act on a document
-// that turns out malformed can read it through once first. Unknown keys and
-// repeated keys are structural errors too.
+// read). Keys after "requests" are read by a look ahead over a second open
+// of the input (see LookAhead) before the first request is yielded; without
+// one such a key is a structural error ("\"defaults\" must come before
+// \"requests\" in a document read in one pass"), reported when the reader
+// reaches it, i.e. after the requests before it were yielded. Callers that
+// must not act on a document that turns out malformed can read it through
+// once first. Unknown keys and repeated keys are structural errors too.
 //
 // Each request is either a full batch line ({"custom_id", "method"?, "url"?,
 // "body"}: it has a "body" key) or a shorthand body ({"custom_id",
