@@ -81,7 +81,9 @@ func Check(in CheckInput) (*CheckReport, error) {
 	defer f.Close()
 	var src validate.LineSource = validate.NewLineReader(f, in.MaxLineBytes)
 	if in.Format == "json" {
-		src = validate.NewDocReader(f, in.MaxLineBytes)
+		d := validate.NewDocReader(f, in.MaxLineBytes)
+		d.LookAhead(func() (io.ReadCloser, error) { return os.Open(in.Input) })
+		src = d
 	}
 	chk := validate.NewChecker(validate.Config{})
 	ids := make(map[int]string)

@@ -41,14 +41,27 @@ func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id strin
 	chunks := newChunkHasher()
 	sink := io.MultiWriter(h, chunks)
 	rec := &readErrRecorder{r: f}
-	src := newSource(io.TeeReader(rec, sink), job.Format, p.cfg.MaxLineBytes)
+	// The look ahead's I/O errors are I/O errors too, not structural ones.
+	ahead := &readErrRecorder{}
+	src := newSource(io.TeeReader(rec, sink), job.Format, p.cfg.MaxLineBytes, func() (io.ReadCloser, error) {
+		f, err := job.Store.OpenInput(ctx)
+		if err != nil {
+			ahead.err = err
+			return nil, err
+		}
+		ahead.r = f
+		return struct {
+			io.Reader
+			io.Closer
+		}{ahead, f}, nil
+	})
 	for {
 		_, _, _, err := src.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			if rec.err == nil {
+			if rec.err == nil && ahead.err == nil {
 				// Hash the rest so the id still names this content.
 				if _, err := io.Copy(sink, f); err != nil {
 					return "", 0, nil, nil, fmt.Errorf("read input: %w", err)
@@ -87,12 +100,21 @@ func (e *readErrRecorder) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func newSource(r io.Reader, format string, maxLine int) validate.LineSource {
+// newSource reads the input r in format. A requests document opens the input
+// again with open for its keys after "requests" (see DocReader.LookAhead).
+func newSource(r io.Reader, format string, maxLine int, open func() (io.ReadCloser, error)) validate.LineSource {
 	if format == "json" {
-		return validate.NewDocReader(r, maxLine)
+		d := validate.NewDocReader(r, maxLine)
+		d.LookAhead(open)
+		return d
 	}
 	return validate.NewLineReader(r, maxLine)
 }
+
+// openAhead opens the run's input for a requests document's look ahead.
+// The main pass reads the input through a verifyingReader, which tells a
+// changed input.
+func (r *run) openAhead() (io.ReadCloser, error) { return r.job.Store.OpenInput(r.runCtx) }
 
 // validateAll checks every line before any runs (on_invalid: reject). It
 // reports false, with the batch marked failed, when some line is invalid.
@@ -102,7 +124,7 @@ func (r *run) validateAll() (bool, error) {
 		return false, err
 	}
 	defer f.Close()
-	src := newSource(in, r.job.Format, r.p.cfg.MaxLineBytes)
+	src := newSource(in, r.job.Format, r.p.cfg.MaxLineBytes, r.openAhead)
 	chk := validate.NewChecker(r.vcfg)
 	var errs []ledger.BatchError
 	for {
@@ -157,7 +179,7 @@ func (r *run) read() (err error) {
 		return err
 	}
 	defer f.Close()
-	src := newSource(in, r.job.Format, r.p.cfg.MaxLineBytes)
+	src := newSource(in, r.job.Format, r.p.cfg.MaxLineBytes, r.openAhead)
 	chk := validate.NewChecker(r.vcfg)
 	suspects, err := r.p.ledger.Suspects(r.b.ID)
 	if err != nil {

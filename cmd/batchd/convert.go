@@ -47,7 +47,7 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		w = af.w
 	}
 	if format == filecontract.FormatJSON {
-		err = documentToJSONL(w, in, *maxLine)
+		err = documentToJSONL(w, docReader(in, path, *maxLine), *maxLine)
 	} else {
 		err = jsonlToDocument(w, in, *maxLine)
 	}
@@ -57,7 +57,10 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	case af != nil:
 		err = af.commit(true)
 	default:
-		err = w.Flush()
+		// Flush what was written, but keep the conversion's error.
+		if ferr := w.Flush(); err == nil {
+			err = ferr
+		}
 	}
 	if err != nil {
 		return errorf(stderr, exitFailure, "convert %s: %v", path, err)
@@ -65,9 +68,18 @@ func cmdConvert(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// documentToJSONL writes the canonical batch line of each request.
-func documentToJSONL(w io.Writer, r io.Reader, maxLine int) error {
+// docReader reads the requests document at path from r, opening path again
+// for the keys that come after "requests".
+func docReader(r io.Reader, path string, maxLine int) *validate.DocReader {
 	d := validate.NewDocReader(r, maxLine)
+	d.LookAhead(func() (io.ReadCloser, error) { return os.Open(path) })
+	return d
+}
+
+// documentToJSONL writes the canonical batch line of each request, compacted:
+// a pretty-printed document's newlines inside a request would split its line.
+func documentToJSONL(w io.Writer, d *validate.DocReader, maxLine int) error {
+	var line bytes.Buffer
 	for {
 		n, raw, tooLong, err := d.Next()
 		if errors.Is(err, io.EOF) {
@@ -82,7 +94,12 @@ func documentToJSONL(w io.Writer, r io.Reader, maxLine int) error {
 		if len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
 			return fmt.Errorf("request %d is not a JSON object", n)
 		}
-		if _, err := w.Write(append(raw, '\n')); err != nil {
+		line.Reset()
+		if err := json.Compact(&line, raw); err != nil {
+			return fmt.Errorf("request %d: %w", n, err)
+		}
+		line.WriteByte('\n')
+		if _, err := w.Write(line.Bytes()); err != nil {
 			return err
 		}
 	}

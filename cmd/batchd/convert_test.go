@@ -120,3 +120,83 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(raw)
 }
+
+// A pretty-printed document, as the format's description writes every one,
+// converts to one compact line per request, which validate accepts.
+func TestConvertPrettyDocumentToCompactLines(t *testing.T) {
+	dir := t.TempDir()
+	doc := writeFile(t, filepath.Join(dir, "doc.json"), `{
+    "max_generate_length": 8,
+    "requests": [
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "Your message here"
+                }
+            ],
+            "stop": [
+                "x"
+            ]
+        },
+        {
+            "custom_id": "b",
+            "messages": [
+                {"role": "user", "content": "again"}
+            ]
+        }
+    ]
+}
+`)
+	out := filepath.Join(dir, "out.jsonl")
+	if code, _, stderr := cli(t, "convert", doc, "-o", out); code != exitOK {
+		t.Fatalf("convert: %d %s", code, stderr)
+	}
+	text := mustRead(t, out)
+	if lines := nonEmptyLines(text); len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), text)
+	}
+	if strings.Contains(text, "  ") {
+		t.Errorf("lines not compacted:\n%s", text)
+	}
+	if code, stdout, stderr := cli(t, "validate", out); code != exitOK {
+		t.Errorf("validate the converted lines: %d %s %s", code, stdout, stderr)
+	}
+}
+
+// A conversion to standard output that fails says so and exits non-zero.
+func TestConvertToStdoutReportsErrors(t *testing.T) {
+	dir := t.TempDir()
+	in := writeFile(t, filepath.Join(dir, "bad.jsonl"),
+		`{"custom_id":"c","method":"POST","url":"/v1/completions","body":{"prompt":"x","max_tokens":1}}`+"\n")
+	code, _, stderr := cli(t, "convert", in)
+	if code != exitFailure || !strings.Contains(stderr, "line 1: a requests document holds chat requests only") {
+		t.Errorf("code %d, stderr %q", code, stderr)
+	}
+	doc := writeFile(t, filepath.Join(dir, "bad.json"), `{"requests":[{"messages":[]},`)
+	if code, _, stderr := cli(t, "convert", doc); code != exitFailure || stderr == "" {
+		t.Errorf("truncated document: code %d, stderr %q", code, stderr)
+	}
+}
+
+// A document whose keys come after "requests" (json.dumps(sort_keys=True),
+// jq -S) is read whole: its keys apply to every request.
+func TestConvertAndValidateSortedKeys(t *testing.T) {
+	dir := t.TempDir()
+	doc := writeFile(t, filepath.Join(dir, "doc.json"), `{
+  "max_generate_length": 4,
+  "requests": [{"custom_id": "a", "messages": [{"role": "user", "content": "x"}]}],
+  "temperature": 0.25
+}
+`)
+	code, out, stderr := cli(t, "convert", doc)
+	if code != exitOK {
+		t.Fatalf("convert: %d %s", code, stderr)
+	}
+	if b := jsonlBodies(t, out)["a"]; b["temperature"] != 0.25 || b["max_tokens"] != 4.0 {
+		t.Errorf("body %v", b)
+	}
+	if code, stdout, stderr := cli(t, "validate", doc); code != exitOK || !strings.Contains(stdout, "1 requests, 1 valid") {
+		t.Errorf("validate: %d %s %s", code, stdout, stderr)
+	}
+}

@@ -75,7 +75,7 @@ func cmdValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	defer f.Close()
 	var src validate.LineSource = validate.NewLineReader(f, *maxLine)
 	if format == filecontract.FormatJSON {
-		src = validate.NewDocReader(f, *maxLine)
+		src = docReader(f, path, *maxLine)
 	}
 	chk := validate.NewChecker(cfg)
 	total, invalid := 0, 0

@@ -296,6 +296,17 @@ func checkFields(ep endpoint, f *[numFields][]byte) *Problem {
 // a body even when null.
 func documentOnly(id fieldID) bool { return id == fNumLogprobs || id == fMaxGenerateLength }
 
+// numLogprobsRange is the range of a requests document's num_logprobs on a
+// chat or completions request: top_logprobs (chat) or logprobs (completions).
+func numLogprobsRange(ep endpoint) wire.IntRange {
+	if ep == epCompletions {
+		return wire.IntRange{Param: "num_logprobs", Min: 0, Max: wire.MaxTextLogprobs,
+			Message: "must be an integer between 0 and 5 on /v1/completions, whose logprobs it sets"}
+	}
+	return wire.IntRange{Param: "num_logprobs", Min: 0, Max: wire.MaxTopLogprobs,
+		Message: "must be an integer between 0 and 50"}
+}
+
 // checkField checks one optional field that is given (present, not null).
 // The messages, prompt and input fields are checked by their own functions.
 func checkField(id fieldID, v []byte, ep endpoint) *Problem {
@@ -328,7 +339,20 @@ func checkField(id fieldID, v []byte, ep endpoint) *Problem {
 	case fSpeculative:
 		_, e := wire.ParseSpeculative(v)
 		return fromWire(e)
-	case fNumLogprobs, fMaxGenerateLength:
+	case fNumLogprobs:
+		// A requests document turns a valid one into logprobs and leaves
+		// the rest here, to be refused by the name the user wrote.
+		if isNull(v) {
+			return fromWire(wire.DocumentOnlyField(name))
+		}
+		if ep == epEmbeddings {
+			return badRequest(CodeUnsupportedParameter, name, "is not supported on /v1/embeddings: remove it")
+		}
+		if p := checkInt(v, numLogprobsRange(ep)); p != nil {
+			return p
+		}
+		return fromWire(wire.DocumentOnlyField(name))
+	case fMaxGenerateLength:
 		return fromWire(wire.DocumentOnlyField(name))
 	case fTemperature:
 		return checkNumber(v, wire.Temperature)

@@ -81,7 +81,11 @@ func TestDocReaderFormatKeys(t *testing.T) {
 		{"add_generation_prompt false", `"add_generation_prompt":false,`, ``, with("add_generation_prompt", false)},
 		{"add_generation_prompt true", `"add_generation_prompt":true,`, ``, with()},
 		{"enable_thinking", `"enable_thinking":true,`, ``, with("chat_template_kwargs", map[string]any{"enable_thinking": true})},
-		{"request chat_template_kwargs win", `"enable_thinking":true,`, `,"chat_template_kwargs":{"x":1}`, with("chat_template_kwargs", map[string]any{"x": 1.0})},
+		{"request chat_template_kwargs keep the document's enable_thinking", `"enable_thinking":true,`, `,"chat_template_kwargs":{"x":1}`, with("chat_template_kwargs", map[string]any{"x": 1.0, "enable_thinking": true})},
+		{"request chat_template_kwargs enable_thinking wins", `"enable_thinking":true,`, `,"chat_template_kwargs":{"enable_thinking":false}`, with("chat_template_kwargs", map[string]any{"enable_thinking": false})},
+		{"request enable_thinking wins", ``, `,"enable_thinking":true`, with("enable_thinking", true, "chat_template_kwargs", map[string]any{"enable_thinking": true})},
+		{"request enable_thinking false wins", `"enable_thinking":true,`, `,"enable_thinking":false`, with("enable_thinking", false, "chat_template_kwargs", map[string]any{"enable_thinking": false})},
+		{"request enable_thinking goes into its chat_template_kwargs", ``, `,"enable_thinking":true,"chat_template_kwargs":{"x":1}`, with("enable_thinking", true, "chat_template_kwargs", map[string]any{"x": 1.0, "enable_thinking": true})},
 		{"available_lora_weights", `"available_lora_weights":{"french":"/a/f.safetensors"},`, ``, with()},
 		{"lora_name is forwarded to be refused", ``, `,"lora_name":"french"`, with("lora_name", "french")},
 		{"empty lora_name is no adapter", ``, `,"lora_name":""`, with()},
@@ -109,12 +113,13 @@ func TestDocReaderFormatKeys(t *testing.T) {
 	}
 }
 
-// TestDocReaderFormatDefaultsByEndpoint: completions get the sampling and
-// length defaults but no chat-template controls; embeddings get none.
+// TestDocReaderFormatDefaultsByEndpoint: completions get the sampling,
+// length and logprobs defaults but no chat-template controls; embeddings get
+// none.
 func TestDocReaderFormatDefaultsByEndpoint(t *testing.T) {
 	got := docBodies(t, `{"num_logprobs":2,"enable_thinking":true,"requests":[{"prompt":"a"},{"input":"b"}]}`)
 	want := []map[string]any{
-		{"prompt": "a", "max_tokens": 256.0, "temperature": 1.0, "top_p": 0.8, "top_k": 50.0},
+		{"prompt": "a", "max_tokens": 256.0, "temperature": 1.0, "top_p": 0.8, "top_k": 50.0, "logprobs": 2.0},
 		{"input": "b"},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -116,12 +116,13 @@ const (
 //
 // It streams: requests[] is never held whole, only one request (at most
 // maxRequestBytes; longer ones are reported tooLong, skipped and the next one
-// read). To stay streaming, every other key must come before "requests": a
-// key after it is a structural error ("\"defaults\" must come before
-// \"requests\""), reported when the reader reaches it, i.e. after the
-// requests before it were yielded. Callers that must not act on a document
-// that turns out malformed can read it through once first. Unknown keys and
-// repeated keys are structural errors too.
+// read). Keys after "requests" are read by a look ahead over a second open
+// of the input (see LookAhead) before the first request is yielded; without
+// one such a key is a structural error ("\"defaults\" must come before
+// \"requests\" in a document read in one pass"), reported when the reader
+// reaches it, i.e. after the requests before it were yielded. Callers that
+// must not act on a document that turns out malformed can read it through
+// once first. Unknown keys and repeated keys are structural errors too.
 //
 // Each request is either a full batch line ({"custom_id", "method"?, "url"?,
 // "body"}: it has a "body" key) or a shorthand body ({"custom_id",
@@ -130,7 +131,8 @@ const (
 // {"custom_id","method","url","body"} that a Checker validates like a JSONL
 // line:
 //   - a missing or null custom_id becomes "request-N", N the request's 1-based
-//     index (a clash with an explicit id is then a duplicate_custom_id);
+//     index, or "request-N.K" (K = 2, 3, ...) when a request gives that id:
+//     with LookAhead, any request of the document; without, one before it;
 //   - a missing method is "POST"; a missing url is the document's url, or, for
 //     a shorthand in a document without one, the endpoint its messages,
 //     prompt or input key implies (chat when none);
@@ -155,6 +157,17 @@ type DocReader struct {
 	system   []byte // the system prompt as a JSON string; nil when none
 	saveKV   bool
 	seen     map[string]bool
+
+	// open opens the input again from its start, for the look ahead at the
+	// keys after requests[]; nil when there is none (see LookAhead).
+	open func() (io.ReadCloser, error)
+	// after is the keys the look ahead read after requests[], which the
+	// main pass then skips.
+	after map[string]bool
+	// taken is the custom_ids starting "request-" that requests give,
+	// which a generated one skips: all of them after a look ahead, else
+	// those read so far.
+	taken    map[string]bool
 	defaults defaultSet
 
 	// The format's keys, gathered in the header and compiled at requests[].
@@ -195,6 +208,16 @@ func NewDocReader(r io.Reader, maxRequestBytes int) *DocReader {
 		options: make(map[string]json.RawMessage),
 	}
 }
+
+// LookAhead lets d read the document's top-level keys that come after
+// "requests" (as json.dumps(sort_keys=True) and jq -S write them) before its
+// first request: when it reaches requests[], it opens the input again with
+// open and reads that copy through, skipping the requests, for those keys.
+// The look ahead also gathers the custom_ids starting "request-" that the
+// requests give, for generated ones to skip. Memory stays bounded by one
+// request and those ids. Without it such a key is a structural
+// error. Call it before the first Next.
+func (d *DocReader) LookAhead(open func() (io.ReadCloser, error)) { d.open = open }
 
 // SaveSystemPromptKVCache reports the document's save_system_prompt_kv_cache;
 // it is known once Next has been called.
@@ -288,6 +311,9 @@ func (d *DocReader) readHeader() error {
 			if c != '[' {
 				return d.errorf(`"requests" must be an array, got %q`, c)
 			}
+			if err := d.readAhead(); err != nil {
+				return err
+			}
 			if err := d.compileOptions(); err != nil {
 				return err
 			}
@@ -321,6 +347,130 @@ func (d *DocReader) readKey() (string, error) {
 		return "", d.errorf("expected ':' after key %q, got %q", key, c)
 	}
 	return key, nil
+}
+
+// readAhead reads the keys after requests[] from a second copy of the input
+// (see LookAhead), with the copy's offsets in its errors.
+func (d *DocReader) readAhead() error {
+	if d.open == nil {
+		return nil
+	}
+	rc, err := d.open()
+	if err != nil {
+		return fmt.Errorf("open the requests document again: %w", err)
+	}
+	defer rc.Close()
+	br, off := d.br, d.off
+	d.br, d.off = bufio.NewReaderSize(rc, readBufferSize), 0
+	defer func() { d.br, d.off = br, off }()
+	d.after = make(map[string]bool)
+	if c, err := d.skipSpace(); err != nil || c != '{' {
+		return err // the main pass read a '{' here; a changed input is for its reader to tell
+	}
+	past := false
+	for first := true; ; first = false {
+		c, err := d.skipSpace()
+		if err != nil {
+			return err
+		}
+		if c == '}' {
+			return nil
+		}
+		if !first && c != ',' {
+			return d.errorf("expected ',' or '}' after a value, got %q", c)
+		}
+		if first {
+			d.unreadByte()
+		}
+		key, err := d.readKey()
+		if err != nil {
+			return err
+		}
+		switch {
+		case key == docKeyRequests && !past:
+			past = true
+			if err := d.readAheadIDs(); err != nil {
+				return err
+			}
+		case !past:
+			// Read by the main pass already; requests[] is its to stream.
+			if _, _, err := d.readValue(nil, 0); err != nil {
+				return err
+			}
+		case key == docKeyRequests:
+			return d.errorf("repeated key %q", key)
+		default:
+			if err := d.readOption(key); err != nil {
+				return err
+			}
+			d.after[key] = true
+		}
+	}
+}
+
+// readAheadIDs reads requests[] in the look ahead for the custom_ids that
+// a generated one must skip.
+func (d *DocReader) readAheadIDs() error {
+	if c, err := d.skipSpace(); err != nil || c != '[' {
+		return err // as in readAhead
+	}
+	for n := 0; ; n++ {
+		c, err := d.skipSpace()
+		if err != nil {
+			return err
+		}
+		if c == ']' {
+			return nil
+		}
+		if n > 0 && c != ',' {
+			return d.errorf("expected ',' or ']' after request %d, got %q", n, c)
+		}
+		if n == 0 {
+			d.unreadByte()
+		}
+		el, tooLong, err := d.readValue(d.el[:0], d.max)
+		if err != nil {
+			return err
+		}
+		if !tooLong {
+			d.el = el
+			d.noteID(el)
+		}
+	}
+}
+
+// noteID adds the custom_id of a request element to taken when a generated
+// one could be it.
+func (d *DocReader) noteID(el []byte) {
+	if !isObject(el) || !json.Valid(el) {
+		return
+	}
+	if vs, ve, ok := member(el, "custom_id"); ok {
+		if id, ok := unquote(el[vs:ve]); ok && bytes.HasPrefix(id, []byte(generatedIDPrefix)) {
+			if d.taken == nil {
+				d.taken = make(map[string]bool)
+			}
+			d.taken[string(id)] = true
+		}
+	}
+}
+
+// generatedIDPrefix starts the custom_id of a request that gives none.
+const generatedIDPrefix = "request-"
+
+// appendGeneratedID appends, as a JSON string, the custom_id of the n-th
+// request, which gives none: "request-n", or when a request gives that one,
+// the first free "request-n.k" (k = 2, 3, ...).
+func (d *DocReader) appendGeneratedID(out []byte, n int) []byte {
+	id := strconv.AppendInt(append(d.tmp[:0], generatedIDPrefix...), int64(n), 10)
+	base := len(id)
+	for k := 2; d.taken[string(id)]; k++ {
+		id = strconv.AppendInt(append(id[:base], '.'), int64(k), 10)
+	}
+	d.tmp = id
+	out = append(out, '"')
+	out = append(out, id...)
+	return append(out, '"')
 }
 
 // readOption reads the value of a key before requests[].
@@ -467,7 +617,6 @@ func (d *DocReader) compileOptions() error {
 	if d.noGenPrompt {
 		chat["add_generation_prompt"] = json.RawMessage("false")
 	}
-	chat["chat_template_kwargs"] = json.RawMessage(`{"enable_thinking":` + strconv.FormatBool(d.thinking) + `}`)
 	d.chat = compileDefaults(chat)
 	return nil
 }
@@ -493,10 +642,16 @@ func (d *DocReader) readTail() error {
 			return err
 		}
 		switch {
-		case isHeaderKey(key):
-			return d.errorf("%q must come before %q", key, docKeyRequests)
+		case d.after[key]:
+			// Read ahead: skip it.
+			if _, _, err := d.readValue(nil, 0); err != nil {
+				return err
+			}
+			return d.readTail()
 		case key == docKeyRequests:
 			return d.errorf("repeated key %q", key)
+		case isHeaderKey(key):
+			return d.errorf("%q must come before %q in a document read in one pass", key, docKeyRequests)
 		}
 		return d.errorf("unknown key %q", key)
 	}
@@ -667,21 +822,29 @@ func (d *DocReader) convert(el []byte) []byte {
 			}
 		}
 	}
+	if !hasBody && !d.urlGiven && inferred != 0 {
+		infer = inferred
+	}
+	ep := infer
+	if given(url) {
+		ep = 0
+		if u, ok := unquote(url); ok {
+			ep = endpointOf(u)
+		}
+	}
 	d.reqLP = false
 	if !hasBody {
-		body = d.shorthandBody(el)
-		if !d.urlGiven && inferred != 0 {
-			infer = inferred
-		}
+		body = d.shorthandBody(el, ep)
 	}
 
 	out := append(d.out[:0], `{"custom_id":`...)
 	if given(cid) {
+		if d.open == nil {
+			d.noteID(el)
+		}
 		out = append(out, cid...)
 	} else {
-		out = append(out, `"request-`...)
-		out = strconv.AppendInt(out, int64(d.n), 10)
-		out = append(out, '"')
+		out = d.appendGeneratedID(out, d.n)
 	}
 	out = append(out, `,"method":`...)
 	if given(method) {
@@ -690,13 +853,8 @@ func (d *DocReader) convert(el []byte) []byte {
 		out = append(out, `"POST"`...)
 	}
 	out = append(out, `,"url":`...)
-	ep := infer
 	if given(url) {
 		out = append(out, url...)
-		ep = 0
-		if u, ok := unquote(url); ok {
-			ep = endpointOf(u)
-		}
 	} else {
 		out = append(out, '"')
 		out = append(out, ep.url()...)
@@ -712,8 +870,9 @@ func (d *DocReader) convert(el []byte) []byte {
 	return out
 }
 
-// shorthandBody returns el without its custom_id, method and url members.
-func (d *DocReader) shorthandBody(el []byte) []byte {
+// shorthandBody returns el without its custom_id, method and url members,
+// and with the format's names spelled as the body fields of ep.
+func (d *DocReader) shorthandBody(el []byte, ep endpoint) []byte {
 	b := append(d.shorthand[:0], '{')
 	first := true
 	for it := newMembers(el); ; {
@@ -749,14 +908,23 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 			d.tmp = append(append(d.tmp[:0], `"max_tokens":`...), v...)
 			member = d.tmp
 		case docKeyNumLogprobs:
-			d.reqLP = true
 			if isNull(v) {
-				d.reqLP = false
 				continue
 			}
-			if string(v) == "0" {
+			lp, ok := numLogprobs(v, ep)
+			if !ok {
+				// Left as written: the Checker refuses it by this name.
+				break
+			}
+			d.reqLP = true
+			switch {
+			case ep == epCompletions && lp == 0:
+				continue
+			case ep == epCompletions:
+				d.tmp = append(append(d.tmp[:0], `"logprobs":`...), v...)
+			case lp == 0:
 				d.tmp = append(d.tmp[:0], `"logprobs":false`...)
-			} else {
+			default:
 				d.tmp = append(append(d.tmp[:0], `"logprobs":true,"top_logprobs":`...), v...)
 			}
 			member = d.tmp
@@ -772,6 +940,17 @@ func (d *DocReader) shorthandBody(el []byte) []byte {
 	return b
 }
 
+// numLogprobs reads a request's num_logprobs, and reports whether it is one
+// that ep takes (an integer within numLogprobsRange; never on embeddings).
+func numLogprobs(v []byte, ep endpoint) (int64, bool) {
+	if ep != epChat && ep != epCompletions {
+		return 0, false
+	}
+	n, st := parseInt(v)
+	r := numLogprobsRange(ep)
+	return n, st == intOK && n >= r.Min && n <= r.Max
+}
+
 // prepareBody applies the system prompt and the document's defaults to a
 // body (a valid JSON object).
 func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
@@ -782,13 +961,90 @@ func (d *DocReader) prepareBody(body []byte, ep endpoint) []byte {
 		body = d.withSystemPrompt(body)
 	}
 	body = d.applyDefaults(body, ep, &d.defaults)
-	if ep == epChat {
+	switch ep {
+	case epChat:
 		if !d.reqLP {
 			body = d.applyDefaults(body, ep, &d.chatLP)
 		}
 		body = d.applyDefaults(body, ep, &d.chat)
+		body = d.withThinking(body)
+	case epCompletions:
+		if !d.reqLP && d.numLogprobs > 0 {
+			body = d.withCompletionsLogprobs(body)
+		}
 	}
 	return body
+}
+
+// withCompletionsLogprobs applies the document's num_logprobs to a
+// completions body without its own logprobs: as logprobs when completions
+// take that many, else as num_logprobs, which the Checker refuses by name.
+func (d *DocReader) withCompletionsLogprobs(body []byte) []byte {
+	if vs, ve, ok := member(body, "logprobs"); ok && given(body[vs:ve]) {
+		return body
+	}
+	sep := `,"logprobs":`
+	if d.numLogprobs > numLogprobsRange(epCompletions).Max {
+		sep = `,"num_logprobs":`
+	}
+	return appendMember(body, sep, strconv.AppendInt(nil, d.numLogprobs, 10))
+}
+
+// withThinking sets chat_template_kwargs.enable_thinking, which a chat
+// template reads (and a remote server passes on), of a chat body that has
+// none: to the body's own enable_thinking when it has one, else to the
+// document's enable_thinking. Other chat_template_kwargs are kept.
+func (d *DocReader) withThinking(body []byte) []byte {
+	value := []byte(strconv.FormatBool(d.thinking))
+	if vs, ve, ok := member(body, "enable_thinking"); ok && isBool(body[vs:ve]) {
+		value = body[vs:ve]
+	}
+	vs, ve, ok := member(body, "chat_template_kwargs")
+	if !ok || !isObject(body[vs:ve]) {
+		// None (or null: the member added after it counts).
+		d.tmp = append(append(d.tmp[:0], `{"enable_thinking":`...), value...)
+		return appendMember(body, `,"chat_template_kwargs":`, append(d.tmp, '}'))
+	}
+	kwargs := body[vs:ve]
+	if _, _, ok := member(kwargs, "enable_thinking"); ok {
+		return body
+	}
+	kwargs = appendMember(kwargs, `,"enable_thinking":`, value)
+	out := make([]byte, 0, len(body)+len(kwargs)-(ve-vs))
+	out = append(out, body[:vs]...)
+	out = append(out, kwargs...)
+	return append(out, body[ve:]...)
+}
+
+// member returns the offsets of the value of key in the object obj (the
+// last one, when repeated).
+func member(obj []byte, key string) (vs, ve int, found bool) {
+	for it := newMembers(obj); ; {
+		k, s, e, ok := it.next()
+		if !ok {
+			return vs, ve, found
+		}
+		if name, _ := unquote(k); string(name) == key {
+			vs, ve, found = s, e, true
+		}
+	}
+}
+
+// appendMember returns a copy of the object body with `,"key":` (sep) and v
+// added before its closing brace.
+func appendMember(body []byte, sep string, v []byte) []byte {
+	end := bytes.LastIndexByte(body, '}')
+	if end < 0 {
+		return body
+	}
+	out := make([]byte, 0, len(body)+len(sep)+len(v))
+	out = append(out, body[:end]...)
+	if len(bytes.TrimSpace(body[:end])) <= 1 {
+		sep = sep[1:] // an empty object
+	}
+	out = append(out, sep...)
+	out = append(out, v...)
+	return append(out, body[end:]...)
 }
 
 // withLoraPath adds "lora_path" to a body whose lora_name is an adapter of
@@ -811,15 +1067,10 @@ func (d *DocReader) withLoraPath(body []byte) []byte {
 			}
 		}
 	}
-	end := bytes.LastIndexByte(body, '}')
-	if path == nil || end < 0 {
+	if path == nil {
 		return body
 	}
-	out := make([]byte, 0, len(body)+len(path)+16)
-	out = append(out, body[:end]...)
-	out = append(out, `,"lora_path":`...)
-	out = append(out, path...)
-	return append(out, body[end:]...)
+	return appendMember(body, `,"lora_path":`, path)
 }
 
 // applyDefaults merges ds under body, into the scratch buffer that the

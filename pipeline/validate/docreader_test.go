@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -150,9 +151,9 @@ func TestDocReaderErrors(t *testing.T) {
 		{"not an object", `[{"prompt":"a"}]`, 0, `requests document: must be a JSON object, got '[' (at byte 1)`, false},
 		{"missing requests", `{"url":"/v1/completions"}`, 0, `requests document: missing "requests" (at byte 25)`, false},
 		{"requests not array", `{"requests":{}}`, 0, `requests document: "requests" must be an array, got '{' (at byte 13)`, false},
-		{"defaults after requests", `{"requests":[{"prompt":"a"}],"defaults":{"max_tokens":1}}`, 1, `requests document: "defaults" must come before "requests" (at byte 40)`, false},
-		{"url after requests", `{"requests":[],"url":"/v1/completions"}`, 0, `requests document: "url" must come before "requests" (at byte 21)`, false},
-		{"system_prompt after requests", `{"requests":[], "system_prompt":"x"}`, 0, `requests document: "system_prompt" must come before "requests" (at byte 32)`, false},
+		{"defaults after requests", `{"requests":[{"prompt":"a"}],"defaults":{"max_tokens":1}}`, 1, `requests document: "defaults" must come before "requests" in a document read in one pass (at byte 40)`, false},
+		{"url after requests", `{"requests":[],"url":"/v1/completions"}`, 0, `requests document: "url" must come before "requests" in a document read in one pass (at byte 21)`, false},
+		{"system_prompt after requests", `{"requests":[], "system_prompt":"x"}`, 0, `requests document: "system_prompt" must come before "requests" in a document read in one pass (at byte 32)`, false},
 		{"unknown key", `{"model":"m","requests":[]}`, 0, `requests document: unknown key "model" (at byte 9)`, false},
 		{"unknown key after requests", `{"requests":[],"x":1}`, 0, `requests document: unknown key "x" (at byte 19)`, false},
 		{"repeated key", `{"url":"/v1/completions","url":"/v1/embeddings","requests":[]}`, 0, `requests document: repeated key "url" (at byte 31)`, false},
@@ -253,5 +254,185 @@ func TestDocReaderThroughChecker(t *testing.T) {
 	wantBody := `{"messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}],"max_tokens":64,"temperature":1.0,"top_k":50,"top_p":0.8,"chat_template_kwargs":{"enable_thinking":false},"model":"m"}`
 	if string(first.Body) != wantBody || first.MaxTokens != 64 {
 		t.Errorf("first body = %s (%d), want %s (64)", first.Body, first.MaxTokens, wantBody)
+	}
+}
+
+// docResults runs a document through a Checker and returns each request's
+// result, as Result.String writes it.
+func docResults(t *testing.T, doc string) []string {
+	t.Helper()
+	c := NewChecker(Config{})
+	d := NewDocReader(strings.NewReader(doc), 0)
+	var got []string
+	for {
+		n, raw, tooLong, err := d.Next()
+		if errors.Is(err, io.EOF) {
+			return got
+		}
+		if err != nil || tooLong {
+			t.Fatalf("Next() = %v, %v", tooLong, err)
+		}
+		got = append(got, c.Check(n, raw).String())
+	}
+}
+
+// TestDocReaderNumLogprobsByEndpoint: num_logprobs becomes the logprobs of
+// the request's endpoint, at the top level and in a request, and a value the
+// endpoint cannot take is refused by the name the user wrote.
+func TestDocReaderNumLogprobsByEndpoint(t *testing.T) {
+	got := docBodies(t, `{"num_logprobs":4,"requests":[
+		{"prompt":"a"},
+		{"prompt":"b","num_logprobs":2},
+		{"prompt":"c","num_logprobs":0},
+		{"prompt":"d","logprobs":1},
+		{"messages":[{"role":"user","content":"e"}],"num_logprobs":0}
+	]}`)
+	for i, want := range []any{4.0, 2.0, nil, 1.0, false} {
+		if got[i]["logprobs"] != want {
+			t.Errorf("request %d: logprobs %v, want %v (body %v)", i+1, got[i]["logprobs"], want, got[i])
+		}
+	}
+	if _, ok := got[1]["top_logprobs"]; ok {
+		t.Errorf("a completions request got top_logprobs: %v", got[1])
+	}
+
+	res := docResults(t, `{"num_logprobs":9,"requests":[
+		{"custom_id":"a","prompt":"a"},
+		{"custom_id":"b","prompt":"b","num_logprobs":6},
+		{"custom_id":"c","messages":[{"role":"user","content":"c"}],"num_logprobs":51},
+		{"custom_id":"d","messages":[{"role":"user","content":"d"}],"num_logprobs":"3"},
+		{"custom_id":"e","input":"e","num_logprobs":1},
+		{"custom_id":"f","messages":[{"role":"user","content":"f"}]},
+		{"custom_id":"g","prompt":"g","num_logprobs":5}
+	]}`)
+	want := []string{
+		`line 1: custom_id "a": body.num_logprobs: must be an integer between 0 and 5 on /v1/completions, whose logprobs it sets`,
+		`line 2: custom_id "b": body.num_logprobs: must be an integer between 0 and 5 on /v1/completions, whose logprobs it sets`,
+		`line 3: custom_id "c": body.num_logprobs: must be an integer between 0 and 50`,
+		`line 4: custom_id "d": body.num_logprobs: must be an integer, got a string`,
+		`line 5: custom_id "e": body.num_logprobs: is not supported on /v1/embeddings: remove it`,
+		`line 6: custom_id "f": ok`,
+		`line 7: custom_id "g": ok`,
+	}
+	if strings.Join(res, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(res, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDocReaderLookAhead: with a second copy of its input, a document's keys
+// may come in any order, as json.dumps(sort_keys=True) and jq -S write them.
+func TestDocReaderLookAhead(t *testing.T) {
+	opens := map[string]func(doc string) func() (io.ReadCloser, error){}
+	opens["seekable"] = func(doc string) func() (io.ReadCloser, error) {
+		return func() (io.ReadCloser, error) { return seekCloser{strings.NewReader(doc)}, nil }
+	}
+	opens["stream"] = func(doc string) func() (io.ReadCloser, error) {
+		return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(doc)), nil }
+	}
+	read := func(doc string, open func(string) func() (io.ReadCloser, error)) ([]map[string]any, error) {
+		d := NewDocReader(strings.NewReader(doc), 0)
+		d.LookAhead(open(doc))
+		var out []map[string]any
+		for {
+			_, raw, _, err := d.Next()
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			if err != nil {
+				return out, err
+			}
+			var line struct {
+				Body map[string]any `json:"body"`
+			}
+			if err := json.Unmarshal(raw, &line); err != nil {
+				t.Fatalf("line %s: %v", raw, err)
+			}
+			out = append(out, line.Body)
+		}
+	}
+	sorted := `{
+  "enable_thinking": true,
+  "max_generate_length": 7,
+  "requests": [
+    {"messages": [{"role": "user", "content": "a"}]},
+    {"prompt": "b"}
+  ],
+  "system_prompt": "S",
+  "temperature": 0.5,
+  "top_k": 3
+}`
+	for name, open := range opens {
+		got, err := read(sorted, open)
+		if err != nil || len(got) != 2 {
+			t.Fatalf("%s: %d requests, %v", name, len(got), err)
+		}
+		chat, comp := got[0], got[1]
+		if chat["temperature"] != 0.5 || chat["top_k"] != 3.0 || chat["max_tokens"] != 7.0 ||
+			!reflect.DeepEqual(chat["chat_template_kwargs"], map[string]any{"enable_thinking": true}) ||
+			!reflect.DeepEqual(chat["messages"], []any{map[string]any{"role": "system", "content": "S"}, map[string]any{"role": "user", "content": "a"}}) {
+			t.Errorf("%s: chat body %v", name, chat)
+		}
+		if comp["temperature"] != 0.5 || comp["top_k"] != 3.0 || comp["max_tokens"] != 7.0 {
+			t.Errorf("%s: completions body %v", name, comp)
+		}
+
+		for _, tt := range []struct{ doc, want string }{
+			{`{"top_k":1,"requests":[],"top_k":2}`, `repeated key "top_k"`},
+			{`{"requests":[],"requests":[]}`, `repeated key "requests"`},
+			{`{"requests":[],"bogus":1}`, `unknown key "bogus"`},
+			{`{"requests":[],"top_k":"x"}`, `"top_k": must be an integer`},
+			{`{"requests":[],"url":["x"]}`, `"url" must be a string, got an array`},
+			{`{"requests":[],"defaults":{"temperature":1},"temperature":0}`, `"temperature" is set both at the top level and in "defaults"`},
+			{`{"requests":[{"prompt":"a"}],"top_k":1`, `unexpected EOF`},
+		} {
+			got, err := read(tt.doc, open)
+			var de *DocError
+			if !errors.As(err, &de) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%s: %s: error %v, want one containing %q", name, tt.doc, err, tt.want)
+			}
+			if len(got) != 0 {
+				t.Errorf("%s: %s: %d requests yielded before the error", name, tt.doc, len(got))
+			}
+		}
+	}
+}
+
+type seekCloser struct{ *strings.Reader }
+
+func (seekCloser) Close() error { return nil }
+
+// TestDocReaderGeneratedIDsSkipGivenOnes: a generated custom_id never
+// collides with one a request gives, before it or (with LookAhead) after it.
+func TestDocReaderGeneratedIDsSkipGivenOnes(t *testing.T) {
+	m := `"messages":[{"role":"user","content":"x"}]`
+	doc := `{"requests":[{` + m + `},{"custom_id":"request-1",` + m + `},{` + m + `},{"custom_id":"request-3",` + m + `},{"custom_id":"request-3.2",` + m + `},{"custom_id":"request-2.2",` + m + `}]}`
+	ids := func(d *DocReader) []string {
+		c := NewChecker(Config{})
+		var out []string
+		for {
+			n, raw, _, err := d.Next()
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := c.Check(n, raw)
+			if res.Problem != nil {
+				t.Errorf("request %d: %v", n, res)
+			}
+			out = append(out, res.CustomID)
+		}
+	}
+	d := NewDocReader(strings.NewReader(doc), 0)
+	d.LookAhead(func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(doc)), nil })
+	want := "request-1.2 request-1 request-3.3 request-3 request-3.2 request-2.2"
+	if got := strings.Join(ids(d), " "); got != want {
+		t.Errorf("with a look ahead: %s, want %s", got, want)
+	}
+	// Read in one pass, the ids given before a request are skipped.
+	one := `{"requests":[{"custom_id":"request-2",` + m + `},{` + m + `}]}`
+	if got := strings.Join(ids(NewDocReader(strings.NewReader(one), 0)), " "); got != "request-2 request-2.2" {
+		t.Errorf("in one pass: %s", got)
 	}
 }
