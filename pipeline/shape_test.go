@@ -101,9 +101,18 @@ func TestResultShapeDefault(t *testing.T) {
 	}
 	e.check("def", "jsonl")
 	e.run(e.drop("own", "jsonl", chatLines(2, "b"), `{"result_shape":"openai"}`))
-	if got := oaBodies(t, filepath.Join(e.outbox, "own.output.jsonl")); len(got) != 2 {
-		t.Fatalf("options' shape: %v", got)
+	oa := oaBodies(t, filepath.Join(e.outbox, "own.output.jsonl"))
+	if len(oa) != 2 {
+		t.Fatalf("options' shape: %v", oa)
 	}
+	// The same content again in the default shape: its results, reused,
+	// written in Doubleword's shape for the first time.
+	ran := e.srv.Requests()
+	e.run(e.drop("again", "jsonl", chatLines(2, "b"), ""))
+	if got := dwLines(t, filepath.Join(e.outbox, "again.output.jsonl")); !maps.Equal(got, oa) || e.srv.Requests() != ran {
+		t.Fatalf("re-drop in the default shape: %v (engine called %d more times), want %v", got, e.srv.Requests()-ran, oa)
+	}
+	e.check("again", "jsonl")
 }
 
 // An unknown result_shape fails the batch's options.
