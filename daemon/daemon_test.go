@@ -773,6 +773,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"watcher.settle", func(c *daemon.Config) { c.Watcher.Settle = 0 }},
 		{"watcher.rescan", func(c *daemon.Config) { c.Watcher.Rescan = -time.Second }},
 		{"on_invalid", func(c *daemon.Config) { c.Batch.OnInvalid = "shrug" }},
+		{"result_shape", func(c *daemon.Config) { c.Batch.ResultShape = "xml" }},
 		{"native.kernels", func(c *daemon.Config) {
 			c.Engine, c.Native.Models, c.Native.Kernels = "native", []native.ModelConfig{{Path: "m.gguf"}}, "sse9"
 		}},

@@ -125,7 +125,7 @@ func TestBadAnswersAreErrorLines(t *testing.T) {
 	// okBody's 3+1 tokens, then 3×2^62 input and 2×2^62 output: both past
 	// MaxInt64, held there.
 	want := pipeline.Usage{InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, TotalTokens: math.MaxInt64,
-		InputTokensDetails: pipeline.TokenDetails{CachedTokens: math.MaxInt64}}
+		InputTokensDetails: pipeline.InputTokensDetails{CachedTokens: math.MaxInt64}}
 	if o.Usage != want {
 		t.Errorf("usage %+v, want %+v", o.Usage, want)
 	}

@@ -78,20 +78,25 @@ type RequestCounts struct {
 	Failed    int `json:"failed"`
 }
 
-// Usage sums the token usage of a batch's results.
+// Usage sums the token usage of a batch's results, in OpenAI's shape: each
+// direction has its own details.
 type Usage struct {
-	InputTokens         int64        `json:"input_tokens"`
-	InputTokensDetails  TokenDetails `json:"input_tokens_details"`
-	OutputTokens        int64        `json:"output_tokens"`
-	OutputTokensDetails TokenDetails `json:"output_tokens_details"`
-	TotalTokens         int64        `json:"total_tokens"`
+	InputTokens         int64               `json:"input_tokens"`
+	InputTokensDetails  InputTokensDetails  `json:"input_tokens_details"`
+	OutputTokens        int64               `json:"output_tokens"`
+	OutputTokensDetails OutputTokensDetails `json:"output_tokens_details"`
+	TotalTokens         int64               `json:"total_tokens"`
 }
 
-// TokenDetails is OpenAI's token detail breakdown (zero where unknown).
-type TokenDetails struct {
-	// CachedTokens (input) sums the lines' prompt_tokens_details.cached_tokens;
-	// ReasoningTokens stays 0 until an engine reports it.
-	CachedTokens    int64 `json:"cached_tokens"`
+// InputTokensDetails is usage.input_tokens_details: CachedTokens sums the
+// lines' prompt_tokens_details.cached_tokens.
+type InputTokensDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// OutputTokensDetails is usage.output_tokens_details: ReasoningTokens
+// stays 0 until an engine reports it.
+type OutputTokensDetails struct {
 	ReasoningTokens int64 `json:"reasoning_tokens"`
 }
 
@@ -157,7 +162,7 @@ func NewBatchObject(b *ledger.Batch, info BatchdInfo) *BatchObject {
 		RequestCounts:    RequestCounts{Total: b.Total, Completed: b.Completed, Failed: b.Failed},
 		Usage: Usage{
 			InputTokens:        b.InputTokens,
-			InputTokensDetails: TokenDetails{CachedTokens: b.CachedTokens},
+			InputTokensDetails: InputTokensDetails{CachedTokens: b.CachedTokens},
 			OutputTokens:       b.OutputTokens,
 			TotalTokens:        AddTokens(max(b.InputTokens, 0), b.OutputTokens),
 		},

@@ -2,11 +2,13 @@ package pipeline_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"testing"
 
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/pipeline"
+	"github.com/batchd/batchd/pipeline/ledger"
 )
 
 // The batch object tells the window a batch really has: a dropped file
@@ -53,4 +55,18 @@ func TestBatchObjectSumsCachedTokens(t *testing.T) {
 		t.Fatalf("input_tokens %d, want 360", o.Usage.InputTokens)
 	}
 	e.check("cached", "jsonl")
+}
+
+// usage has OpenAI's shape: cached_tokens under input_tokens_details
+// alone, reasoning_tokens under output_tokens_details alone.
+func TestBatchObjectUsageShape(t *testing.T) {
+	o := pipeline.NewBatchObject(&ledger.Batch{ID: "batch_x", InputTokens: 5, CachedTokens: 2, OutputTokens: 3}, pipeline.BatchdInfo{})
+	raw, err := json.Marshal(o.Usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"input_tokens":5,"input_tokens_details":{"cached_tokens":2},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":8}`
+	if string(raw) != want {
+		t.Fatalf("usage %s\nwant  %s", raw, want)
+	}
 }

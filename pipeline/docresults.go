@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/ledger"
 	bolt "go.etcd.io/bbolt"
 )
@@ -116,64 +115,46 @@ func buildDocResults(path string, b *ledger.Batch, out, errs string) error {
 		return err
 	}
 
-	tmp := path + ".tmp"
-	f, err := fsx.OpenNoFollow(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<16)
-	w.WriteString("[")
-	err = db.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(indexBucket)
-		for n := 1; n <= b.Total; n++ {
-			var where []byte
-			if bk != nil {
-				where = bk.Get([]byte(requestID(b.ID, n)))
-			}
-			entry := missingResult(n)
-			if len(where) == 9 {
-				src, size := outF, b.OutLen
-				if where[0] == inErrors {
-					src, size = errF, b.ErrLen
+	return writeStateFile(path, func(w *bufio.Writer) error {
+		w.WriteString("[")
+		err := db.View(func(tx *bolt.Tx) error {
+			bk := tx.Bucket(indexBucket)
+			for n := 1; n <= b.Total; n++ {
+				var where []byte
+				if bk != nil {
+					where = bk.Get([]byte(requestID(b.ID, n)))
 				}
-				off := int64(binary.BigEndian.Uint64(where[1:]))
-				line, err := bufio.NewReader(io.NewSectionReader(src, off, size-off)).ReadBytes('\n')
-				if err != nil && err != io.EOF {
-					return fmt.Errorf("read result of request %d: %w", n, err)
+				entry := missingResult(n)
+				if len(where) == 9 {
+					src, size := outF, b.OutLen
+					if where[0] == inErrors {
+						src, size = errF, b.ErrLen
+					}
+					off := int64(binary.BigEndian.Uint64(where[1:]))
+					line, err := bufio.NewReader(io.NewSectionReader(src, off, size-off)).ReadBytes('\n')
+					if err != nil && err != io.EOF {
+						return fmt.Errorf("read result of request %d: %w", n, err)
+					}
+					entry = docResultOf(n, line)
 				}
-				entry = docResultOf(n, line)
+				enc, err := json.Marshal(entry)
+				if err != nil {
+					return fmt.Errorf("encode result of request %d: %w", n, err)
+				}
+				if n > 1 {
+					w.WriteString(",")
+				}
+				w.WriteString("\n")
+				w.Write(enc)
 			}
-			enc, err := json.Marshal(entry)
-			if err != nil {
-				return fmt.Errorf("encode result of request %d: %w", n, err)
-			}
-			if n > 1 {
-				w.WriteString(",")
-			}
-			w.WriteString("\n")
-			w.Write(enc)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
+		w.WriteString("\n]\n")
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	w.WriteString("\n]\n")
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync results: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close results: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename results: %w", err)
-	}
-	return fsx.SyncDir(filepath.Dir(path))
 }
 
 // indexLines records where each line of the first size bytes of f is,
@@ -231,14 +212,7 @@ func missingResult(n int) DocResult {
 
 // docResultOf turns request n's result line into its entry.
 func docResultOf(n int, line []byte) DocResult {
-	var l struct {
-		CustomID *string `json:"custom_id"`
-		Response *struct {
-			StatusCode int             `json:"status_code"`
-			Body       json.RawMessage `json:"body"`
-		} `json:"response"`
-		Error *LineError `json:"error"`
-	}
+	var l OutputLine // either shape (result_shape)
 	if err := json.Unmarshal(line, &l); err != nil {
 		return missingResult(n)
 	}

@@ -61,6 +61,25 @@ type OutputLine struct {
 	Line     int           `json:"line,omitempty"`
 }
 
+// UnmarshalJSON reads a result line of either shape a batch publishes
+// (result_shape): OpenAI's, and Doubleword's {id, custom_id,
+// response_body}, a success whose body is response_body (status 200).
+func (l *OutputLine) UnmarshalJSON(data []byte) error {
+	type plain OutputLine // without this method
+	var v struct {
+		plain
+		ResponseBody json.RawMessage `json:"response_body"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*l = OutputLine(v.plain)
+	if l.Response == nil && l.Error == nil && v.ResponseBody != nil {
+		l.Response = &LineResponse{StatusCode: 200, Body: v.ResponseBody}
+	}
+	return nil
+}
+
 // LineResponse is an output line's response.
 type LineResponse struct {
 	StatusCode int             `json:"status_code"`

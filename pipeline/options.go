@@ -24,6 +24,15 @@ const (
 // context is full, as OpenAI's do.
 const OnMissingMaxTokensReject = "reject"
 
+// Result shapes: how NAME.output.jsonl's lines are written (result_shape).
+const (
+	// ResultShapeOpenAI is OpenAI's batch output line: {id, custom_id,
+	// response: {status_code, request_id, body}, error} (the default).
+	ResultShapeOpenAI = "openai"
+	// ResultShapeDoubleword is Doubleword's: {id, custom_id, response_body}.
+	ResultShapeDoubleword = "doubleword"
+)
+
 // Options are batch-level options: the daemon's config gives defaults, and a
 // NAME.options.json file beside an input overrides them field by field.
 // Sampling fields serve as defaults under each request's body; per-request
@@ -53,6 +62,12 @@ type Options struct {
 	// Speculative fills in body.speculative (false, true, "ngram" or
 	// "draft") on the lines that lack it.
 	Speculative SpecOption `json:"speculative,omitempty" yaml:"speculative"`
+	// ResultShape is how NAME.output.jsonl's lines are written: "openai"
+	// (or "") or "doubleword". It is not part of the batch's identity: the
+	// pipeline keeps OpenAI's shape and writes the chosen one when it
+	// publishes, so a batch dropped again in another shape reuses its
+	// results.
+	ResultShape string `json:"result_shape,omitempty" yaml:"result_shape"`
 }
 
 // Merge returns o with every field set in over replacing o's.
@@ -91,6 +106,9 @@ func (o Options) Merge(over Options) Options {
 	}
 	if over.Speculative != "" {
 		o.Speculative = over.Speculative
+	}
+	if over.ResultShape != "" {
+		o.ResultShape = over.ResultShape
 	}
 	return o
 }
@@ -206,6 +224,11 @@ func (o Options) Validate() error {
 	case "", OnMissingMaxTokensReject:
 	default:
 		return fmt.Errorf("on_missing_max_tokens: must be %q (or unset: generate until the context is full), got %q", OnMissingMaxTokensReject, o.OnMissingMaxTokens)
+	}
+	switch o.ResultShape {
+	case "", ResultShapeOpenAI, ResultShapeDoubleword:
+	default:
+		return fmt.Errorf("result_shape: must be %q or %q, got %q", ResultShapeOpenAI, ResultShapeDoubleword, o.ResultShape)
 	}
 	if o.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens: must be a positive integer, got %d", o.MaxTokens)

@@ -36,7 +36,9 @@ func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id strin
 	defer f.Close()
 	before, statable := fileStat(f)
 	h := sha256.New()
-	optJSON, _ := json.Marshal(eff)
+	ident := eff
+	ident.ResultShape = "" // a presentation: the same results in another shape
+	optJSON, _ := json.Marshal(ident)
 	fmt.Fprintf(h, "batchd-v1\n%s\n%s\n", job.Format, optJSON)
 	chunks := newChunkHasher()
 	sink := io.MultiWriter(h, chunks)

@@ -46,8 +46,9 @@ func (p *Pipeline) forget(id string) error {
 	return nil
 }
 
-// finishPublished (re)publishes a finished batch's results under job's name.
-func (p *Pipeline) finishPublished(ctx context.Context, job Job, b *ledger.Batch) error {
+// finishPublished (re)publishes a finished batch's results under job's
+// name, the output in shape (result_shape).
+func (p *Pipeline) finishPublished(ctx context.Context, job Job, b *ledger.Batch, shape string) error {
 	obj, err := p.batchObject(job, b, 0)
 	if err != nil {
 		return err
@@ -55,6 +56,9 @@ func (p *Pipeline) finishPublished(ctx context.Context, job Job, b *ledger.Batch
 	out, errs := p.resultPaths(b, b.Gen)
 	doc, err := p.docResults(job, b, false)
 	if err != nil {
+		return err
+	}
+	if out, err = p.publishedOutput(b, shape, out, false); err != nil {
 		return err
 	}
 	if err := job.Store.Publish(ctx, Results{Output: out, Errors: errs, Document: doc, Object: obj, Batch: snapshot(b)}); err != nil {

@@ -38,6 +38,8 @@ type run struct {
 	vcfg validate.Config
 	// man is the input as identify read it: every read is checked against it.
 	man *manifest
+	// shape is the shape NAME.output.jsonl is published in (result_shape).
+	shape string
 
 	prior *ledger.Bitmap // lines done before this run: the reader's view
 	done  *ledger.Bitmap // the writer's view
@@ -195,7 +197,7 @@ func (p *Pipeline) run(ctx context.Context, job Job) (*ledger.Batch, error) {
 			}
 			if !again {
 				log.Info("same content ran before; reusing its results", "status", b.Status)
-				return b, p.finishPublished(ctx, job, b)
+				return b, p.finishPublished(ctx, job, b, eff.ResultShape)
 			}
 			log.Info("same content ran before; rerunning its unfinished requests", "done", b.Completed+b.Failed, "total", b.Total)
 		} else {
@@ -220,7 +222,7 @@ func (p *Pipeline) readOptions(ctx context.Context, job Job) (Options, error) {
 
 // execute runs a batch that has work left (or is validating) to its end.
 func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *manifest, eff Options, vcfg validate.Config, log *slog.Logger) (*ledger.Batch, error) {
-	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, man: man, results: make(chan result, 1024)}
+	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, man: man, shape: eff.ResultShape, results: make(chan result, 1024)}
 	r.runCtx, r.stopRun = context.WithCancelCause(ctx)
 	defer r.stopRun(nil)
 	r.reqCtx, r.cancelReq = context.WithCancelCause(r.runCtx)
@@ -387,7 +389,11 @@ func (r *run) finalize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.job.Store.Publish(ctx, Results{Output: outPath, Errors: errPath, Document: doc, Object: obj, Batch: snapshot(b)}); err != nil {
+	pubOut, err := p.publishedOutput(b, r.shape, outPath, true)
+	if err != nil {
+		return err
+	}
+	if err := r.job.Store.Publish(ctx, Results{Output: pubOut, Errors: errPath, Document: doc, Object: obj, Batch: snapshot(b)}); err != nil {
 		return err
 	}
 	if err := failpoint.Inject(failpoint.FinalStatus); err != nil {

@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/wire"
 )
 
@@ -57,10 +58,7 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ids := p.ids
-		if ids == nil {
-			ids = r.tok.Encode(p.text, true, false)
-		}
+		ids := embedIDs(r.tok, p)
 		if len(ids) == 0 {
 			return badRequest(fmt.Sprintf("input %d is empty", i), "input", "invalid_value"), nil
 		}
@@ -95,6 +93,16 @@ func (r *runner) embeddings(ctx context.Context, req *engine.Request) (*engine.R
 		Usage: wire.EmbeddingUsage{PromptTokens: total, TotalTokens: total}}
 	raw, _ := json.Marshal(body)
 	return &engine.Response{StatusCode: 200, RequestID: requestID(req), Body: raw}, nil
+}
+
+// embedIDs is the token ids an embeddings input runs as: its own ids, or
+// its text encoded with the model's special tokens (BOS), exactly as batchd
+// stats counts it (PromptCounter).
+func embedIDs(tok *tokenizer.Tokenizer, p promptInput) []int32 {
+	if p.ids != nil {
+		return p.ids
+	}
+	return tok.Encode(p.text, true, false)
 }
 
 // embed runs ids through the model under the compute lock. A panic in it

@@ -56,6 +56,7 @@ import (
 	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/engine/native/weights"
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/wire"
 )
 
 var _ engine.Engine = (*Engine)(nil)
@@ -589,6 +590,9 @@ func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*eng
 
 // pick chooses the runner for a model name, and the adapter when the name
 // is an adapter's (as vLLM serves them: the base model plus the adapter).
+// A request that names no model runs on the only model, strict_model or
+// not (it names no wrong one); with several models it is refused, saying
+// which are served and where a batch names its default.
 func (e *Engine) pick(name string) (*runner, *adapter, *engine.Response) {
 	if r, ok := e.runners[name]; ok {
 		return r, nil, nil
@@ -598,8 +602,13 @@ func (e *Engine) pick(name string) (*runner, *adapter, *engine.Response) {
 			return e.runners[n], a, nil
 		}
 	}
-	if len(e.runners) == 1 && !e.cfg.StrictModel {
+	if len(e.runners) == 1 && (name == "" || !e.cfg.StrictModel) {
 		return e.runners[e.order[0]], nil, nil
+	}
+	if name == "" {
+		return nil, nil, &engine.Response{StatusCode: 400, Body: errorBody(
+			fmt.Sprintf(`the request names no model and several are served (%s): give body.model, or the batch a default model ("model" in its options)`, strings.Join(e.order, ", ")),
+			"invalid_request_error", "model", wire.CodeMissingRequiredParameter)}
 	}
 	return nil, nil, &engine.Response{StatusCode: 400, Body: errorBody(
 		fmt.Sprintf("The model %q does not exist; served models: %s", name, strings.Join(e.order, ", ")),

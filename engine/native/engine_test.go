@@ -19,6 +19,7 @@ import (
 	"github.com/batchd/batchd/engine/enginetest"
 	"github.com/batchd/batchd/internal/syncbuf"
 	"github.com/batchd/batchd/kernels"
+	"github.com/batchd/batchd/wire"
 )
 
 // demoModel writes the tiny demo model once per test binary.
@@ -185,6 +186,36 @@ func TestUnknownModelStrict(t *testing.T) {
 	m := do(t, e2, engine.EndpointChat, `{"model":"gpt-4","messages":[{"role":"user","content":"x"}],"max_tokens":2}`)
 	if m["model"] != "demo-tiny" {
 		t.Fatalf("response.model = %v, want the model that ran", m["model"])
+	}
+}
+
+// A request that names no model runs on the only model, with strict_model
+// too; with several models it is refused with a message that says so and
+// names the served models, not as a model named "".
+func TestRequestNamingNoModel(t *testing.T) {
+	chat := `{"messages":[{"role":"user","content":"x"}],"max_tokens":2}`
+	strict := openEngineWith(t, func(c *Config) { c.StrictModel = true }, ModelConfig{Path: demoPath(t)})
+	if m := do(t, strict, engine.EndpointChat, chat); m["model"] != "demo-tiny" {
+		t.Fatalf("response.model = %v, want the only model", m["model"])
+	}
+	two := openEngine(t, ModelConfig{Name: "a", Path: demoPath(t)}, ModelConfig{Name: "b", Path: demoPath(t)})
+	for _, tc := range []struct{ endpoint, body string }{
+		{engine.EndpointChat, chat},
+		{engine.EndpointChat, `{"model":"","messages":[{"role":"user","content":"x"}],"max_tokens":2}`},
+		{engine.EndpointEmbeddings, `{"input":"a cat"}`},
+	} {
+		resp, err := two.Do(context.Background(), &engine.Request{Endpoint: tc.endpoint, Body: json.RawMessage(tc.body)})
+		if err != nil || resp.StatusCode != 400 {
+			t.Fatalf("%s: %v %+v", tc.body, err, resp)
+		}
+		var b wire.ErrorBody
+		if err := json.Unmarshal(resp.Body, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.Error.Message, "names no model") || !strings.Contains(b.Error.Message, "(a, b)") ||
+			strings.Contains(b.Error.Message, `""`) || b.Error.Param == nil || *b.Error.Param != "model" || b.Error.Code == nil || *b.Error.Code != wire.CodeMissingRequiredParameter {
+			t.Errorf("%s: %s", tc.body, resp.Body)
+		}
 	}
 }
 

@@ -71,7 +71,15 @@ func (c *PromptCounter) Count(endpoint string, body json.RawMessage) (int, error
 		if err := json.Unmarshal(body, &b); err != nil {
 			return 0, fmt.Errorf("body: %w", err)
 		}
-		return c.countInputs(b.Input, false)
+		inputs, err := parsePrompts(b.Input)
+		if err != nil {
+			return 0, errors.New("input must be a string, an array of strings or token ids")
+		}
+		n := 0
+		for _, p := range inputs {
+			n += len(embedIDs(c.tok, p))
+		}
+		return n, nil
 	}
 	if endpoint != engine.EndpointChat && endpoint != engine.EndpointCompletions {
 		return 0, fmt.Errorf("unknown endpoint %q", endpoint)
@@ -94,30 +102,4 @@ func (c *PromptCounter) Count(endpoint string, body json.RawMessage) (int, error
 	}
 	json.Unmarshal(resp.Body, &e)
 	return 0, errors.New(e.Error.Message)
-}
-
-// countInputs counts a prompt or input: a string, an array of strings, an
-// array of token ids or an array of such arrays.
-func (c *PromptCounter) countInputs(raw json.RawMessage, addSpecial bool) (int, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return len(c.tok.Encode(s, addSpecial, false)), nil
-	}
-	var ids []int32
-	if json.Unmarshal(raw, &ids) == nil {
-		return len(ids), nil
-	}
-	var many []json.RawMessage
-	if err := json.Unmarshal(raw, &many); err != nil {
-		return 0, fmt.Errorf("must be a string, an array of strings or token ids")
-	}
-	n := 0
-	for _, m := range many {
-		k, err := c.countInputs(m, addSpecial)
-		if err != nil {
-			return 0, err
-		}
-		n += k
-	}
-	return n, nil
 }
