@@ -127,8 +127,9 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 	case req.Endpoint == "":
 		writeAPIError(w, http.StatusBadRequest, "missing_required_parameter", "endpoint", "endpoint is required")
 		return
-	case req.Endpoint != engine.EndpointChat && req.Endpoint != engine.EndpointCompletions && req.Endpoint != engine.EndpointEmbeddings:
-		writeAPIError(w, http.StatusBadRequest, "invalid_value", "endpoint", "endpoint must be /v1/chat/completions, /v1/completions or /v1/embeddings, got %q", req.Endpoint)
+	case req.Endpoint != engine.EndpointChat && req.Endpoint != engine.EndpointCompletions && req.Endpoint != engine.EndpointEmbeddings &&
+		req.Endpoint != engine.EndpointResponses:
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "endpoint", "endpoint must be /v1/chat/completions, /v1/completions, /v1/embeddings or /v1/responses, got %q", req.Endpoint)
 		return
 	case len(opts.Metadata) > 16:
 		writeAPIError(w, http.StatusBadRequest, "invalid_value", "metadata", "metadata has at most 16 pairs")

@@ -20,8 +20,8 @@ import (
 // The online endpoints run one request on the same engine as the batches,
 // validated by the same rules (with the daemon's batch-level defaults).
 
-// handleOnline serves POST /v1/chat/completions, /v1/completions and
-// /v1/embeddings.
+// handleOnline serves POST /v1/chat/completions, /v1/completions,
+// /v1/embeddings and /v1/responses.
 func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(d.cfg.Pipeline.MaxLineBytes)))
@@ -36,6 +36,10 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		stream := probe.Stream != nil && *probe.Stream
 		if stream && endpoint == engine.EndpointEmbeddings {
 			writeAPIError(w, http.StatusBadRequest, "invalid_value", "stream", "embeddings do not stream")
+			return
+		}
+		if stream && endpoint == engine.EndpointResponses {
+			writeAPIError(w, http.StatusBadRequest, "unsupported_value", "stream", "stream: true is not supported on /v1/responses yet: leave stream out (the whole Response comes in one answer), or stream on /v1/chat/completions")
 			return
 		}
 		if stream {

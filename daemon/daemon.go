@@ -577,6 +577,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("POST /v1/chat/completions", d.handleOnline(engine.EndpointChat))
 	api.HandleFunc("POST /v1/completions", d.handleOnline(engine.EndpointCompletions))
 	api.HandleFunc("POST /v1/embeddings", d.handleOnline(engine.EndpointEmbeddings))
+	api.HandleFunc("POST /v1/responses", d.handleOnline(engine.EndpointResponses))
 	api.HandleFunc("GET /v1/models", d.handleModels)
 	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)

@@ -146,3 +146,31 @@ type Queue interface {
 	Submit(ctx context.Context, req *Request, done func(*Response, error))
 	Window() int
 }
+
+// EndpointResponses is OpenAI's Responses API, which both engines run as a
+// chat completion (AsChat).
+const EndpointResponses = wire.EndpointResponses
+
+// AsChat is how an engine runs a /v1/responses request: the chat
+// completions request it becomes (same custom_id, stream and started
+// callbacks) and the function that turns that request's answer into the
+// Response object; or, for a body that cannot run, its 400 answer.
+func AsChat(req *Request) (chat *Request, answer func(*Response) *Response, refused *Response) {
+	body, inv := wire.ResponsesToChat(req.Body)
+	if inv != nil {
+		return nil, nil, &Response{StatusCode: 400, Body: inv.Body()}
+	}
+	chat = &Request{CustomID: req.CustomID, Endpoint: EndpointChat, Body: body, Stream: req.Stream, Started: req.Started}
+	answer = func(resp *Response) *Response {
+		if resp == nil || resp.StatusCode != 200 {
+			return resp
+		}
+		b, err := wire.ChatToResponse(req.Body, resp.Body)
+		if err != nil {
+			msg := fmt.Sprintf("The engine's chat completion cannot be a Response: %v", err)
+			return &Response{StatusCode: 500, RequestID: resp.RequestID, Body: wire.NewError(wire.TypeServerError, msg, "", CodeEngineError).JSON()}
+		}
+		return &Response{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: b}
+	}
+	return chat, answer, nil
+}

@@ -112,17 +112,27 @@ func (r *run) badAnswer(id, cid string, line, status int, problem string) result
 // usageOf reads when its fast path (readUsage) leaves the body to it.
 type usageFields struct {
 	Usage *struct {
-		PromptTokens        json.RawMessage `json:"prompt_tokens"`
-		CompletionTokens    json.RawMessage `json:"completion_tokens"`
-		TotalTokens         json.RawMessage `json:"total_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens json.RawMessage `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
+		PromptTokens            json.RawMessage `json:"prompt_tokens"`
+		CompletionTokens        json.RawMessage `json:"completion_tokens"`
+		TotalTokens             json.RawMessage `json:"total_tokens"`
+		PromptTokensDetails     *cachedCount    `json:"prompt_tokens_details"`
 		CompletionTokensDetails *struct {
 			Accepted json.RawMessage `json:"accepted_prediction_tokens"`
 			Rejected json.RawMessage `json:"rejected_prediction_tokens"`
 		} `json:"completion_tokens_details"`
+		// A Response's usage (/v1/responses).
+		InputTokens         json.RawMessage `json:"input_tokens"`
+		OutputTokens        json.RawMessage `json:"output_tokens"`
+		InputTokensDetails  *cachedCount    `json:"input_tokens_details"`
+		OutputTokensDetails *struct {
+			ReasoningTokens json.RawMessage `json:"reasoning_tokens"`
+		} `json:"output_tokens_details"`
 	} `json:"usage"`
+}
+
+// cachedCount is a usage's prompt_tokens_details or input_tokens_details.
+type cachedCount struct {
+	CachedTokens json.RawMessage `json:"cached_tokens"`
 }
 
 // tokenField is one token count of a usage: its name, its raw value
@@ -167,6 +177,18 @@ func decodeUsage(body []byte) (lu lineUsage, problem string) {
 		fields = append(fields,
 			tokenField{"completion_tokens_details.accepted_prediction_tokens", d.Accepted, &unused},
 			tokenField{"completion_tokens_details.rejected_prediction_tokens", d.Rejected, &unused})
+	}
+	if u.Usage.InputTokens != nil {
+		fields = append(fields, tokenField{"input_tokens", u.Usage.InputTokens, &lu.in})
+	}
+	if u.Usage.OutputTokens != nil {
+		fields = append(fields, tokenField{"output_tokens", u.Usage.OutputTokens, &lu.out})
+	}
+	if d := u.Usage.InputTokensDetails; d != nil {
+		fields = append(fields, tokenField{"input_tokens_details.cached_tokens", d.CachedTokens, &lu.cached})
+	}
+	if d := u.Usage.OutputTokensDetails; d != nil {
+		fields = append(fields, tokenField{"output_tokens_details.reasoning_tokens", d.ReasoningTokens, &unused})
 	}
 	for _, f := range fields {
 		if f.raw != nil && !jsonInt(f.raw, f.n) {

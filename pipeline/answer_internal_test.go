@@ -48,3 +48,21 @@ func TestAnswerProblem(t *testing.T) {
 		}
 	}
 }
+
+// A Response's usage (/v1/responses) is summed as a chat completion's is,
+// on the fast path and on encoding/json's, and refused when a count is not
+// a whole number.
+func TestUsageOfResponse(t *testing.T) {
+	body := `{"object":"response","usage":{"input_tokens":7,"input_tokens_details":{"cached_tokens":4},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":10}}`
+	want := lineUsage{in: 7, out: 3, cached: 4}
+	if lu, ok := readUsage([]byte(body)); !ok || lu != want {
+		t.Errorf("readUsage: %+v %v, want %+v", lu, ok, want)
+	}
+	if lu, p := decodeUsage([]byte(body)); p != "" || lu != want {
+		t.Errorf("decodeUsage: %+v %q, want %+v", lu, p, want)
+	}
+	bad := strings.Replace(body, `"output_tokens":3`, `"output_tokens":-3`, 1)
+	if _, p := usageOf([]byte(bad)); !strings.Contains(p, "output_tokens") {
+		t.Errorf("a negative output_tokens: problem %q", p)
+	}
+}

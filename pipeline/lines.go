@@ -302,10 +302,12 @@ func answerID(resp *engine.Response, lineID string) string {
 
 // The members of a body's usage that usageOf reads or checks.
 var (
-	usageKeys   = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details"}
-	cachedKeys  = []string{"cached_tokens"}
-	specKeys    = []string{"accepted_prediction_tokens", "rejected_prediction_tokens"}
-	topUsageKey = []string{"usage"}
+	usageKeys = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details",
+		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"} // the last four: a Response's
+	cachedKeys    = []string{"cached_tokens"}
+	specKeys      = []string{"accepted_prediction_tokens", "rejected_prediction_tokens"}
+	reasoningKeys = []string{"reasoning_tokens"}
+	topUsageKey   = []string{"usage"}
 )
 
 // readUsage is usageOf's fast path: it reads the usage of body, valid JSON,
@@ -332,10 +334,16 @@ func readUsage(body []byte) (lineUsage, bool) {
 			return jsonInt(v, &lu.out)
 		case 2:
 			return jsonInt(v, &unused)
-		case 3:
+		case 3, 7:
 			return string(v) == "null" || knownMembers(v, cachedKeys, func(_ int, v []byte) bool { return jsonInt(v, &lu.cached) })
-		default:
+		case 4:
 			return string(v) == "null" || knownMembers(v, specKeys, func(_ int, v []byte) bool { return jsonInt(v, &unused) })
+		case 5:
+			return jsonInt(v, &lu.in)
+		case 6:
+			return jsonInt(v, &lu.out)
+		default:
+			return string(v) == "null" || knownMembers(v, reasoningKeys, func(_ int, v []byte) bool { return jsonInt(v, &unused) })
 		}
 	})
 	return lu, ok

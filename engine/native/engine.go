@@ -531,6 +531,14 @@ func (e *Engine) Submit(ctx context.Context, req *engine.Request, done func(*eng
 		return
 	}
 	switch req.Endpoint {
+	case engine.EndpointResponses:
+		chat, answer, refused := engine.AsChat(req)
+		if refused != nil {
+			done(refused, nil)
+			return
+		}
+		e.Submit(ctx, chat, func(resp *engine.Response, err error) { done(answer(resp), err) })
+		return
 	case engine.EndpointChat, engine.EndpointCompletions:
 	case engine.EndpointEmbeddings:
 		var b struct {

@@ -266,6 +266,17 @@ func (e *Engine) enter() error {
 // those waits with engine.ErrUnavailable, so callers should cancel their
 // contexts first.
 func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	if req.Endpoint == engine.EndpointResponses {
+		// Sent as a chat completion, whatever the server: the answer
+		// comes back as a Response object.
+		chat, answer, refused := engine.AsChat(req)
+		if refused != nil {
+			refused.RequestID = requestID(req.Endpoint, req.CustomID)
+			return refused, nil
+		}
+		resp, err := e.Do(ctx, chat)
+		return answer(resp), err
+	}
 	if err := e.enter(); err != nil {
 		return nil, err
 	}

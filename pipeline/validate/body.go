@@ -787,6 +787,9 @@ func checkTokenIDs(param string, v []byte) *Problem {
 // answer for it, or nil. A remote engine forwards what these refuse, media
 // parts included.
 func CheckNative(r *Request) *Problem {
+	if r.URL == engine.EndpointResponses {
+		return checkNativeResponses(r)
+	}
 	if e := wire.CheckNativeBody(r.URL, r.Body); e != nil {
 		return fromWire(e)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/wire"
 )
 
@@ -130,12 +131,16 @@ func (c *Checker) Check(n int, raw []byte) Result {
 		return res
 	}
 	var ep endpoint
+	responses := false
 	if isString(url) {
 		u, _ := unquote(url)
 		ep = endpointOf(u)
+		if string(u) == engine.EndpointResponses {
+			ep, responses = epChat, true
+		}
 	}
 	if ep == 0 {
-		msg := "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings"
+		msg := "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses"
 		switch {
 		case len(url) == 0:
 			msg = "url is required and " + msg[4:]
@@ -158,12 +163,21 @@ func (c *Checker) Check(n int, raw []byte) Result {
 	}
 
 	// 4. The body's fields, with the defaults merged in.
-	req, p := c.checkBody(ep, body)
+	var req *Request
+	var p *Problem
+	if responses {
+		req, p = c.checkResponses(body)
+	} else {
+		req, p = c.checkBody(ep, body)
+	}
 	if p != nil {
 		res.Problem = p
 		return res
 	}
 	req.Line, req.CustomID, req.Method, req.URL = n, res.CustomID, "POST", ep.url()
+	if responses {
+		req.URL = engine.EndpointResponses
+	}
 	res.Request = req
 	return res
 }

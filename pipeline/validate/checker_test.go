@@ -49,7 +49,7 @@ func TestCheckLineRules(t *testing.T) {
 		{"method lower", `{"custom_id":"a","method":"post","url":"` + C + `","body":{}}`, CodeInvalidMethod, KindLine, "a", true},
 		{"method number", `{"custom_id":"a","method":1,"url":"` + C + `","body":{}}`, CodeInvalidMethod, KindLine, "a", true},
 		{"url missing", `{"custom_id":"a","method":"POST","body":{}}`, CodeInvalidURL, KindLine, "a", true},
-		{"url other", `{"custom_id":"a","method":"POST","url":"/v1/responses","body":{}}`, CodeInvalidURL, KindLine, "a", true},
+		{"url other", `{"custom_id":"a","method":"POST","url":"/v1/moderations","body":{}}`, CodeInvalidURL, KindLine, "a", true},
 		{"url trailing slash", `{"custom_id":"a","method":"POST","url":"/v1/embeddings/","body":{}}`, CodeInvalidURL, KindLine, "a", true},
 		{"url number", `{"custom_id":"a","method":"POST","url":1,"body":{}}`, CodeInvalidURL, KindLine, "a", true},
 		{"body missing", `{"custom_id":"a","method":"POST","url":"` + C + `"}`, CodeInvalidBody, KindLine, "a", true},
