@@ -1,7 +1,8 @@
 // The official openai npm SDK against batchd's API, unchanged but for the
 // base URL: upload, create a batch, poll it, download output and errors,
 // check every custom_id once; cancel a second batch and check its
-// batch_cancelled lines; a missing key gets 401.
+// batch_cancelled lines; a /v1/responses batch and client.responses.create;
+// a missing key gets 401.
 //
 // usage: OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 OPENAI_API_KEY=KEY node sdk.mjs N_LINES SLOW_LINES
 import OpenAI, { toFile } from "openai";
@@ -63,7 +64,34 @@ if (sOut.length + sErr.length !== slowN) fail(`cancelled batch has ${sOut.length
 const cancelled = sErr.filter((l) => l.error && l.error.code === "batch_cancelled");
 if (cancelled.length === 0) fail("no batch_cancelled lines");
 
-// 3. No key: 401.
+// 3. A Responses batch, and client.responses.create online.
+const rLines = [];
+for (let i = 0; i < 3; i++) {
+  rLines.push(JSON.stringify({ custom_id: `resp-${i}`, method: "POST", url: "/v1/responses",
+    body: { model: "m", instructions: "Answer briefly.", store: false, max_output_tokens: 5,
+      input: [{ role: "user", content: [{ type: "input_text", text: `resp ${i}` }] }] } }));
+}
+const rFile = await client.files.create({ file: await toFile(Buffer.from(rLines.join("\n") + "\n"), "resp.jsonl"), purpose: "batch" });
+const rBatch = await client.batches.create({ input_file_id: rFile.id, endpoint: "/v1/responses", completion_window: "24h" });
+const rDone = await waitEnd(rBatch.id);
+if (rDone.status !== "completed" || rDone.request_counts.completed !== 3) fail("responses batch " + JSON.stringify(rDone));
+for (const l of await lines(rDone.output_file_id)) {
+  const b = l.response.body;
+  if (b.object !== "response" || !["completed", "incomplete"].includes(b.status) || b.output[0].type !== "message" ||
+    b.output[0].content[0].type !== "output_text" || typeof b.usage.input_tokens !== "number") fail("responses line " + JSON.stringify(l));
+}
+if (!(rDone.usage.input_tokens > 0)) fail("responses batch usage " + JSON.stringify(rDone.usage));
+const online = await client.responses.create({ model: "m", input: "hello online", max_output_tokens: 5, store: false });
+if (online.object !== "response" || typeof online.output_text !== "string" || online.output_text === "" ||
+  online.usage.output_tokens < 1) fail("responses.create " + JSON.stringify(online));
+try {
+  await client.responses.create({ model: "m", input: "x", previous_response_id: "resp_1", store: false });
+  fail("previous_response_id was accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.BadRequestError) || e.param !== "previous_response_id") fail("previous_response_id: " + e);
+}
+
+// 4. No key: 401.
 const anon = new OpenAI({ apiKey: "wrong-key" });
 try {
   await anon.batches.list();
