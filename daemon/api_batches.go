@@ -151,7 +151,7 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if outputExpiry == 0 {
-		outputExpiry = d.liveConfig().Expiry.Outputs
+		outputExpiry = d.cfg.Expiry.Outputs
 	}
 	if opts.CompletionWindow == "" {
 		opts.CompletionWindow = "24h"

@@ -181,7 +181,7 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	obj.Purpose = purpose
-	after := d.liveConfig().Expiry.Files
+	after := d.cfg.Expiry.Files
 	ea, perr := parseFormExpiry(anchor, seconds)
 	if perr == nil && ea != nil {
 		after, perr = ea.check("expires_after", true)

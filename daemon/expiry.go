@@ -215,7 +215,7 @@ func (s *expiringStore) Publish(ctx context.Context, r pipeline.Results) error {
 // its results expire: an API batch's as it was created, any other's as
 // the config says.
 func (d *Daemon) withOutputExpiry(src Source, name string, st pipeline.Store) pipeline.Store {
-	after := d.liveConfig().Expiry.Outputs
+	after := d.cfg.Expiry.Outputs
 	if src.kind() == "api" {
 		after = 0
 		if m, err := d.apiBatchMeta(name); err == nil {

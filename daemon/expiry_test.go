@@ -314,3 +314,64 @@ func TestExpiryConfigRange(t *testing.T) {
 		t.Errorf("the ends of the range: %v", err)
 	}
 }
+
+// In a bucket, a batch's results expire as the config says: the outbox
+// objects go, the batch object stays.
+func TestBucketOutputExpires(t *testing.T) {
+	e := newBucketEnv(t, openaitest.Options{})
+	cfg := e.bucketConfig("solo")
+	cfg.Expiry.Outputs = time.Hour
+	d := e.open(cfg)
+	e.put("jobs/inbox/x.jsonl", chatBatch(2, "x")+"not json\n")
+	e.waitPublished("x", 60*time.Second)
+	for _, s := range []string{".output.jsonl", ".errors.jsonl"} {
+		if _, ok := e.minio.Get(e.bucket, "jobs/outbox/x"+s); !ok {
+			t.Fatalf("outbox x%s not published", s)
+		}
+	}
+	if n := d.ExpireFiles(context.Background(), time.Now().Add(30*time.Minute)); n != 0 {
+		t.Fatalf("the sweep before expiry removed %d", n)
+	}
+	waitFor(t, 10*time.Second, "the expiry sweep", func() bool {
+		return d.ExpireFiles(context.Background(), time.Now().Add(2*time.Hour)) > 0
+	})
+	for _, s := range []string{".output.jsonl", ".errors.jsonl"} {
+		if _, ok := e.minio.Get(e.bucket, "jobs/outbox/x"+s); ok {
+			t.Errorf("outbox x%s after expiry: still there", s)
+		}
+	}
+	if _, ok := e.minio.Get(e.bucket, "jobs/outbox/x.batch.json"); !ok {
+		t.Error("the batch object must stay")
+	}
+}
+
+// Expiry is durable: after a restart the sweep removes what expired.
+func TestExpiryOutlivesARestart(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	st, f := e.uploadExpiring(chatBatch(2, "r"), map[string]string{"expires_after[anchor]": "created_at", "expires_after[seconds]": "7200"})
+	if st != 200 {
+		t.Fatalf("upload: %d %v", st, f)
+	}
+	var o pipeline.BatchObject
+	if st := e.postJSON("/v1/batches", map[string]any{"input_file_id": f["id"], "endpoint": "/v1/chat/completions",
+		"output_expires_after": expiryAfter(3600)}, &o); st != 200 {
+		t.Fatalf("create: %d", st)
+	}
+	o = *e.waitBatch(o.ID, func(o *pipeline.BatchObject) bool { return pipeline.Terminal(o.Status) })
+	closeDaemon(t, e.d)
+	cfg := e.config()
+	cfg.Listen, cfg.API.Keys = "127.0.0.1:0", []string{e.key}
+	e.d = e.open(cfg)
+	e.base = "http://" + e.d.HTTPAddr()
+	if n := e.expireAt(time.Now().Add(3 * time.Hour)); n != 2 {
+		t.Fatalf("the sweep after a restart removed %d, want the upload and the batch's results", n)
+	}
+	for _, id := range []string{f["id"].(string), *o.OutputFileID} {
+		if st := e.status("/v1/files/" + id); st != 404 {
+			t.Errorf("%s after expiry: %d, want 404", id, st)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(e.dirs.Outbox, o.ID+".output.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("outbox output after expiry: %v, want gone", err)
+	}
+}
