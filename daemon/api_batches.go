@@ -84,6 +84,10 @@ type apiBatch struct {
 	CompletionWindow string            `json:"completion_window"`
 	Metadata         map[string]string `json:"metadata,omitempty"`
 	CreatedAt        int64             `json:"created_at"`
+	// OutputExpiresAfter is how many seconds after the batch writes its
+	// output and error files they expire (0: never): output_expires_after,
+	// else the config's expiry.outputs when the batch was created.
+	OutputExpiresAfter int64 `json:"output_expires_after,omitempty"`
 }
 
 func (d *Daemon) apiBatchMeta(id string) (*apiBatch, error) {
@@ -100,8 +104,9 @@ func (d *Daemon) apiBatchMeta(id string) (*apiBatch, error) {
 // createRequest is the body of POST /v1/batches: OpenAI's fields, and
 // batchd's batch-level options (on_invalid, max_tokens, temperature, ...).
 type createRequest struct {
-	InputFileID string `json:"input_file_id"`
-	Endpoint    string `json:"endpoint"`
+	InputFileID        string          `json:"input_file_id"`
+	Endpoint           string          `json:"endpoint"`
+	OutputExpiresAfter json.RawMessage `json:"output_expires_after"`
 }
 
 func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
@@ -141,6 +146,14 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	outputExpiry, perr := parseJSONExpiry(req.OutputExpiresAfter)
+	if perr != nil {
+		perr.write(w)
+		return
+	}
+	if outputExpiry == 0 {
+		outputExpiry = d.cfg.Expiry.Outputs
+	}
 	if opts.CompletionWindow == "" {
 		opts.CompletionWindow = "24h"
 	}
@@ -163,7 +176,8 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	meta := apiBatch{ID: randomID("batch_", 16), InputFileID: file.ID, Endpoint: req.Endpoint,
-		CompletionWindow: opts.CompletionWindow, Metadata: opts.Metadata, CreatedAt: time.Now().Unix()}
+		CompletionWindow: opts.CompletionWindow, Metadata: opts.Metadata, CreatedAt: time.Now().Unix(),
+		OutputExpiresAfter: int64(outputExpiry / time.Second)}
 	if err := d.writeAPIBatch(meta, opts); err != nil {
 		logAPI(d.log, r, err)
 		writeAPIError(w, http.StatusInternalServerError, "", "", "creating the batch failed")

@@ -28,6 +28,8 @@ type fileObject struct {
 	Filename  string `json:"filename"`
 	Purpose   string `json:"purpose"`
 	Status    string `json:"status"`
+	// ExpiresAt is when the file expires (null: never).
+	ExpiresAt *int64 `json:"expires_at"`
 }
 
 // Uploaded files are DATA/files/ID (content) and ID.json (the object).
@@ -107,6 +109,7 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var purpose string
+	var anchor, seconds *string
 	var obj *fileObject
 	var tmp string
 	defer func() {
@@ -127,6 +130,14 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 		case "purpose":
 			v, _ := io.ReadAll(io.LimitReader(part, 256))
 			purpose = strings.TrimSpace(string(v))
+		case "expires_after[anchor]", "expires_after[seconds]":
+			v, _ := io.ReadAll(io.LimitReader(part, 256))
+			val := strings.TrimSpace(string(v))
+			if part.FormName() == "expires_after[anchor]" {
+				anchor = &val
+			} else {
+				seconds = &val
+			}
 		case "file":
 			if obj != nil {
 				writeAPIError(w, http.StatusBadRequest, "invalid_request", "file", "only one file per upload")
@@ -170,6 +181,19 @@ func (d *Daemon) handleUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	obj.Purpose = purpose
+	after := d.cfg.Expiry.Files
+	ea, perr := parseFormExpiry(anchor, seconds)
+	if perr == nil && ea != nil {
+		after, perr = ea.check("expires_after", true)
+	}
+	if perr != nil {
+		perr.write(w)
+		return
+	}
+	if after > 0 {
+		at := obj.CreatedAt + int64(after/time.Second)
+		obj.ExpiresAt = &at
+	}
 	meta, _ := json.Marshal(obj)
 	if err := fsx.WriteFile(d.uploadPath(obj.ID)+".json", meta, true); err != nil {
 		logAPI(d.log, r, err)
@@ -204,6 +228,9 @@ func (d *Daemon) uploaded(id string) (*fileObject, error) {
 	var o fileObject
 	if err := readRecord(d.uploadPath(id)+".json", &o); err != nil {
 		return nil, err
+	}
+	if o.expired(time.Now()) {
+		return nil, errNotFound // the sweep removes it
 	}
 	return &o, nil
 }
@@ -269,8 +296,21 @@ func (d *Daemon) resultFile(id string) (string, *fileObject, error) {
 	if size < 0 {
 		size = st.Size()
 	}
-	return path, &fileObject{ID: id, Object: "file", Bytes: size, CreatedAt: b.CreatedAt,
-		Filename: filename, Purpose: purpose, Status: "processed"}, nil
+	o := &fileObject{ID: id, Object: "file", Bytes: size, CreatedAt: b.CreatedAt,
+		Filename: filename, Purpose: purpose, Status: "processed"}
+	if kind != prefixInput {
+		e, err := d.resultExpiry(id)
+		if err != nil {
+			return "", nil, err
+		}
+		if e != nil && e.Record == b.ID && e.Nonce == b.Nonce && e.Gen == b.Gen {
+			o.ExpiresAt = &e.ExpiresAt
+			if o.expired(time.Now()) {
+				return "", nil, errNotFound // the sweep removes it
+			}
+		}
+	}
+	return path, o, nil
 }
 
 // file resolves any file id.

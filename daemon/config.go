@@ -57,7 +57,10 @@ type Config struct {
 	// the API's view of it, and the pipeline's copies of its results; the
 	// outbox files and done/ inputs are yours and stay). 0 keeps them forever.
 	Retention time.Duration `yaml:"retention"`
-	Log       LogConfig     `yaml:"log"`
+	// Expiry is how long files stay before batchd removes them; a request
+	// may give its own (expires_after, output_expires_after).
+	Expiry ExpiryConfig `yaml:"expiry"`
+	Log    LogConfig    `yaml:"log"`
 	// ShutdownGrace is how long SIGTERM waits for the requests in flight
 	// to finish (intake stopped) before it stops them at a commit point;
 	// 0 stops at once. A second SIGTERM stops at once too.
@@ -72,6 +75,21 @@ type Config struct {
 	// the file that expanded to nothing, so that an empty key can name
 	// the variable that was not set.
 	keyVars []string
+}
+
+// ExpiryConfig holds the default expiry of files, OpenAI's expires_after
+// and output_expires_after: 0 (the default) keeps them until deleted,
+// else 1h to 720h (30 days), as OpenAI allows.
+type ExpiryConfig struct {
+	// Files is how long an upload (POST /v1/files without expires_after)
+	// stays after it was uploaded.
+	Files time.Duration `yaml:"files"`
+	// Outputs is how long a batch's output and error files (the outbox's
+	// NAME.output.jsonl, NAME.errors.jsonl and NAME.results.json, and the
+	// API's output_file_id and error_file_id) stay after the batch wrote
+	// them, for a dropped batch and an API batch created without
+	// output_expires_after.
+	Outputs time.Duration `yaml:"outputs"`
 }
 
 // WebhooksConfig configures batch-end webhooks (none without URLs).

@@ -114,6 +114,15 @@ func (c Config) validateRanges() error {
 			return err
 		}
 	}
+	// Expiry is OpenAI's: none, or 1 hour to 30 days.
+	for _, k := range []durKey{
+		{"expiry.files", c.Expiry.Files, minExpiry, maxExpiry},
+		{"expiry.outputs", c.Expiry.Outputs, minExpiry, maxExpiry},
+	} {
+		if k.v != 0 && k.check() != nil {
+			return fmt.Errorf("%s: %s is out of range (0, or %s..%s)", k.key, durName(k.v), durName(k.lo), durName(k.hi))
+		}
+	}
 	// NaN is in no range: the comparison is written to refuse it.
 	if p := c.Pipeline.DiskResumeFreePercent; !(p >= 0 && p <= 100) {
 		return fmt.Errorf("pipeline.disk_resume_free_percent: %g is out of range (0..100)", p)

@@ -86,6 +86,8 @@ type Daemon struct {
 	live     *Config // the config in effect after reloads (reload.go)
 
 	runs *runQueue // the inputs waiting for a batch runner (runqueue.go)
+
+	expiryMu sync.Mutex // orders the expiry records' updates and the sweep (expiry.go)
 }
 
 // delivery is an event and the source it came from.
@@ -278,6 +280,8 @@ func (d *Daemon) Open(ctx context.Context) (err error) {
 		d.wg.Add(1)
 		go d.expireLoop(runCtx)
 	}
+	d.wg.Add(1)
+	go d.expiryLoop(runCtx)
 	for _, src := range d.sources {
 		d.wg.Add(1)
 		go d.receive(runCtx, src)
@@ -441,6 +445,7 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		ev := dl.ev
 		st, err := dl.src.Start(ctx, ev, d.pipe)
 		if err == nil && st != nil {
+			st.Job.Store = d.withOutputExpiry(dl.src, ev.Name, st.Job.Store)
 			var b *ledger.Batch
 			b, err = d.pipe.Run(st.Ctx, st.Job)
 			err = st.Finish(err)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +45,41 @@ func (p *Pipeline) forget(id string) error {
 		return fmt.Errorf("remove results of %s: %w", id, err)
 	}
 	return nil
+}
+
+// DropResults removes generation gen of the pipeline's copies of record
+// id's results: the files its result file ids name, which then answer
+// 404 (output expiry). It does so only while the ledger holds that record
+// (nonce: not a later one of the same content) and no run holds it; the
+// record stays, and its content, dropped again, runs anew (resultsIntact).
+// It reports false when a run holds the record now: the caller tries
+// again later.
+func (p *Pipeline) DropResults(id, nonce string, gen int) (bool, error) {
+	lock := p.batchLock(id)
+	if !lock.TryLock() {
+		return false, nil
+	}
+	defer lock.Unlock()
+	b, err := p.ledger.Get(id)
+	if errors.Is(err, ledger.ErrNotFound) || err == nil && b.Nonce != nonce {
+		return true, nil // forgotten: retention removed its files
+	}
+	if err != nil {
+		return false, fmt.Errorf("drop results of %s: %w", id, err)
+	}
+	if b.Gen == gen && !Terminal(b.Status) {
+		return false, nil
+	}
+	out, errs := p.resultPaths(b, gen)
+	for _, f := range []string{out, errs} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("drop results of %s: %w", id, err)
+		}
+	}
+	if err := fsx.SyncDir(p.batchDir(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("drop results of %s: %w", id, err)
+	}
+	return true, nil
 }
 
 // finishPublished (re)publishes a finished batch's results under job's

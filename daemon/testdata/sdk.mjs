@@ -91,6 +91,25 @@ try {
   if (!(e instanceof OpenAI.BadRequestError) || e.param !== "previous_response_id") fail("previous_response_id: " + e);
 }
 
+// 3b. Expiry, as the SDK sends it: expires_after[anchor] and
+// expires_after[seconds] form fields, output_expires_after in the body.
+const exp = await client.files.create({ file: await toFile(Buffer.from(batchFile("exp", 1)), "exp.jsonl"), purpose: "batch",
+  expires_after: { anchor: "created_at", seconds: 3600 } });
+if (exp.expires_at !== exp.created_at + 3600) fail("expiring file " + JSON.stringify(exp));
+if (file.expires_at !== null) fail("a file without expires_after: expires_at " + file.expires_at);
+const expBatch = await client.batches.create({ input_file_id: exp.id, endpoint: "/v1/chat/completions", completion_window: "24h",
+  output_expires_after: { anchor: "created_at", seconds: 7200 } });
+const expEnd = await waitEnd(expBatch.id);
+const expOut = await client.files.retrieve(expEnd.output_file_id);
+if (typeof expOut.expires_at !== "number" || expOut.expires_at < expEnd.created_at + 7200) fail("expiring output " + JSON.stringify(expOut));
+try {
+  await client.batches.create({ input_file_id: exp.id, endpoint: "/v1/chat/completions", completion_window: "24h",
+    output_expires_after: { anchor: "created_at", seconds: 60 } });
+  fail("output_expires_after of 60 seconds was accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.BadRequestError) || e.param !== "output_expires_after.seconds") fail("short expiry: " + e);
+}
+
 // 4. No key: 401.
 const anon = new OpenAI({ apiKey: "wrong-key" });
 try {
