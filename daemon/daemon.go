@@ -111,6 +111,9 @@ func (c Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 		if err := oc.Validate(); err != nil {
 			return nil, err
 		}
+		if len(oc.Routes) > 0 {
+			return openai.NewRouter(oc)
+		}
 		return openai.New(oc)
 	case "native":
 		nc := c.nativeConfig()
@@ -145,6 +148,7 @@ func (c Config) openaiConfig() openai.Config {
 	oc.URLs = c.OpenAI.URLs
 	oc.APIKey = c.OpenAI.APIKey
 	oc.Model = c.OpenAI.Model
+	oc.Routes = c.OpenAI.Routes
 	oc.MaxInFlight = c.OpenAI.MaxInFlight
 	oc.MaxRetries = c.OpenAI.MaxRetries
 	oc.RetryWaitMin = c.OpenAI.RetryWaitMin
