@@ -31,6 +31,7 @@ import (
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/wire"
 )
 
 // Dirs are the folders of a data directory. Rejected holds the inbox
@@ -581,6 +582,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("POST /v1/chat/completions", d.handleOnline(engine.EndpointChat))
 	api.HandleFunc("POST /v1/completions", d.handleOnline(engine.EndpointCompletions))
 	api.HandleFunc("POST /v1/embeddings", d.handleOnline(engine.EndpointEmbeddings))
+	api.HandleFunc("POST /v1/messages", d.handleOnline(wire.EndpointMessages))
 	api.HandleFunc("GET /v1/models", d.handleModels)
 	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)

@@ -122,6 +122,10 @@ type usageFields struct {
 			Accepted json.RawMessage `json:"accepted_prediction_tokens"`
 			Rejected json.RawMessage `json:"rejected_prediction_tokens"`
 		} `json:"completion_tokens_details"`
+		// Anthropic's names, of a /v1/messages answer.
+		InputTokens     json.RawMessage `json:"input_tokens"`
+		OutputTokens    json.RawMessage `json:"output_tokens"`
+		CacheReadTokens json.RawMessage `json:"cache_read_input_tokens"`
 	} `json:"usage"`
 }
 
@@ -155,13 +159,17 @@ func decodeUsage(body []byte) (lu lineUsage, problem string) {
 		return lineUsage{}, ""
 	}
 	var unused int64
+	t := newTokenCounts()
 	fields := []tokenField{
-		{"prompt_tokens", u.Usage.PromptTokens, &lu.in},
-		{"completion_tokens", u.Usage.CompletionTokens, &lu.out},
+		{"prompt_tokens", u.Usage.PromptTokens, &t.openai[0]},
+		{"completion_tokens", u.Usage.CompletionTokens, &t.openai[1]},
 		{"total_tokens", u.Usage.TotalTokens, &unused},
+		{"input_tokens", u.Usage.InputTokens, &t.anthropic[0]},
+		{"output_tokens", u.Usage.OutputTokens, &t.anthropic[1]},
+		{"cache_read_input_tokens", u.Usage.CacheReadTokens, &t.anthropic[2]},
 	}
 	if d := u.Usage.PromptTokensDetails; d != nil {
-		fields = append(fields, tokenField{"prompt_tokens_details.cached_tokens", d.CachedTokens, &lu.cached})
+		fields = append(fields, tokenField{"prompt_tokens_details.cached_tokens", d.CachedTokens, &t.openai[2]})
 	}
 	if d := u.Usage.CompletionTokensDetails; d != nil {
 		fields = append(fields,
@@ -173,7 +181,7 @@ func decodeUsage(body []byte) (lu lineUsage, problem string) {
 			return lineUsage{}, fmt.Sprintf("has a usage.%s that is not a whole number from 0 to %d (%s)", f.name, int64(math.MaxInt64), clip(f.raw))
 		}
 	}
-	return lu, ""
+	return t.usage(), ""
 }
 
 // clip returns the start of a raw JSON value, for a message.

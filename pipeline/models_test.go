@@ -104,3 +104,61 @@ func openEngineForTest(t *testing.T, eng engine.Engine) {
 	}
 	t.Cleanup(func() { eng.Close(context.Background()) })
 }
+
+// messagesBatch is /v1/messages lines: two runnable, one asking for tools.
+const messagesBatch = `{"custom_id":"m1","method":"POST","url":"/v1/messages","body":{"max_tokens":4,"system":"Be brief.","messages":[{"role":"user","content":"Say hi"}]}}
+{"custom_id":"m2","method":"POST","url":"/v1/messages","body":{"max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"Once upon"}]}],"stop_sequences":["END"]}}
+{"custom_id":"m3","method":"POST","url":"/v1/messages","body":{"max_tokens":4,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"t"}]}}
+`
+
+// checkMessagesBatch runs messagesBatch and checks its answers are
+// Anthropic messages, their usage summed, and the tools line refused.
+func checkMessagesBatch(t *testing.T, e *env) {
+	t.Helper()
+	o := e.run(e.drop("msgs", "jsonl", messagesBatch, ""))
+	if c := o.RequestCounts; c.Total != 3 || c.Completed != 2 || c.Failed != 1 {
+		t.Fatalf("counts %+v", c)
+	}
+	if o.Endpoint != "/v1/messages" {
+		t.Errorf("batch endpoint %q", o.Endpoint)
+	}
+	var in, out int64
+	for _, l := range parseLines(t, filepath.Join(e.outbox, "msgs.output.jsonl")) {
+		var m struct {
+			ID         string `json:"id"`
+			Type       string `json:"type"`
+			Role       string `json:"role"`
+			StopReason string `json:"stop_reason"`
+			Usage      struct {
+				InputTokens  int64 `json:"input_tokens"`
+				OutputTokens int64 `json:"output_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(l.Response.Body, &m); err != nil {
+			t.Fatalf("%s: %v", l.Response.Body, err)
+		}
+		if !strings.HasPrefix(m.ID, "msg_") || m.Type != "message" || m.Role != "assistant" ||
+			(m.StopReason != "end_turn" && m.StopReason != "max_tokens" && m.StopReason != "stop_sequence") ||
+			m.Usage.InputTokens == 0 || m.Usage.OutputTokens == 0 {
+			t.Errorf("answer %s", l.Response.Body)
+		}
+		in += m.Usage.InputTokens
+		out += m.Usage.OutputTokens
+	}
+	if o.Usage.InputTokens != in || o.Usage.OutputTokens != out {
+		t.Errorf("batch usage %+v, lines sum to %d in, %d out", o.Usage, in, out)
+	}
+	errs := parseLines(t, filepath.Join(e.outbox, "msgs.errors.jsonl"))
+	if len(errs) != 1 || *errs[0].CustomID != "m3" || errs[0].Response == nil || !strings.Contains(string(errs[0].Response.Body), `"param":"tools"`) {
+		t.Fatalf("errors %+v", errs)
+	}
+	e.check("msgs", "jsonl")
+}
+
+func TestMessagesLinesRemote(t *testing.T) {
+	checkMessagesBatch(t, newEnv(t))
+}
+
+func TestMessagesLinesNative(t *testing.T) {
+	checkMessagesBatch(t, newEnvOn(t, demoEngine(t), nil))
+}
