@@ -22,6 +22,7 @@ import (
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/bucket"
 	"github.com/batchd/batchd/store/folder"
+	"github.com/batchd/batchd/wire"
 )
 
 // Batches created over HTTP are inputs in DATA/api/: ID.jsonl (a link to
@@ -133,8 +134,8 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, "missing_required_parameter", "endpoint", "endpoint is required")
 		return
 	case req.Endpoint != engine.EndpointChat && req.Endpoint != engine.EndpointCompletions && req.Endpoint != engine.EndpointEmbeddings &&
-		req.Endpoint != engine.EndpointResponses:
-		writeAPIError(w, http.StatusBadRequest, "invalid_value", "endpoint", "endpoint must be /v1/chat/completions, /v1/completions, /v1/embeddings or /v1/responses, got %q", req.Endpoint)
+		req.Endpoint != engine.EndpointResponses && req.Endpoint != wire.EndpointMessages:
+		writeAPIError(w, http.StatusBadRequest, "invalid_value", "endpoint", "endpoint must be /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or /v1/messages, got %q", req.Endpoint)
 		return
 	case len(opts.Metadata) > 16:
 		writeAPIError(w, http.StatusBadRequest, "invalid_value", "metadata", "metadata has at most 16 pairs")

@@ -42,6 +42,10 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			writeAPIError(w, http.StatusBadRequest, "unsupported_value", "stream", "stream: true is not supported on /v1/responses yet: leave stream out (the whole Response comes in one answer), or stream on /v1/chat/completions")
 			return
 		}
+		if stream && endpoint == wire.EndpointMessages {
+			writeAPIError(w, http.StatusBadRequest, "unsupported_parameter", "stream", "/v1/messages does not stream")
+			return
+		}
 		if stream {
 			body = withoutStream(body)
 		}
@@ -62,7 +66,8 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			writeAPIError(w, http.StatusBadRequest, p.Code, param, "%s", msg)
 			return
 		}
-		req := &engine.Request{CustomID: "online", Endpoint: endpoint, Body: res.Request.Body}
+		// A /v1/messages request runs as the chat request it translates to.
+		req := &engine.Request{CustomID: "online", Endpoint: res.Request.URL, Body: res.Request.Body}
 		var st *streamer
 		if stream {
 			st = newStreamer(w, endpoint)
@@ -119,6 +124,14 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			}
 			writeAPIError(w, http.StatusBadGateway, pipeline.CodeBadResponse, "", "%s", p)
 			return
+		}
+		if res.Request.LineURL == wire.EndpointMessages && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			msg, err := wire.ChatToMessage(resp.Body)
+			if err != nil {
+				writeAPIError(w, http.StatusBadGateway, pipeline.CodeBadResponse, "", "the engine's answer cannot be translated to a /v1/messages answer: %v", err)
+				return
+			}
+			resp = &engine.Response{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: msg}
 		}
 		if resp.RequestID != "" && (st == nil || !st.started) {
 			w.Header().Set("X-Request-Id", resp.RequestID)

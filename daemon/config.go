@@ -178,6 +178,10 @@ type OpenAIConfig struct {
 	// answer bytes held at once (default 512 MiB).
 	MaxAnswerBytes         int64 `yaml:"max_answer_bytes"`
 	MaxAnswerBytesInFlight int64 `yaml:"max_answer_bytes_inflight"`
+	// Routes send the requests naming a model to servers of their own,
+	// each a pool with its own outage detection; a request naming another
+	// model goes to URLs, or without URLs is refused with model_not_found.
+	Routes []openai.Route `yaml:"routes"`
 }
 
 // NativeConfig configures the in-process engine.
@@ -480,8 +484,8 @@ func (c Config) Validate() error {
 	}
 	switch c.Engine {
 	case "openai":
-		if len(c.OpenAI.URLs) == 0 {
-			return errors.New("openai.urls: at least one base URL is required for engine openai")
+		if len(c.OpenAI.URLs) == 0 && len(c.OpenAI.Routes) == 0 {
+			return errors.New("openai.urls: at least one base URL (or openai.routes) is required for engine openai")
 		}
 		if err := c.openaiConfig().Validate(); err != nil {
 			return err

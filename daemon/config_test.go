@@ -3,10 +3,12 @@ package daemon_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 )
 
@@ -236,6 +238,32 @@ func TestNativeDraftInConfig(t *testing.T) {
 	}
 	cfg.Native.Models[0].Draft = "tiny"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `native.models[0].draft: "tiny" is not the name of a model`) {
+		t.Fatalf("validate: %v", err)
+	}
+}
+
+// openai.routes comes through the YAML: without openai.urls it is enough,
+// its entries are checked by name, and the engine built routes by model.
+func TestOpenAIRoutesInConfig(t *testing.T) {
+	cfg, err := daemon.LoadFile(writeConfig(t, "engine: openai\nopenai:\n  routes:\n    - {model: llama, urls: [\"http://127.0.0.1:8001/v1\"]}\n    - {model: qwen, urls: [\"http://127.0.0.1:8002/v1\", \"http://127.0.0.1:8003/v1\"], api_key: k2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.OpenAI.Routes; len(got) != 2 || got[1].Model != "qwen" || len(got[1].URLs) != 2 || got[1].APIKey != "k2" {
+		t.Fatalf("routes %+v", got)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	eng, err := cfg.NewEngine(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ml, ok := eng.(engine.ModelLister); !ok || !slices.Equal(ml.Models(), []string{"llama", "qwen"}) {
+		t.Fatalf("engine %T does not list the routed models", eng)
+	}
+	cfg.OpenAI.Routes[1].Model = "llama"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `openai.routes[1].model: "llama" is routed twice`) {
 		t.Fatalf("validate: %v", err)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/batchd/batchd/watcher"
 	"github.com/batchd/batchd/watcher/dir"
 	"github.com/batchd/batchd/watcher/s3"
+	"github.com/batchd/batchd/wire"
 )
 
 // Dirs are the folders of a data directory. Rejected holds the inbox
@@ -113,6 +114,9 @@ func (c Config) NewEngine(log *slog.Logger) (engine.Engine, error) {
 		if err := oc.Validate(); err != nil {
 			return nil, err
 		}
+		if len(oc.Routes) > 0 {
+			return openai.NewRouter(oc)
+		}
 		return openai.New(oc)
 	case "native":
 		nc := c.nativeConfig()
@@ -147,6 +151,7 @@ func (c Config) openaiConfig() openai.Config {
 	oc.URLs = c.OpenAI.URLs
 	oc.APIKey = c.OpenAI.APIKey
 	oc.Model = c.OpenAI.Model
+	oc.Routes = c.OpenAI.Routes
 	oc.MaxInFlight = c.OpenAI.MaxInFlight
 	oc.MaxRetries = c.OpenAI.MaxRetries
 	oc.RetryWaitMin = c.OpenAI.RetryWaitMin
@@ -583,6 +588,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("POST /v1/completions", d.handleOnline(engine.EndpointCompletions))
 	api.HandleFunc("POST /v1/embeddings", d.handleOnline(engine.EndpointEmbeddings))
 	api.HandleFunc("POST /v1/responses", d.handleOnline(engine.EndpointResponses))
+	api.HandleFunc("POST /v1/messages", d.handleOnline(wire.EndpointMessages))
 	api.HandleFunc("GET /v1/models", d.handleModels)
 	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)

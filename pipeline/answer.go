@@ -120,9 +120,10 @@ type usageFields struct {
 			Accepted json.RawMessage `json:"accepted_prediction_tokens"`
 			Rejected json.RawMessage `json:"rejected_prediction_tokens"`
 		} `json:"completion_tokens_details"`
-		// A Response's usage (/v1/responses).
+		// Responses' and Anthropic's names (/v1/responses, /v1/messages).
 		InputTokens         json.RawMessage `json:"input_tokens"`
 		OutputTokens        json.RawMessage `json:"output_tokens"`
+		CacheReadTokens     json.RawMessage `json:"cache_read_input_tokens"`
 		InputTokensDetails  *cachedCount    `json:"input_tokens_details"`
 		OutputTokensDetails *struct {
 			ReasoningTokens json.RawMessage `json:"reasoning_tokens"`
@@ -156,7 +157,7 @@ func usageOf(body []byte) (lineUsage, string) {
 
 // decodeUsage is usageOf with encoding/json's judgement (apart, so that
 // the fast path allocates nothing).
-func decodeUsage(body []byte) (lu lineUsage, problem string) {
+func decodeUsage(body []byte) (_ lineUsage, problem string) {
 	var u usageFields
 	if json.Unmarshal(body, &u) != nil {
 		return lineUsage{}, "has a usage that is not an object of token counts"
@@ -165,27 +166,25 @@ func decodeUsage(body []byte) (lu lineUsage, problem string) {
 		return lineUsage{}, ""
 	}
 	var unused int64
+	t := newTokenCounts()
 	fields := []tokenField{
-		{"prompt_tokens", u.Usage.PromptTokens, &lu.in},
-		{"completion_tokens", u.Usage.CompletionTokens, &lu.out},
+		{"prompt_tokens", u.Usage.PromptTokens, &t.openai[0]},
+		{"completion_tokens", u.Usage.CompletionTokens, &t.openai[1]},
 		{"total_tokens", u.Usage.TotalTokens, &unused},
+		{"input_tokens", u.Usage.InputTokens, &t.anthropic[0]},
+		{"output_tokens", u.Usage.OutputTokens, &t.anthropic[1]},
+		{"cache_read_input_tokens", u.Usage.CacheReadTokens, &t.anthropic[2]},
 	}
 	if d := u.Usage.PromptTokensDetails; d != nil {
-		fields = append(fields, tokenField{"prompt_tokens_details.cached_tokens", d.CachedTokens, &lu.cached})
+		fields = append(fields, tokenField{"prompt_tokens_details.cached_tokens", d.CachedTokens, &t.openai[2]})
 	}
 	if d := u.Usage.CompletionTokensDetails; d != nil {
 		fields = append(fields,
 			tokenField{"completion_tokens_details.accepted_prediction_tokens", d.Accepted, &unused},
 			tokenField{"completion_tokens_details.rejected_prediction_tokens", d.Rejected, &unused})
 	}
-	if u.Usage.InputTokens != nil {
-		fields = append(fields, tokenField{"input_tokens", u.Usage.InputTokens, &lu.in})
-	}
-	if u.Usage.OutputTokens != nil {
-		fields = append(fields, tokenField{"output_tokens", u.Usage.OutputTokens, &lu.out})
-	}
 	if d := u.Usage.InputTokensDetails; d != nil {
-		fields = append(fields, tokenField{"input_tokens_details.cached_tokens", d.CachedTokens, &lu.cached})
+		fields = append(fields, tokenField{"input_tokens_details.cached_tokens", d.CachedTokens, &t.anthropic[2]})
 	}
 	if d := u.Usage.OutputTokensDetails; d != nil {
 		fields = append(fields, tokenField{"output_tokens_details.reasoning_tokens", d.ReasoningTokens, &unused})
@@ -195,7 +194,7 @@ func decodeUsage(body []byte) (lu lineUsage, problem string) {
 			return lineUsage{}, fmt.Sprintf("has a usage.%s that is not a whole number from 0 to %d (%s)", f.name, int64(math.MaxInt64), clip(f.raw))
 		}
 	}
-	return lu, ""
+	return t.usage(), ""
 }
 
 // clip returns the start of a raw JSON value, for a message.

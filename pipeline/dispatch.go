@@ -21,16 +21,20 @@ type task struct {
 	// alone: a suspect (in flight at an unclean stop) runs with nothing
 	// else in flight, so that a second stop names it alone.
 	alone bool
+	// lineURL is the line's url when req runs it translated (see
+	// validate.Request.LineURL): the answer is translated back.
+	lineURL string
 }
 
 // outcome is the engine's answer to one task, waiting for its batch's
 // writer to collect it: as the engine gave it, or (when the queue has a
 // convert func) as the result line to write.
 type outcome struct {
-	line int
-	cid  string
-	resp *engine.Response
-	err  error
+	line    int
+	cid     string
+	lineURL string // task.lineURL
+	resp    *engine.Response
+	err     error
 	// res is the line to write when write is set (convert fills them).
 	res   result
 	write bool
@@ -200,7 +204,7 @@ func makeOutcome(q *queue, t task, resp *engine.Response, err error) outcome {
 		// An engine bug: the writer would have nothing to write.
 		resp = engine.Recovered("the engine answered with neither a response nor an error")
 	}
-	o := outcome{line: t.line, cid: t.req.CustomID, resp: resp, err: err}
+	o := outcome{line: t.line, cid: t.req.CustomID, lineURL: t.lineURL, resp: resp, err: err}
 	if q.convert != nil {
 		q.convert(&o)
 	}

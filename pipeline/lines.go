@@ -245,7 +245,16 @@ func (r *run) answerResult(o outcome) (res result, ok bool) {
 			res, ok = r.engineResult(o.line, o.cid, engine.Recovered(v), nil)
 		}
 	}()
-	return r.engineResult(o.line, o.cid, o.resp, o.err)
+	resp := o.resp
+	if o.lineURL == wire.EndpointMessages && o.err == nil && resp.StatusCode >= 200 && resp.StatusCode < 300 && bodyProblem(resp.Body) == "" {
+		msg, err := wire.ChatToMessage(resp.Body)
+		if err != nil {
+			return r.badAnswer(requestID(r.b.ID, o.line), o.cid, o.line, resp.StatusCode,
+				fmt.Sprintf("cannot be translated to a /v1/messages answer (%v)", err)), true
+		}
+		resp = &engine.Response{StatusCode: resp.StatusCode, RequestID: resp.RequestID, Body: msg}
+	}
+	return r.engineResult(o.line, o.cid, resp, o.err)
 }
 
 // engineResult turns the engine's answer into a result line. It reports
@@ -303,7 +312,7 @@ func answerID(resp *engine.Response, lineID string) string {
 // The members of a body's usage that usageOf reads or checks.
 var (
 	usageKeys = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "completion_tokens_details",
-		"input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"} // the last four: a Response's
+		"input_tokens", "output_tokens", "cache_read_input_tokens", "input_tokens_details", "output_tokens_details"} // from 5: Responses' and Anthropic's
 	cachedKeys    = []string{"cached_tokens"}
 	specKeys      = []string{"accepted_prediction_tokens", "rejected_prediction_tokens"}
 	reasoningKeys = []string{"reasoning_tokens"}
@@ -321,32 +330,57 @@ func readUsage(body []byte) (lineUsage, bool) {
 	if !knownMembers(body, topUsageKey, func(_ int, v []byte) bool { usage = v; return true }) {
 		return lineUsage{}, false
 	}
-	var lu lineUsage
 	if usage == nil || string(usage) == "null" {
-		return lu, true
+		return lineUsage{}, true
 	}
 	var unused int64
+	t := newTokenCounts()
 	ok := knownMembers(usage, usageKeys, func(i int, v []byte) bool {
 		switch i {
 		case 0:
-			return jsonInt(v, &lu.in)
+			return jsonInt(v, &t.openai[0])
 		case 1:
-			return jsonInt(v, &lu.out)
+			return jsonInt(v, &t.openai[1])
 		case 2:
 			return jsonInt(v, &unused)
-		case 3, 7:
-			return string(v) == "null" || knownMembers(v, cachedKeys, func(_ int, v []byte) bool { return jsonInt(v, &lu.cached) })
+		case 3:
+			return string(v) == "null" || knownMembers(v, cachedKeys, func(_ int, v []byte) bool { return jsonInt(v, &t.openai[2]) })
 		case 4:
 			return string(v) == "null" || knownMembers(v, specKeys, func(_ int, v []byte) bool { return jsonInt(v, &unused) })
-		case 5:
-			return jsonInt(v, &lu.in)
-		case 6:
-			return jsonInt(v, &lu.out)
-		default:
+		case 5, 6, 7: // input_tokens, output_tokens, cache_read_input_tokens
+			return jsonInt(v, &t.anthropic[i-5])
+		case 8: // a Response's input_tokens_details
+			return string(v) == "null" || knownMembers(v, cachedKeys, func(_ int, v []byte) bool { return jsonInt(v, &t.anthropic[2]) })
+		default: // a Response's output_tokens_details
 			return string(v) == "null" || knownMembers(v, reasoningKeys, func(_ int, v []byte) bool { return jsonInt(v, &unused) })
 		}
 	})
-	return lu, ok
+	return t.usage(), ok
+}
+
+// tokenCounts are the input, output and cached tokens of a usage under
+// chat completions' names (prompt_tokens, completion_tokens,
+// prompt_tokens_details.cached_tokens) and under the Responses and
+// Anthropic names (input_tokens, output_tokens,
+// input_tokens_details.cached_tokens or cache_read_input_tokens); -1 when
+// not given.
+type tokenCounts struct{ openai, anthropic [3]int64 }
+
+func newTokenCounts() tokenCounts {
+	return tokenCounts{openai: [3]int64{-1, -1, -1}, anthropic: [3]int64{-1, -1, -1}}
+}
+
+// usage is the line's usage: each count under OpenAI's name when given,
+// else under Anthropic's, else 0.
+func (t tokenCounts) usage() lineUsage {
+	var n [3]int64
+	for i := range n {
+		n[i] = max(t.anthropic[i], 0)
+		if t.openai[i] >= 0 {
+			n[i] = t.openai[i]
+		}
+	}
+	return lineUsage{in: n[0], out: n[1], cached: n[2]}
 }
 
 // knownMembers calls read with the index in keys and the raw value of each

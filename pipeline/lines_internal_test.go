@@ -115,3 +115,35 @@ func TestReadUsageMatchesDecoding(t *testing.T) {
 		}
 	}
 }
+
+// A /v1/messages answer's usage, under Anthropic's names, is summed as
+// OpenAI's is; OpenAI's names win when both are given. The fast path and
+// decoding agree.
+func TestUsageUnderAnthropicNames(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want lineUsage
+		bad  string
+	}{
+		{`{"usage":{"input_tokens":7,"output_tokens":3}}`, lineUsage{in: 7, out: 3}, ""},
+		{`{"usage":{"input_tokens":7,"output_tokens":3,"cache_read_input_tokens":2}}`, lineUsage{in: 7, out: 3, cached: 2}, ""},
+		{`{"usage":{"input_tokens":7,"prompt_tokens":5,"output_tokens":null,"completion_tokens":1}}`, lineUsage{in: 5, out: 1}, ""},
+		{`{"usage":{"prompt_tokens":null,"input_tokens":7}}`, lineUsage{in: 7}, ""},
+		{`{"usage":{"input_tokens":-1}}`, lineUsage{}, "usage.input_tokens"},
+		{`{"usage":{"output_tokens":"3"}}`, lineUsage{}, "usage.output_tokens"},
+	} {
+		got, problem := usageOf([]byte(c.body))
+		slow, slowProblem := decodeUsage([]byte(c.body))
+		switch {
+		case c.bad != "":
+			if !strings.Contains(problem, c.bad) || problem != slowProblem {
+				t.Errorf("%s: problem %q (decoding %q), want one with %q", c.body, problem, slowProblem, c.bad)
+			}
+		case problem != "" || got != c.want || slow != c.want || slowProblem != "":
+			t.Errorf("%s: usage %+v %q, decoding %+v %q, want %+v", c.body, got, problem, slow, slowProblem, c.want)
+		}
+		if _, fast := readUsage([]byte(c.body)); fast == (c.bad != "") {
+			t.Errorf("%s: fast path %v", c.body, fast)
+		}
+	}
+}

@@ -208,6 +208,9 @@ func (r *run) read() (err error) {
 		res := check(chk, n, raw, tooLong, r.p.cfg.MaxLineBytes)
 		if res.Request != nil && r.endpoint.Load() == nil {
 			u := res.Request.URL
+			if res.Request.LineURL != "" {
+				u = res.Request.LineURL
+			}
 			r.endpoint.Store(&u)
 		}
 		if r.prior.Has(n) {
@@ -237,7 +240,7 @@ func (r *run) read() (err error) {
 			continue
 		}
 		t := task{
-			batch: r.b.ID, line: line, alone: stops > 0,
+			batch: r.b.ID, line: line, alone: stops > 0, lineURL: req.LineURL,
 			ctx: r.reqCtx,
 			req: &engine.Request{CustomID: cid, Endpoint: req.URL, Body: req.Body},
 		}

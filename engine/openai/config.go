@@ -17,8 +17,17 @@ type Config struct {
 	URLs []string
 	// APIKey, when set, is sent as "Authorization: Bearer KEY". It is never logged.
 	APIKey string
-	// Model, when set, replaces the "model" field of every request body.
+	// Model, when set, replaces the "model" field of every request body
+	// sent to URLs (not of those a route takes).
 	Model string
+	// Routes send the requests naming a model (body.model) to servers of
+	// their own: each route is a pool of replicas with its own in-flight
+	// window (MaxInFlight), retries, probes and outage detection, so an
+	// outage of one route holds only the requests it serves. URLs, when
+	// given too, take the requests naming any other model; without them,
+	// such a request is refused with model_not_found, naming the models
+	// the routes serve. Only NewRouter builds an engine with routes.
+	Routes []Route
 	// MaxInFlight bounds the requests sent at once, across all replicas.
 	MaxInFlight int
 	// MaxRetries bounds the retries of a request that fails on its own. A
@@ -83,6 +92,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Route is one model's servers (see Config.Routes).
+type Route struct {
+	// Model is the body.model the route serves, sent as given.
+	Model string `yaml:"model"`
+	// URLs are the base URLs of its replicas (see Config.URLs).
+	URLs []string `yaml:"urls"`
+	// APIKey, when set, replaces Config.APIKey for this route.
+	APIKey string `yaml:"api_key"`
+}
+
 // DefaultConfig returns the defaults; URLs must still be set.
 func DefaultConfig() Config {
 	return Config{
@@ -102,13 +121,16 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field, named as in the config file.
 func (c Config) Validate() error {
-	if len(c.URLs) == 0 {
-		return errors.New("openai.urls: at least one base URL is required")
+	if len(c.URLs) == 0 && len(c.Routes) == 0 {
+		return errors.New("openai.urls: at least one base URL is required (or openai.routes)")
 	}
 	for i, raw := range c.URLs {
 		if _, err := parseBaseURL(raw); err != nil {
 			return fmt.Errorf("openai.urls[%d]: %w", i, err)
 		}
+	}
+	if err := validateRoutes(c.Routes); err != nil {
+		return err
 	}
 	switch {
 	case c.MaxInFlight < 1:
@@ -133,6 +155,29 @@ func (c Config) Validate() error {
 		return fmt.Errorf("openai.max_answer_bytes: must be at least 1 KiB, got %d", c.MaxAnswerBytes)
 	case c.MaxAnswerBytesInFlight < c.MaxAnswerBytes:
 		return fmt.Errorf("openai.max_answer_bytes_inflight: %d is below max_answer_bytes %d", c.MaxAnswerBytesInFlight, c.MaxAnswerBytes)
+	}
+	return nil
+}
+
+// validateRoutes checks that each route names a model no other route
+// names and at least one valid base URL.
+func validateRoutes(routes []Route) error {
+	seen := make(map[string]bool, len(routes))
+	for i, r := range routes {
+		switch {
+		case r.Model == "":
+			return fmt.Errorf("openai.routes[%d].model: required", i)
+		case seen[r.Model]:
+			return fmt.Errorf("openai.routes[%d].model: %q is routed twice", i, r.Model)
+		case len(r.URLs) == 0:
+			return fmt.Errorf("openai.routes[%d].urls: at least one base URL is required for model %q", i, r.Model)
+		}
+		seen[r.Model] = true
+		for j, raw := range r.URLs {
+			if _, err := parseBaseURL(raw); err != nil {
+				return fmt.Errorf("openai.routes[%d].urls[%d]: %w", i, j, err)
+			}
+		}
 	}
 	return nil
 }

@@ -80,10 +80,14 @@ type Engine struct {
 	bgDone chan struct{}  // closed when the prober and the watchdog end
 }
 
-// New checks cfg and builds an Engine. It does no I/O.
+// New checks cfg and builds an Engine. It does no I/O. A config with
+// routes is refused: NewRouter builds one.
 func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if len(cfg.Routes) > 0 {
+		return nil, errors.New("openai.routes: an engine with routes is built by NewRouter")
 	}
 	logger := cfg.Logger
 	if logger == nil {

@@ -141,6 +141,14 @@ func newTestEngine(t *testing.T, cfg Config) (*Engine, *logStore) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	openForTest(t, e, logs)
+	return e, logs
+}
+
+// openForTest opens e and closes it when t ends, printing the logs in
+// store if t failed.
+func openForTest(t *testing.T, e engine.Engine, logs *logStore) {
+	t.Helper()
 	if err := e.Open(t.Context()); err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -156,7 +164,6 @@ func newTestEngine(t *testing.T, cfg Config) (*Engine, *logStore) {
 			}
 		}
 	})
-	return e, logs
 }
 
 // startServer starts a stand-in server closed when t ends.

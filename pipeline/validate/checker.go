@@ -132,15 +132,19 @@ func (c *Checker) Check(n int, raw []byte) Result {
 	}
 	var ep endpoint
 	responses := false
+	lineURL := "" // a url translated to ep's (see Request.LineURL)
 	if isString(url) {
 		u, _ := unquote(url)
 		ep = endpointOf(u)
-		if string(u) == engine.EndpointResponses {
+		switch string(u) {
+		case engine.EndpointResponses:
 			ep, responses = epChat, true
+		case wire.EndpointMessages:
+			ep, lineURL = epChat, wire.EndpointMessages
 		}
 	}
 	if ep == 0 {
-		msg := "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses"
+		msg := "url must be one of /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, /v1/messages"
 		switch {
 		case len(url) == 0:
 			msg = "url is required and " + msg[4:]
@@ -162,6 +166,16 @@ func (c *Checker) Check(n int, raw []byte) Result {
 		return res
 	}
 
+	// A Messages body runs as the chat body it translates to.
+	if lineURL == wire.EndpointMessages {
+		chat, inv := wire.MessagesToChat(body)
+		if inv != nil {
+			res.Problem = fromWire(inv)
+			return res
+		}
+		body = chat
+	}
+
 	// 4. The body's fields, with the defaults merged in.
 	var req *Request
 	var p *Problem
@@ -174,7 +188,7 @@ func (c *Checker) Check(n int, raw []byte) Result {
 		res.Problem = p
 		return res
 	}
-	req.Line, req.CustomID, req.Method, req.URL = n, res.CustomID, "POST", ep.url()
+	req.Line, req.CustomID, req.Method, req.URL, req.LineURL = n, res.CustomID, "POST", ep.url(), lineURL
 	if responses {
 		req.URL = engine.EndpointResponses
 	}

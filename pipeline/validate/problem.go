@@ -80,6 +80,10 @@ type Request struct {
 	CustomID string
 	// Method is always "POST"; URL is one of the engine.Endpoint constants.
 	Method, URL string
+	// LineURL, when not "", is the line's url, translated to URL to run
+	// (wire.EndpointMessages: the body is the chat body it translates to,
+	// and the answer is to be translated back, see wire.ChatToMessage).
+	LineURL string
 	// Body is the effective body: the batch defaults merged in, or a copy of
 	// the original bytes when nothing was merged. It does not alias the
 	// LineSource's buffer.
