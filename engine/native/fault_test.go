@@ -213,10 +213,18 @@ func TestHugeMaxTokensBoundedBuffer(t *testing.T) {
 	})
 	t.Run("grows to the cache", func(t *testing.T) {
 		// A small cache: the request runs until it is full, past the
-		// buffer's first room.
-		e := openEngineWith(t, func(c *Config) { c.KVCacheBytes = 1 << 20 }, ModelConfig{Path: demoPath(t)})
-		var capMax atomic.Int64
+		// buffer's first room. The demo model's shape (BATCHD_TEST_WEIGHTS
+		// picks a wider one) sets what a position costs, so the cache is
+		// sized to hold about four times that room.
+		bytes := int64(1 << 20)
+		e := openEngineWith(t, func(c *Config) { c.KVCacheBytes = bytes }, ModelConfig{Path: demoPath(t)})
 		r := e.runners[e.order[0]]
+		if p := r.mr.kv.nBlocks * r.mr.kv.bs; p < 4*initialOutputRoom {
+			bytes = bytes * int64(4*initialOutputRoom) / int64(p)
+			e = openEngineWith(t, func(c *Config) { c.KVCacheBytes = bytes }, ModelConfig{Path: demoPath(t)})
+			r = e.runners[e.order[0]]
+		}
+		var capMax atomic.Int64
 		setFaultHook(t, func([]int32) {
 			for _, s := range r.sched.running {
 				capMax.Store(max(capMax.Load(), int64(cap(s.tokens))))
@@ -233,8 +241,12 @@ func TestHugeMaxTokensBoundedBuffer(t *testing.T) {
 		}
 		json.Unmarshal(resp.Body, &m)
 		positions := r.mr.kv.nBlocks * r.mr.kv.bs
-		t.Logf("cache of %d positions, %d tokens generated", positions, m.Usage.CompletionTokens)
-		if m.Usage.CompletionTokens <= initialOutputRoom || 3+m.Usage.CompletionTokens < positions-r.mr.kv.bs {
+		full := min(positions, r.model.cfg.ContextLength) // what stops it
+		t.Logf("cache of %d positions, context %d, %d tokens generated", positions, r.model.cfg.ContextLength, m.Usage.CompletionTokens)
+		if full <= 3+initialOutputRoom {
+			t.Fatalf("a cache of %d positions and a context of %d leave no room past %d", positions, r.model.cfg.ContextLength, initialOutputRoom)
+		}
+		if m.Usage.CompletionTokens <= initialOutputRoom || 3+m.Usage.CompletionTokens < full-r.mr.kv.bs {
 			t.Fatalf("%d tokens generated in a cache of %d positions: want it filled, past %d", m.Usage.CompletionTokens, positions, initialOutputRoom)
 		}
 		if limit := int64(2 * positions); capMax.Load() > limit {
