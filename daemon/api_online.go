@@ -38,10 +38,6 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			writeAPIError(w, http.StatusBadRequest, "invalid_value", "stream", "embeddings do not stream")
 			return
 		}
-		if stream && endpoint == wire.EndpointMessages {
-			writeAPIError(w, http.StatusBadRequest, "unsupported_parameter", "stream", "/v1/messages does not stream")
-			return
-		}
 		if stream {
 			body = withoutStream(body)
 		}
@@ -123,6 +119,10 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		}
 		if res.Request.LineURL == wire.EndpointMessages && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			msg, err := wire.ChatToMessage(resp.Body)
+			if err != nil && st != nil && st.started {
+				st.failBody(wire.NewError(wire.TypeServerError, "the engine's answer cannot be translated to a /v1/messages answer: "+err.Error(), "", pipeline.CodeBadResponse).JSON())
+				return
+			}
 			if err != nil {
 				writeAPIError(w, http.StatusBadGateway, pipeline.CodeBadResponse, "", "the engine's answer cannot be translated to a /v1/messages answer: %v", err)
 				return
@@ -203,9 +203,12 @@ type piece struct {
 // newStreamer streams the answer to request, a validated body of endpoint.
 func newStreamer(w http.ResponseWriter, endpoint string, request []byte) *streamer {
 	var ev streamEvents
-	if endpoint == engine.EndpointResponses {
+	switch endpoint {
+	case engine.EndpointResponses:
 		ev = newResponseEvents(request)
-	} else {
+	case wire.EndpointMessages:
+		ev = newMessageEvents(request)
+	default:
 		ev = &chunkEvents{chat: endpoint == engine.EndpointChat, sent: map[int]bool{}, roleSent: map[int]bool{},
 			id: randomID("chatcmpl-", 12), created: time.Now().Unix()}
 	}

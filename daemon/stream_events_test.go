@@ -97,3 +97,34 @@ func TestResponseEventsStreamedAndFailed(t *testing.T) {
 		t.Fatalf("%s", buf.String())
 	}
 }
+
+// A Message's text that streamed is not given again, what its final text
+// adds comes as one more delta; the stop reason and usage come in
+// message_delta; a failure is Anthropic's error event.
+func TestMessageEvents(t *testing.T) {
+	m := newMessageEvents([]byte(`{"model":"m","messages":[]}`))
+	var buf bytes.Buffer
+	m.open(&buf)
+	m.piece(&buf, piece{0, "Hel"})
+	final := `{"id":"msg_x","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Hello"}],` +
+		`"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":4,"output_tokens":2}}`
+	if err := m.finish(&buf, []byte(final)); err != nil {
+		t.Fatal(err)
+	}
+	m.fail(&buf, []byte(`{"error":{"message":"boom","type":"server_error","param":null,"code":"engine_error"}}`))
+	events := parseEvents(t, &buf)
+	var types, deltas []string
+	for _, ev := range events {
+		types = append(types, ev["type"].(string))
+		if ev["type"] == "content_block_delta" {
+			deltas = append(deltas, ev["delta"].(map[string]any)["text"].(string))
+		}
+	}
+	want := "message_start content_block_start content_block_delta content_block_delta content_block_stop message_delta message_stop error"
+	md := events[5]
+	if strings.Join(types, " ") != want || strings.Join(deltas, "|") != "Hel|lo" || events[0]["message"].(map[string]any)["model"] != "m" ||
+		md["delta"].(map[string]any)["stop_reason"] != "max_tokens" || md["usage"].(map[string]any)["output_tokens"] != 2.0 ||
+		events[7]["error"].(map[string]any)["type"] != "api_error" || events[7]["error"].(map[string]any)["message"] != "boom" {
+		t.Fatalf("%s", buf.String())
+	}
+}
