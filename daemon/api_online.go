@@ -21,7 +21,8 @@ import (
 // validated by the same rules (with the daemon's batch-level defaults).
 
 // handleOnline serves POST /v1/chat/completions, /v1/completions,
-// /v1/embeddings and /v1/responses.
+// /v1/embeddings, /v1/responses and /v1/messages; stream: true answers
+// with server-sent events in the endpoint's own shapes (see streamer).
 func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(d.cfg.Pipeline.MaxLineBytes)))
