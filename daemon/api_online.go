@@ -21,7 +21,8 @@ import (
 // validated by the same rules (with the daemon's batch-level defaults).
 
 // handleOnline serves POST /v1/chat/completions, /v1/completions,
-// /v1/embeddings and /v1/responses.
+// /v1/embeddings, /v1/responses and /v1/messages; stream: true answers
+// with server-sent events in the endpoint's own shapes (see streamer).
 func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(d.cfg.Pipeline.MaxLineBytes)))
@@ -36,14 +37,6 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		stream := probe.Stream != nil && *probe.Stream
 		if stream && endpoint == engine.EndpointEmbeddings {
 			writeAPIError(w, http.StatusBadRequest, "invalid_value", "stream", "embeddings do not stream")
-			return
-		}
-		if stream && endpoint == engine.EndpointResponses {
-			writeAPIError(w, http.StatusBadRequest, "unsupported_value", "stream", "stream: true is not supported on /v1/responses yet: leave stream out (the whole Response comes in one answer), or stream on /v1/chat/completions")
-			return
-		}
-		if stream && endpoint == wire.EndpointMessages {
-			writeAPIError(w, http.StatusBadRequest, "unsupported_parameter", "stream", "/v1/messages does not stream")
 			return
 		}
 		if stream {
@@ -70,7 +63,7 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		req := &engine.Request{CustomID: "online", Endpoint: res.Request.URL, Body: res.Request.Body}
 		var st *streamer
 		if stream {
-			st = newStreamer(w, endpoint)
+			st = newStreamer(w, endpoint, res.Request.Body)
 			req.Stream = st.delta
 		}
 		ans := make(chan answer, 1)
@@ -119,7 +112,7 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			// never passed on as an answer.
 			d.log.Warn("engine answer refused", "path", r.URL.Path, "problem", p)
 			if st != nil && st.started {
-				fmt.Fprintf(st.w, "data: %s\n\n", wire.NewError(wire.TypeServerError, p, "", pipeline.CodeBadResponse).JSON())
+				st.failBody(wire.NewError(wire.TypeServerError, p, "", pipeline.CodeBadResponse).JSON())
 				return
 			}
 			writeAPIError(w, http.StatusBadGateway, pipeline.CodeBadResponse, "", "%s", p)
@@ -127,6 +120,10 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		}
 		if res.Request.LineURL == wire.EndpointMessages && resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			msg, err := wire.ChatToMessage(resp.Body)
+			if err != nil && st != nil && st.started {
+				st.failBody(wire.NewError(wire.TypeServerError, "the engine's answer cannot be translated to a /v1/messages answer: "+err.Error(), "", pipeline.CodeBadResponse).JSON())
+				return
+			}
 			if err != nil {
 				writeAPIError(w, http.StatusBadGateway, pipeline.CodeBadResponse, "", "the engine's answer cannot be translated to a /v1/messages answer: %v", err)
 				return
@@ -139,7 +136,7 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 		if st != nil && st.started && resp.StatusCode != http.StatusOK {
 			// Failed after its first tokens went out (a recovered engine
 			// panic): the error body is the stream's last event.
-			fmt.Fprintf(st.w, "data: %s\n\n", resp.Body)
+			st.failBody(resp.Body)
 			return
 		}
 		if st == nil || (resp.StatusCode != http.StatusOK && !st.started) {
@@ -170,22 +167,33 @@ func withoutStream(body []byte) []byte {
 	return out
 }
 
-// streamer sends an answer as server-sent events in OpenAI's chunk shapes
-// (chat.completion.chunk / text_completion): each piece of text as the
-// engine produces it (engine.Request.Stream), then a chunk with each
-// choice's finish_reason, the usage, and [DONE]. For an engine that does
-// not stream, the whole text of each choice comes in one chunk at the end.
+// streamer sends an answer as server-sent events, each piece of text as
+// the engine produces it (engine.Request.Stream), then what the final
+// answer adds, in the shapes of the endpoint's events (streamEvents). For
+// an engine that does not stream, the whole text comes at the end. The
+// headers (200, text/event-stream) go out with the first event, so an
+// answer that fails before any text is still a plain HTTP error.
 type streamer struct {
-	w        http.ResponseWriter
-	chat     bool
-	mu       sync.Mutex
-	pending  []piece
-	wake     chan struct{}
-	started  bool         // headers sent
-	sent     map[int]bool // choices that streamed text
-	id       string
-	created  int64
-	roleSent map[int]bool
+	w       http.ResponseWriter
+	mu      sync.Mutex
+	pending []piece
+	wake    chan struct{}
+	started bool // headers sent
+	events  streamEvents
+}
+
+// streamEvents writes an endpoint's events.
+type streamEvents interface {
+	// open writes the events that start the stream, before the first piece.
+	open(buf *bytes.Buffer)
+	// piece writes the events of one piece of text.
+	piece(buf *bytes.Buffer, p piece)
+	// finish writes what the final answer (body, a 200's) adds, through the
+	// stream's last event.
+	finish(buf *bytes.Buffer, body []byte) error
+	// fail writes errBody, an OpenAI error object, as the stream's last
+	// event.
+	fail(buf *bytes.Buffer, errBody []byte)
 }
 
 type piece struct {
@@ -193,9 +201,19 @@ type piece struct {
 	text   string
 }
 
-func newStreamer(w http.ResponseWriter, endpoint string) *streamer {
-	return &streamer{w: w, chat: endpoint == engine.EndpointChat, wake: make(chan struct{}, 1),
-		sent: map[int]bool{}, roleSent: map[int]bool{}, id: randomID("chatcmpl-", 12), created: time.Now().Unix()}
+// newStreamer streams the answer to request, a validated body of endpoint.
+func newStreamer(w http.ResponseWriter, endpoint string, request []byte) *streamer {
+	var ev streamEvents
+	switch endpoint {
+	case engine.EndpointResponses:
+		ev = newResponseEvents(request)
+	case wire.EndpointMessages:
+		ev = newMessageEvents(request)
+	default:
+		ev = &chunkEvents{chat: endpoint == engine.EndpointChat, sent: map[int]bool{}, roleSent: map[int]bool{},
+			id: randomID("chatcmpl-", 12), created: time.Now().Unix()}
+	}
+	return &streamer{w: w, wake: make(chan struct{}, 1), events: ev}
 }
 
 // delta is engine.Request.Stream: it queues a piece and returns at once.
@@ -235,11 +253,10 @@ func (s *streamer) flushPieces() {
 	if len(ps) == 0 {
 		return
 	}
-	s.begin()
 	var buf bytes.Buffer
+	s.begin(&buf)
 	for _, p := range ps {
-		s.sent[p.choice] = true
-		s.chunk(&buf, s.deltaChoice(p.choice, p.text, nil), nil)
+		s.events.piece(&buf, p)
 	}
 	s.w.Write(buf.Bytes())
 	if f, ok := s.w.(http.Flusher); ok {
@@ -247,7 +264,8 @@ func (s *streamer) flushPieces() {
 	}
 }
 
-func (s *streamer) begin() {
+// begin sends the headers and writes the opening events, once.
+func (s *streamer) begin(buf *bytes.Buffer) {
 	if s.started {
 		return
 	}
@@ -255,16 +273,64 @@ func (s *streamer) begin() {
 	s.w.Header().Set("Content-Type", "text/event-stream")
 	s.w.Header().Set("Cache-Control", "no-cache")
 	s.w.WriteHeader(http.StatusOK)
+	s.events.open(buf)
 }
 
-func (s *streamer) deltaChoice(index int, text string, finish *string) map[string]any {
-	if !s.chat {
+// finish sends the rest of the stream: pieces still queued, then what the
+// final answer body adds.
+func (s *streamer) finish(body []byte) error {
+	s.flushPieces()
+	var buf bytes.Buffer
+	s.begin(&buf)
+	err := s.events.finish(&buf, body)
+	if err != nil {
+		s.events.fail(&buf, wire.NewError(wire.TypeServerError, err.Error(), "", pipeline.CodeBadResponse).JSON())
+	}
+	if _, werr := s.w.Write(buf.Bytes()); err == nil {
+		err = werr
+	}
+	return err
+}
+
+// failBody ends a stream that already started with errBody, an OpenAI
+// error object.
+func (s *streamer) failBody(errBody []byte) {
+	var buf bytes.Buffer
+	s.events.fail(&buf, errBody)
+	s.w.Write(buf.Bytes())
+}
+
+// fail ends a stream that already started with an error event.
+func (s *streamer) fail(err error) {
+	s.failBody(wire.NewError(wire.TypeServerError, err.Error(), "", "").JSON())
+}
+
+// chunkEvents are OpenAI's chunk shapes (chat.completion.chunk /
+// text_completion): a chunk per piece, then a chunk with each choice's
+// finish_reason, the usage, and [DONE].
+type chunkEvents struct {
+	chat     bool
+	sent     map[int]bool // choices that streamed text
+	id       string
+	created  int64
+	roleSent map[int]bool
+}
+
+func (c *chunkEvents) open(*bytes.Buffer) {}
+
+func (c *chunkEvents) piece(buf *bytes.Buffer, p piece) {
+	c.sent[p.choice] = true
+	c.chunk(buf, c.deltaChoice(p.choice, p.text, nil), nil)
+}
+
+func (c *chunkEvents) deltaChoice(index int, text string, finish *string) map[string]any {
+	if !c.chat {
 		return map[string]any{"index": index, "text": text, "logprobs": nil, "finish_reason": finish}
 	}
 	delta := map[string]any{}
-	if !s.roleSent[index] {
+	if !c.roleSent[index] {
 		delta["role"] = "assistant"
-		s.roleSent[index] = true
+		c.roleSent[index] = true
 	}
 	if text != "" || finish == nil {
 		delta["content"] = text
@@ -272,15 +338,15 @@ func (s *streamer) deltaChoice(index int, text string, finish *string) map[strin
 	return map[string]any{"index": index, "delta": delta, "logprobs": nil, "finish_reason": finish}
 }
 
-func (s *streamer) chunk(buf *bytes.Buffer, choice map[string]any, usage json.RawMessage) {
-	obj := map[string]any{"id": s.id, "created": s.created, "model": "", "choices": []any{}}
+func (c *chunkEvents) chunk(buf *bytes.Buffer, choice map[string]any, usage json.RawMessage) {
+	obj := map[string]any{"id": c.id, "created": c.created, "model": "", "choices": []any{}}
 	if choice != nil {
 		obj["choices"] = []any{choice}
 	}
 	if usage != nil {
 		obj["usage"] = usage
 	}
-	if s.chat {
+	if c.chat {
 		obj["object"] = "chat.completion.chunk"
 	} else {
 		obj["object"] = "text_completion"
@@ -293,12 +359,8 @@ func (s *streamer) chunk(buf *bytes.Buffer, choice map[string]any, usage json.Ra
 
 // finish sends what the final answer adds: the text of choices that did
 // not stream, each choice's finish_reason, the usage, and [DONE].
-func (s *streamer) finish(body []byte) error {
-	s.flushPieces()
+func (c *chunkEvents) finish(buf *bytes.Buffer, body []byte) error {
 	var full struct {
-		ID      string          `json:"id"`
-		Created int64           `json:"created"`
-		Model   string          `json:"model"`
 		Usage   json.RawMessage `json:"usage"`
 		Choices []struct {
 			Index   int    `json:"index"`
@@ -312,29 +374,25 @@ func (s *streamer) finish(body []byte) error {
 	if err := json.Unmarshal(body, &full); err != nil {
 		return fmt.Errorf("decode answer: %w", err)
 	}
-	s.begin()
-	var buf bytes.Buffer
-	for _, c := range full.Choices {
-		if !s.sent[c.Index] {
-			text := c.Text
-			if s.chat {
-				text = c.Message.Content
+	for _, ch := range full.Choices {
+		if !c.sent[ch.Index] {
+			text := ch.Text
+			if c.chat {
+				text = ch.Message.Content
 			}
-			s.chunk(&buf, s.deltaChoice(c.Index, text, nil), nil)
+			c.chunk(buf, c.deltaChoice(ch.Index, text, nil), nil)
 		}
-		s.chunk(&buf, s.deltaChoice(c.Index, "", c.FinishReason), nil)
+		c.chunk(buf, c.deltaChoice(ch.Index, "", ch.FinishReason), nil)
 	}
 	if len(full.Usage) > 0 && string(full.Usage) != "null" {
-		s.chunk(&buf, nil, full.Usage)
+		c.chunk(buf, nil, full.Usage)
 	}
 	buf.WriteString("data: [DONE]\n\n")
-	_, err := s.w.Write(buf.Bytes())
-	return err
+	return nil
 }
 
-// fail ends a stream that already started with an error event.
-func (s *streamer) fail(err error) {
-	fmt.Fprintf(s.w, "data: %s\n\n", wire.NewError(wire.TypeServerError, err.Error(), "", "").JSON())
+func (c *chunkEvents) fail(buf *bytes.Buffer, errBody []byte) {
+	fmt.Fprintf(buf, "data: %s\n\n", errBody)
 }
 
 // handleModels is GET /v1/models: the models the engine serves.

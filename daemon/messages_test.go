@@ -4,12 +4,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/batchd/batchd/daemon"
+	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai/openaitest"
 	"github.com/batchd/batchd/pipeline"
 )
 
 // POST /v1/messages answers in Anthropic's message shape; what it asks
-// for that is not honoured (stream, tools) is refused by name.
+// for that is not honoured (tools) is refused by name.
 func TestAPIOnlineMessages(t *testing.T) {
 	e := newAPIEnv(t, openaitest.Options{}, nil)
 	var msg struct {
@@ -26,13 +28,71 @@ func TestAPIOnlineMessages(t *testing.T) {
 		len(msg.Content) != 1 || msg.Content[0].Type != "text" || msg.StopReason == "" || msg.Usage.InputTokens == 0 {
 		t.Fatalf("messages: %d %+v", st, msg)
 	}
-	for _, param := range []string{"stream", "tools"} {
-		bad := map[string]any{"max_tokens": 8, "messages": []any{map[string]any{"role": "user", "content": "x"}}}
-		bad[param] = map[string]any{"stream": true, "tools": []any{map[string]any{"name": "t"}}}[param]
-		var ae apiErr
-		if st := e.postJSON("/v1/messages", bad, &ae); st != 400 || ae.Error.Param == nil || *ae.Error.Param != param {
-			t.Errorf("%s: %d %+v", param, st, ae)
+	bad := map[string]any{"max_tokens": 8, "messages": []any{map[string]any{"role": "user", "content": "x"}}, "tools": []any{map[string]any{"name": "t"}}}
+	var ae apiErr
+	if st := e.postJSON("/v1/messages", bad, &ae); st != 400 || ae.Error.Param == nil || *ae.Error.Param != "tools" {
+		t.Errorf("tools: %d %+v", st, ae)
+	}
+}
+
+// checkMessageStream checks an Anthropic event stream of one text block:
+// message_start, content_block_start, deltas, content_block_stop,
+// message_delta, message_stop, each event named by its type; it returns
+// the deltas and the message_delta.
+func checkMessageStream(t *testing.T, events []sseEvent) (deltas []string, end map[string]any) {
+	t.Helper()
+	var types []string
+	for _, ev := range events {
+		if ev.data["type"] != ev.name {
+			t.Fatalf("event %s has type %v", ev.name, ev.data["type"])
 		}
+		if ev.name == "content_block_delta" {
+			d := ev.data["delta"].(map[string]any)
+			if d["type"] != "text_delta" || ev.data["index"] != 0.0 {
+				t.Fatalf("delta %v", ev.data)
+			}
+			deltas = append(deltas, d["text"].(string))
+			continue
+		}
+		types = append(types, ev.name)
+	}
+	if strings.Join(types, " ") != "message_start content_block_start content_block_stop message_delta message_stop" || len(deltas) == 0 {
+		t.Fatalf("events %v, %d deltas", types, len(deltas))
+	}
+	start := events[0].data["message"].(map[string]any)
+	if !strings.HasPrefix(start["id"].(string), "msg_") || start["role"] != "assistant" || len(start["content"].([]any)) != 0 {
+		t.Fatalf("message_start %v", start)
+	}
+	return deltas, events[len(events)-2].data
+}
+
+// stream: true on /v1/messages answers with Anthropic's events; a remote
+// engine's answer comes whole, in one delta; the native engine's text
+// streams token by token and adds up to the answer not streamed.
+func TestAPIStreamsMessages(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	deltas, end := checkMessageStream(t, e.postStream(t, "/v1/messages",
+		`{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hello"}]}`))
+	usage := end["usage"].(map[string]any)
+	if len(deltas) != 1 || end["delta"].(map[string]any)["stop_reason"] == nil || usage["input_tokens"] == 0.0 || usage["output_tokens"] == 0.0 {
+		t.Fatalf("deltas %q, message_delta %v", deltas, end)
+	}
+
+	native := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
+		c.Engine = "native"
+		c.Native.Models = []native.ModelConfig{{Path: demoModel(t)}}
+	})
+	body := `{"max_tokens":12,"temperature":0,"messages":[{"role":"user","content":"Once upon a time"}]}`
+	var whole struct {
+		Content    []struct{ Text string }
+		StopReason string `json:"stop_reason"`
+	}
+	if st := native.call("POST", "/v1/messages", "application/json", strings.NewReader(body), &whole); st != 200 || len(whole.Content) != 1 {
+		t.Fatalf("message: %d %+v", st, whole)
+	}
+	deltas, end = checkMessageStream(t, native.postStream(t, "/v1/messages", strings.Replace(body, "{", `{"stream":true,`, 1)))
+	if strings.Join(deltas, "") != whole.Content[0].Text || len(deltas) < 2 || end["delta"].(map[string]any)["stop_reason"] != whole.StopReason {
+		t.Fatalf("streamed %q (%v), whole %q", deltas, end, whole.Content[0].Text)
 	}
 }
 

@@ -147,8 +147,9 @@ type Queue interface {
 	Window() int
 }
 
-// EndpointResponses is OpenAI's Responses API, which both engines run as a
-// chat completion (AsChat).
+// EndpointResponses is OpenAI's Responses API, which the native engine runs
+// as a chat completion (AsChat); the remote engine forwards it to servers
+// with the route and runs it as a chat completion on others.
 const EndpointResponses = wire.EndpointResponses
 
 // AsChat is how an engine runs a /v1/responses request: the chat

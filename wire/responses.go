@@ -449,34 +449,13 @@ func ChatToResponse(request, chat []byte) ([]byte, error) {
 	if len(c.Choices) != 1 {
 		return nil, fmt.Errorf("chat completion has %d choices, want 1", len(c.Choices))
 	}
-	var req struct {
-		Instructions    json.RawMessage `json:"instructions"`
-		MaxOutputTokens json.RawMessage `json:"max_output_tokens"`
-		Temperature     json.RawMessage `json:"temperature"`
-		TopP            json.RawMessage `json:"top_p"`
-		User            json.RawMessage `json:"user"`
-		Metadata        json.RawMessage `json:"metadata"`
-		Reasoning       struct {
-			Effort json.RawMessage `json:"effort"`
-		} `json:"reasoning"`
-	}
-	if err := json.Unmarshal(request, &req); err != nil {
-		return nil, fmt.Errorf("decode responses request: %w", err)
-	}
 	suffix := strings.TrimPrefix(c.ID, "chatcmpl-")
 	ch := c.Choices[0]
-	r := Response{
-		ID: "resp_" + suffix, Object: ObjectResponse, CreatedAt: c.Created, Status: "completed",
-		Instructions: rawOrNull(req.Instructions), MaxOutputTokens: rawOrNull(req.MaxOutputTokens),
-		Model: c.Model, Temperature: rawOrNull(req.Temperature), TopP: rawOrNull(req.TopP),
-		User: rawOrNull(req.User), Metadata: json.RawMessage(`{}`),
-		Reasoning:  ResponseReasoning{Effort: rawOrNull(req.Reasoning.Effort)},
-		ToolChoice: "auto", Tools: []any{}, Truncation: "disabled", ParallelToolCalls: true,
+	r, err := echoResponse(request)
+	if err != nil {
+		return nil, err
 	}
-	r.Text.Format.Type = "text"
-	if !isNullRaw(req.Metadata) {
-		r.Metadata = req.Metadata
-	}
+	r.ID, r.CreatedAt, r.Status, r.Model = "resp_"+suffix, c.Created, "completed", c.Model
 	msgStatus := "completed"
 	switch ch.FinishReason {
 	case "length":
@@ -511,6 +490,54 @@ func ChatToResponse(request, chat []byte) ([]byte, error) {
 		r.Usage = ru
 	}
 	return json.Marshal(r)
+}
+
+// InProgressResponse is the Response object a streamed Responses request
+// opens with (response.created): status in_progress, no output yet, the
+// request's fields echoed, model as the request names it.
+func InProgressResponse(request []byte, id string, createdAt int64) ([]byte, error) {
+	r, err := echoResponse(request)
+	if err != nil {
+		return nil, err
+	}
+	var req struct {
+		Model string `json:"model"`
+	}
+	json.Unmarshal(request, &req)
+	r.ID, r.CreatedAt, r.Status, r.Model, r.Output = id, createdAt, "in_progress", req.Model, []OutputItem{}
+	return json.Marshal(r)
+}
+
+// echoResponse is the Response of request with its echoed fields set and
+// nothing of the answer (no id, status, model, output or usage).
+func echoResponse(request []byte) (Response, error) {
+	var req struct {
+		Instructions    json.RawMessage `json:"instructions"`
+		MaxOutputTokens json.RawMessage `json:"max_output_tokens"`
+		Temperature     json.RawMessage `json:"temperature"`
+		TopP            json.RawMessage `json:"top_p"`
+		User            json.RawMessage `json:"user"`
+		Metadata        json.RawMessage `json:"metadata"`
+		Reasoning       struct {
+			Effort json.RawMessage `json:"effort"`
+		} `json:"reasoning"`
+	}
+	if err := json.Unmarshal(request, &req); err != nil {
+		return Response{}, fmt.Errorf("decode responses request: %w", err)
+	}
+	r := Response{
+		Object:       ObjectResponse,
+		Instructions: rawOrNull(req.Instructions), MaxOutputTokens: rawOrNull(req.MaxOutputTokens),
+		Temperature: rawOrNull(req.Temperature), TopP: rawOrNull(req.TopP),
+		User: rawOrNull(req.User), Metadata: json.RawMessage(`{}`),
+		Reasoning:  ResponseReasoning{Effort: rawOrNull(req.Reasoning.Effort)},
+		ToolChoice: "auto", Tools: []any{}, Truncation: "disabled", ParallelToolCalls: true,
+	}
+	r.Text.Format.Type = "text"
+	if !isNullRaw(req.Metadata) {
+		r.Metadata = req.Metadata
+	}
+	return r, nil
 }
 
 // rawOrNull is v as an echoed value: null when absent.

@@ -106,3 +106,23 @@ func TestChatToResponse(t *testing.T) {
 		t.Error("a chat completion without a choice became a Response")
 	}
 }
+
+func TestInProgressResponse(t *testing.T) {
+	b, err := InProgressResponse([]byte(`{"model":"m","input":"Hi","instructions":"Be brief.","max_output_tokens":7,"metadata":{"k":"v"}}`), "resp_x", 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	out, ok := r["output"].([]any)
+	if r["id"] != "resp_x" || r["created_at"] != 42.0 || r["status"] != "in_progress" || r["model"] != "m" ||
+		r["instructions"] != "Be brief." || r["max_output_tokens"] != 7.0 || r["usage"] != nil || !ok || len(out) != 0 ||
+		r["metadata"].(map[string]any)["k"] != "v" || r["object"] != "response" {
+		t.Fatalf("%s", b)
+	}
+	if _, err := InProgressResponse([]byte(`[]`), "resp_x", 42); err == nil {
+		t.Fatal("a body that is not an object was taken")
+	}
+}

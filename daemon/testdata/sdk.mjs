@@ -1,7 +1,7 @@
 // The official openai npm SDK against batchd's API, unchanged but for the
 // base URL: upload, create a batch, poll it, download output and errors,
 // check every custom_id once; cancel a second batch and check its
-// batch_cancelled lines; a /v1/responses batch and client.responses.create;
+// batch_cancelled lines; a /v1/responses batch and client.responses.create, whole and streamed;
 // a missing key gets 401.
 //
 // usage: OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 OPENAI_API_KEY=KEY node sdk.mjs N_LINES SLOW_LINES
@@ -84,6 +84,22 @@ if (!(rDone.usage.input_tokens > 0)) fail("responses batch usage " + JSON.string
 const online = await client.responses.create({ model: "m", input: "hello online", max_output_tokens: 5, store: false });
 if (online.object !== "response" || typeof online.output_text !== "string" || online.output_text === "" ||
   online.usage.output_tokens < 1) fail("responses.create " + JSON.stringify(online));
+// Streamed: the deltas join to the final Response's text, in both the
+// raw events and the SDK's accumulating helper.
+const events = await client.responses.create({ model: "m", input: "hello stream", max_output_tokens: 5, store: false, stream: true });
+let joined = "", last = null;
+for await (const ev of events) {
+  if (ev.type === "response.output_text.delta") joined += ev.delta;
+  last = ev;
+}
+if (last?.type !== "response.completed" && last?.type !== "response.incomplete") fail("stream ended with " + JSON.stringify(last));
+const lastText = last.response.output[0].content[0].text;
+if (joined === "" || joined !== lastText) fail(`streamed ${JSON.stringify(joined)}, final ${JSON.stringify(lastText)}`);
+const helper = client.responses.stream({ model: "m", input: "hello helper", max_output_tokens: 5, store: false });
+let helped = "";
+helper.on("response.output_text.delta", (ev) => { helped += ev.delta; });
+const helperFinal = await helper.finalResponse();
+if (helped === "" || helped !== helperFinal.output_text) fail(`stream helper ${JSON.stringify(helped)}, final ${JSON.stringify(helperFinal.output_text)}`);
 try {
   await client.responses.create({ model: "m", input: "x", previous_response_id: "resp_1", store: false });
   fail("previous_response_id was accepted");

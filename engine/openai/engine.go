@@ -68,6 +68,7 @@ type Engine struct {
 	hung      atomic.Bool  // set and cleared by watch (Stats)
 	samples   samples      // known-good bodies for health checks
 	checks    *checks      // health checks in flight and their results
+	responses responsesRoute
 	jitter    func(n int64) int64
 
 	ctx    context.Context // private: cancelled by Close
@@ -269,18 +270,33 @@ func (e *Engine) enter() error {
 // engine is down, Do waits before sending and between retries. Close ends
 // those waits with engine.ErrUnavailable, so callers should cancel their
 // contexts first.
+//
+// A /v1/responses request is forwarded as it is when every server has the
+// route, else sent as the chat completion it translates to and its answer
+// turned into a Response object (see responsesForward).
 func (e *Engine) Do(ctx context.Context, req *engine.Request) (*engine.Response, error) {
 	if req.Endpoint == engine.EndpointResponses {
-		// Sent as a chat completion, whatever the server: the answer
-		// comes back as a Response object.
+		// Refused alike whatever the server; forwarded as it is to
+		// servers with the route, else sent as a chat completion whose
+		// answer comes back as a Response object.
 		chat, answer, refused := engine.AsChat(req)
 		if refused != nil {
 			refused.RequestID = requestID(req.Endpoint, req.CustomID)
 			return refused, nil
 		}
-		resp, err := e.Do(ctx, chat)
+		if e.responsesForward(ctx) {
+			fwd := *req
+			fwd.Body = forwardedResponses(req.Body)
+			return e.send(ctx, &fwd)
+		}
+		resp, err := e.send(ctx, chat)
 		return answer(resp), err
 	}
+	return e.send(ctx, req)
+}
+
+// send is Do for a request sent as it is.
+func (e *Engine) send(ctx context.Context, req *engine.Request) (*engine.Response, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
