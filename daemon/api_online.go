@@ -60,7 +60,7 @@ func (d *Daemon) handleOnline(endpoint string) http.HandlerFunc {
 			return
 		}
 		// A /v1/messages request runs as the chat request it translates to.
-		req := &engine.Request{CustomID: "online", Endpoint: res.Request.URL, Body: res.Request.Body}
+		req := &engine.Request{CustomID: "online", Endpoint: res.Request.URL, Body: res.Request.Body, Priority: d.cfg.API.onlineRank()}
 		var st *streamer
 		if stream {
 			st = newStreamer(w, endpoint, res.Request.Body)

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/batchd/batchd/daemon/webhook"
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native"
 	"github.com/batchd/batchd/engine/openai"
 	"github.com/batchd/batchd/filecontract"
@@ -134,6 +135,18 @@ type APIConfig struct {
 	// none (and no batch default does; default 4096; 0 to 2147483647, 0:
 	// none, the request generates until its context is full).
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
+	// OnlinePriority admits online requests to the engine ahead of
+	// batch lines (default true; the engine still leaves batches a share
+	// of its admissions). false admits them as normal-priority lines.
+	OnlinePriority bool `yaml:"online_priority"`
+}
+
+// onlineRank is the engine priority of an online request.
+func (c APIConfig) onlineRank() engine.Priority {
+	if c.OnlinePriority {
+		return engine.PriorityOnline
+	}
+	return engine.PriorityNormal
 }
 
 // S3Config configures the bucket source (source: s3://BUCKET/PREFIX).
@@ -305,7 +318,7 @@ func DefaultConfig() Config {
 		S3: S3Config{LeaseTTL: s3client.DefaultConfig("").LeaseTTL, ListInterval: s3client.DefaultConfig("").ListInterval,
 			CheckpointInterval: 5 * time.Second},
 		Log: LogConfig{Level: "info", Format: "text"},
-		API: APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096,
+		API: APIConfig{MaxUploadBytes: 512 << 20, DefaultMaxTokens: 4096, OnlinePriority: true,
 			MaxConcurrentUploads: 16, BodyTimeout: 30 * time.Second, BodyMinRate: 1 << 10},
 		Retention: 30 * 24 * time.Hour,
 

@@ -43,7 +43,46 @@ type Request struct {
 	// cannot have crashed the engine: the pipeline's crash-loop guard
 	// counts only started requests as suspects. It must not block.
 	Started func()
+	// Priority orders the request's admission among those waiting for
+	// the engine: higher first, the same in arrival order. An engine
+	// never preempts running work for it and keeps a share of its
+	// admissions for the lower ones, so none starves.
+	Priority Priority
 }
+
+// Priority is a request's admission class (Request.Priority); the zero
+// value is PriorityNormal.
+type Priority int
+
+// Priorities, lowest first: a batch's (options priority or service_tier)
+// and the online endpoints', above every batch.
+const (
+	PriorityLow    Priority = -1
+	PriorityNormal Priority = 0
+	PriorityHigh   Priority = 1
+	PriorityOnline Priority = 2
+)
+
+// String is the priority's name in options and logs.
+func (p Priority) String() string {
+	switch p {
+	case PriorityLow:
+		return "low"
+	case PriorityNormal:
+		return "normal"
+	case PriorityHigh:
+		return "high"
+	case PriorityOnline:
+		return "online"
+	}
+	return fmt.Sprintf("priority(%d)", int(p))
+}
+
+// PriorityShare is how many admissions in a row an engine gives to the
+// highest priority waiting while lower ones wait: the next goes to the
+// longest-waiting of the lower ones. A steady stream of online requests
+// thus leaves batches at least one admission in PriorityShare+1.
+const PriorityShare = 4
 
 // Response is the model side's answer to one request: a success (2xx) or a
 // refusal of that request (4xx other than 408/429), which the pipeline writes
@@ -161,7 +200,7 @@ func AsChat(req *Request) (chat *Request, answer func(*Response) *Response, refu
 	if inv != nil {
 		return nil, nil, &Response{StatusCode: 400, Body: inv.Body()}
 	}
-	chat = &Request{CustomID: req.CustomID, Endpoint: EndpointChat, Body: body, Stream: req.Stream, Started: req.Started}
+	chat = &Request{CustomID: req.CustomID, Endpoint: EndpointChat, Body: body, Stream: req.Stream, Started: req.Started, Priority: req.Priority}
 	answer = func(resp *Response) *Response {
 		if resp == nil || resp.StatusCode != 200 {
 			return resp

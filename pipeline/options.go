@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/internal/fsx"
 	"github.com/batchd/batchd/pipeline/validate"
 
@@ -68,6 +69,13 @@ type Options struct {
 	// publishes, so a batch dropped again in another shape reuses its
 	// results.
 	ResultShape string `json:"result_shape,omitempty" yaml:"result_shape"`
+	// Priority orders the admission of the batch's lines to the engine
+	// among other batches' (online requests go first): "high", "normal"
+	// (the default) or "low". ServiceTier is the same in OpenAI's names:
+	// "priority" (high), "default" or "auto" (normal), "flex" (low). Like
+	// ResultShape, neither is part of the batch's identity.
+	Priority    string `json:"priority,omitempty" yaml:"priority"`
+	ServiceTier string `json:"service_tier,omitempty" yaml:"service_tier"`
 }
 
 // Merge returns o with every field set in over replacing o's.
@@ -110,6 +118,9 @@ func (o Options) Merge(over Options) Options {
 	if over.ResultShape != "" {
 		o.ResultShape = over.ResultShape
 	}
+	if over.Priority != "" || over.ServiceTier != "" {
+		o.Priority, o.ServiceTier = over.Priority, over.ServiceTier
+	}
 	return o
 }
 
@@ -139,6 +150,35 @@ func (o Options) Window() (time.Duration, error) {
 		return 0, fmt.Errorf("completion_window: must be positive, got %s", o.CompletionWindow)
 	}
 	return d, nil
+}
+
+// Batch priorities (Options.Priority) and OpenAI's service tiers
+// (Options.ServiceTier), by the engine priority each stands for.
+var (
+	priorities   = map[string]engine.Priority{"high": engine.PriorityHigh, "normal": engine.PriorityNormal, "low": engine.PriorityLow}
+	serviceTiers = map[string]engine.Priority{"priority": engine.PriorityHigh, "default": engine.PriorityNormal, "auto": engine.PriorityNormal, "flex": engine.PriorityLow}
+)
+
+// Rank is the engine priority of the batch's lines: Priority's, or
+// ServiceTier's (both given, they must agree), or, with neither, that of
+// a metadata "priority" of high, normal or low (other metadata values are
+// the caller's own and mean nothing here); PriorityNormal by default.
+func (o Options) Rank() (engine.Priority, error) {
+	p, okP := priorities[o.Priority]
+	t, okT := serviceTiers[o.ServiceTier]
+	switch {
+	case o.Priority != "" && !okP:
+		return 0, fmt.Errorf("priority: must be \"high\", \"normal\" or \"low\", got %q", o.Priority)
+	case o.ServiceTier != "" && !okT:
+		return 0, fmt.Errorf("service_tier: must be \"priority\", \"default\", \"auto\" or \"flex\", got %q", o.ServiceTier)
+	case okP && okT && p != t:
+		return 0, fmt.Errorf("priority %q and service_tier %q disagree: give one of them", o.Priority, o.ServiceTier)
+	case okP:
+		return p, nil
+	case okT:
+		return t, nil
+	}
+	return priorities[o.Metadata["priority"]], nil
 }
 
 // ValidateConfig is the validator's configuration for these options: the
@@ -229,6 +269,9 @@ func (o Options) Validate() error {
 	case "", ResultShapeOpenAI, ResultShapeDoubleword:
 	default:
 		return fmt.Errorf("result_shape: must be %q or %q, got %q", ResultShapeOpenAI, ResultShapeDoubleword, o.ResultShape)
+	}
+	if _, err := o.Rank(); err != nil {
+		return err
 	}
 	if o.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens: must be a positive integer, got %d", o.MaxTokens)

@@ -38,6 +38,8 @@ func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id strin
 	h := sha256.New()
 	ident := eff
 	ident.ResultShape = "" // a presentation: the same results in another shape
+	// The order of the work, not the work.
+	ident.Priority, ident.ServiceTier = "", ""
 	optJSON, _ := json.Marshal(ident)
 	fmt.Fprintf(h, "batchd-v1\n%s\n%s\n", job.Format, optJSON)
 	chunks := newChunkHasher()
@@ -242,7 +244,7 @@ func (r *run) read() (err error) {
 		t := task{
 			batch: r.b.ID, line: line, alone: stops > 0, lineURL: req.LineURL,
 			ctx: r.reqCtx,
-			req: &engine.Request{CustomID: cid, Endpoint: req.URL, Body: req.Body},
+			req: &engine.Request{CustomID: cid, Endpoint: req.URL, Body: req.Body, Priority: r.prio},
 		}
 		r.tasks.Add(1)
 		if err := r.p.disp.submit(r.runCtx, r.q, t); err != nil {

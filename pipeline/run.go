@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/internal/failpoint"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/pipeline/validate"
@@ -40,6 +41,8 @@ type run struct {
 	man *manifest
 	// shape is the shape NAME.output.jsonl is published in (result_shape).
 	shape string
+	// prio is the engine priority of the batch's requests (Options.Rank).
+	prio engine.Priority
 
 	prior *ledger.Bitmap // lines done before this run: the reader's view
 	done  *ledger.Bitmap // the writer's view
@@ -222,7 +225,8 @@ func (p *Pipeline) readOptions(ctx context.Context, job Job) (Options, error) {
 
 // execute runs a batch that has work left (or is validating) to its end.
 func (p *Pipeline) execute(ctx context.Context, job Job, b *ledger.Batch, man *manifest, eff Options, vcfg validate.Config, log *slog.Logger) (*ledger.Batch, error) {
-	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, man: man, shape: eff.ResultShape, results: make(chan result, 1024)}
+	prio, _ := eff.Rank() // validated
+	r := &run{p: p, job: job, log: log, b: b, vcfg: vcfg, man: man, shape: eff.ResultShape, prio: prio, results: make(chan result, 1024)}
 	r.runCtx, r.stopRun = context.WithCancelCause(ctx)
 	defer r.stopRun(nil)
 	r.reqCtx, r.cancelReq = context.WithCancelCause(r.runCtx)

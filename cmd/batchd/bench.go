@@ -41,7 +41,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return benchKL(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "pipeline" {
-		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|amx|avx512|avx2|neon|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]]\n       batchd bench kl [--shape SHAPE --types T1,T2 [--dequantized] | --model FILE[,FILE] --ref FILE] [--text FILE] [--tokens N]\n       batchd bench gpu [--gpu N] [--mib N]")
+		fmt.Fprintln(stderr, "usage: batchd bench pipeline [--lines N] [--engine instant|remote] [--workers N]\n       batchd bench engine [--model PATH | --shape SHAPE --type TYPE] [--prompt N] [--steps N] [--seqs 1,8,32] [--kernels auto|amx|avx512|avx2|neon|generic] [--lora-rank R [--rounds N]] [--speculative off,ngram,draft [--spec-k K] [--workload repetitive|openings|random] [--output N] [--rounds N]] [--rows 1,2,5] [--device D] [--parity A,B] [--offline N [--write-batch FILE]] [--online N [--online-prompt N] [--online-output N]]\n       batchd bench kl [--shape SHAPE --types T1,T2 [--dequantized] | --model FILE[,FILE] --ref FILE] [--text FILE] [--tokens N]\n       batchd bench gpu [--gpu N] [--mib N]")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("bench pipeline", flag.ContinueOnError)
@@ -286,6 +286,9 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	output := fs.Int("output", 0, "--prefix-requests, --speculative: output tokens per request (0: 64 and 128)")
 	kvBytes := fs.Int64("kv-cache-bytes", 0, "--prefix-requests: KV cache size in bytes (0: the default)")
 	maxSeqs := fs.Int("max-seqs", 0, "--prefix-requests: sequences running at once (0: the default, native.max_seqs)")
+	online := fs.Int("online", 0, "instead, run this many online requests one after another while a batch keeps the engine's window full (--prompt-token prompts, --output tokens), with online priority and without, and report their latency")
+	onlinePrompt := fs.Int("online-prompt", 32, "--online: online prompt tokens")
+	onlineOutput := fs.Int("online-output", 16, "--online: online output tokens")
 	loraRank := fs.Int("lora-rank", 0, "instead, measure each figure with no adapter, one random LoRA adapter of this rank on all 7 projections, and two alternating over the sequences")
 	rounds := fs.Int("rounds", 3, "--lora-rank, --speculative: rounds of the cases, alternated")
 	speculative := fs.String("speculative", "", "instead, run requests through the engine with each of these speculative methods (off, ngram, draft: the model drafting for itself), the first as the baseline, at each of --seqs concurrent sequences")
@@ -354,6 +357,15 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return writeOfflineBatch(path, *writeBatch, oo, stdout, stderr)
 		}
 		res, err := nativebench.BenchOffline(path, oo)
+		if err != nil {
+			return errorf(stderr, exitFailure, "bench engine: %v", err)
+		}
+		fmt.Fprint(stdout, res)
+		return exitOK
+	}
+	if *online > 0 {
+		res, err := nativebench.BenchOnline(path, nativebench.OnlineBenchOptions{Threads: *threads, Kernels: *kernelsName, Requests: *online,
+			Prompt: *prompt, Output: cmp.Or(*output, 64), OnlinePrompt: *onlinePrompt, OnlineOutput: *onlineOutput, KVCacheBytes: *kvBytes, MaxSeqs: *maxSeqs})
 		if err != nil {
 			return errorf(stderr, exitFailure, "bench engine: %v", err)
 		}

@@ -692,6 +692,25 @@ func TestBenchEngineSpeculative(t *testing.T) {
 	}
 }
 
+// bench engine --online runs online requests under a batch with online
+// priority and without, and prints the latency of each.
+func TestBenchEngineOnline(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "demo.gguf")
+	if code, _, stderr := cli(t, "demo-model", "--shape", "tiny", "--out", model); code != exitOK {
+		t.Fatalf("demo-model: %s", stderr)
+	}
+	code, stdout, stderr := cli(t, "bench", "engine", "--model", model, "--threads", "1", "--online", "3", "--prompt", "16",
+		"--output", "4", "--online-prompt", "8", "--online-output", "2", "--max-seqs", "2")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"3 online requests", "online priority on : online latency p50", "online priority off: online latency p50"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
 // bench pipeline runs a generated batch through the whole pipeline on
 // either engine, reports the rate and CPU time, and writes a CPU profile
 // of the run when asked.

@@ -307,7 +307,7 @@ func TestOrderWaitingGroupsByCachedPrefix(t *testing.T) {
 	r := idleRunner(t, ModelConfig{Path: demoPath(t)})
 	bs := r.mr.kv.bs
 	mk := func(first int32) *seq {
-		s := &seq{tokens: make([]int32, 2*bs+3)}
+		s := &seq{job: &job{}, tokens: make([]int32, 2*bs+3)}
 		for i := range s.tokens {
 			s.tokens[i] = first + int32(i%7)
 		}

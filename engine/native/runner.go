@@ -178,7 +178,7 @@ func (r *runner) newJob(req *engine.Request, p *params) (*job, *engine.Response)
 	if resp != nil {
 		return nil, resp
 	}
-	j := &job{p: p, stream: req.Stream, onStart: req.Started}
+	j := &job{p: p, stream: req.Stream, onStart: req.Started, prio: req.Priority}
 	for pi, pr := range prompts {
 		if len(pr) == 0 {
 			return nil, badRequest("the prompt is empty", "prompt", "invalid_value")

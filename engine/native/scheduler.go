@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/tokenizer"
 )
 
@@ -66,6 +67,11 @@ type scheduler struct {
 	decodes []*seq // schedule's buffer
 	// quarantine is set while suspect jobs may be queued (fault.go).
 	quarantine bool
+	// passed counts the admissions in a row that went to a priority above
+	// the lowest waiting; lowest is that priority in the step being
+	// planned (orderWaiting, planAdmissions).
+	passed int
+	lowest engine.Priority
 }
 
 // plan is one step: the sequences whose tokens the model computes, in
@@ -286,6 +292,7 @@ func (sc *scheduler) planAdmissions(pl *planning, short bool) {
 		sc.running = append(sc.running, s)
 		pl.add(s, k)
 		sc.addPending(s, pending)
+		sc.notePassed(s)
 	}
 	clear(sc.waiting[len(kept):])
 	sc.waiting = kept
@@ -443,38 +450,60 @@ func (sc *scheduler) admit(s *seq, budget int) int {
 }
 
 // maxWaitSteps is how many steps a waiting sequence may be passed over by
-// ones whose prompt prefix is cached before it goes first regardless.
+// ones of its priority whose prompt prefix is cached before it goes first
+// among them regardless.
 const maxWaitSteps = 64
 
-// orderWaiting groups the waiting queue by shared prefix: sequences whose
-// leading prompt blocks are in the prefix cache go before those whose are
-// not, longest cached prefix first, so requests sharing a system prompt run
-// while its blocks are cached instead of letting other prompts evict them.
-// Preempted sequences keep the front, a sequence passed over for
-// maxWaitSteps steps goes first, and the order is otherwise kept.
+// orderWaiting orders the waiting queue for admission. Preempted
+// sequences keep the front (they recompute), then, when the priorities
+// above the lowest waiting took engine.PriorityShare admissions in a row,
+// the longest-waiting sequence below the highest priority waiting (so no
+// priority starves), then the rest by priority (engine.Request.Priority),
+// highest first. Within a priority it groups by shared prefix: sequences
+// whose leading prompt blocks are in the prefix cache go before those
+// whose are not, longest cached prefix first, so requests sharing a system
+// prompt run while its blocks are cached instead of letting other prompts
+// evict them; a sequence passed over for maxWaitSteps steps goes first
+// among its priority, and the order is otherwise kept.
 //
 // It costs one prefix-cache lookup per cached block of each waiting
 // sequence and a stable sort: O(n log n) a step for n waiting, so
 // thousands may wait.
 func (sc *scheduler) orderWaiting() {
-	if sc.bm.noCache || len(sc.waiting) < 2 {
+	if len(sc.waiting) == 0 {
 		return
 	}
+	top, lowest := sc.waiting[0].job.prio, sc.waiting[0].job.prio
+	for _, s := range sc.waiting {
+		s.waitSteps++
+		top, lowest = max(top, s.job.prio), min(lowest, s.job.prio)
+	}
+	sc.lowest = lowest
+	if len(sc.waiting) < 2 {
+		return
+	}
+	var starved *seq
+	if sc.passed >= engine.PriorityShare && lowest < top {
+		for _, s := range sc.waiting {
+			if s.job.prio < top && (starved == nil || s.waitSteps > starved.waitSteps) {
+				starved = s
+			}
+		}
+	}
 	const (
-		classPreempted = iota << 24 // the class is the key's high bits; the hits are below
-		classAged
+		classPreempted = iota << 40 // the class is the key's high bits; priority, age and hits are below
+		classStarved
 		classRest
 	)
 	sorted := true
 	for i, s := range sc.waiting {
-		s.waitSteps++
 		switch {
 		case s.status == seqPreempted: // recompute first
 			s.order = classPreempted
-		case s.waitSteps > maxWaitSteps:
-			s.order = classAged
+		case s == starved:
+			s.order = classStarved
 		default:
-			s.order = classRest + (1<<24 - 1) - sc.bm.cachedBlocks(s)
+			s.order = classRest + sc.rank(s)
 		}
 		if i > 0 && s.order < sc.waiting[i-1].order {
 			sorted = false
@@ -482,6 +511,31 @@ func (sc *scheduler) orderWaiting() {
 	}
 	if !sorted {
 		slices.SortStableFunc(sc.waiting, func(a, b *seq) int { return a.order - b.order })
+	}
+}
+
+// rank is s's place among the waiting sequences that are neither preempted
+// nor starved: its priority (high bits, highest first), whether it aged
+// past maxWaitSteps, then its cached prefix blocks (most first).
+func (sc *scheduler) rank(s *seq) int {
+	prio := int(engine.PriorityOnline - min(max(s.job.prio, engine.PriorityLow), engine.PriorityOnline))
+	key := prio << 32
+	if s.waitSteps <= maxWaitSteps {
+		key += 1 << 31
+		if !sc.bm.noCache {
+			key += (1<<24 - 1) - min(sc.bm.cachedBlocks(s), 1<<24-1)
+		}
+	}
+	return key
+}
+
+// notePassed counts admitted sequence s in the share of admissions the
+// priorities above the lowest waiting may take in a row.
+func (sc *scheduler) notePassed(s *seq) {
+	if s.job.prio > sc.lowest {
+		sc.passed++
+	} else {
+		sc.passed = 0
 	}
 }
 

@@ -1,10 +1,12 @@
 package native
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/batchd/batchd/engine"
 	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/engine/native/weights"
 )
@@ -208,5 +210,70 @@ func TestPostprocessTakesSeveralTokensPerSequence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// admittedOrder runs steps of one admission each (prompts of budget tokens,
+// max_tokens 1), calling before ahead of each step, and returns the names
+// of the sequences in the order they were admitted.
+func admittedOrder(sc *scheduler, steps int, names map[*seq]string, before func(step int)) []string {
+	var order []string
+	for step := range steps {
+		before(step)
+		for _, s := range sc.runStep().seqs {
+			order = append(order, names[s])
+		}
+	}
+	return order
+}
+
+func TestScheduleAdmitsHigherPriorityFirst(t *testing.T) {
+	sc := newTestScheduler(t, 64, 40, 8)
+	p := &params{n: 1, maxTokens: 1, ignoreEOS: true}
+	names := map[*seq]string{}
+	queue := func(name string, seed int, prio engine.Priority) {
+		s := sc.queueTest(promptOf(seed, 40), p)
+		s.job.prio = prio
+		names[s] = name
+	}
+	queue("low", 1, engine.PriorityLow)
+	queue("normal", 2, engine.PriorityNormal)
+	queue("high", 3, engine.PriorityHigh)
+	queue("normal2", 4, engine.PriorityNormal)
+	queue("online", 5, engine.PriorityOnline)
+	got := admittedOrder(sc, 5, names, func(int) {})
+	want := []string{"online", "high", "normal", "normal2", "low"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("admitted %v, want %v (priority, then arrival)", got, want)
+	}
+}
+
+func TestSchedulePriorityLeavesBatchesAShare(t *testing.T) {
+	sc := newTestScheduler(t, 64, 40, 8)
+	p := &params{n: 1, maxTokens: 1, ignoreEOS: true}
+	names := map[*seq]string{}
+	for i := range 3 {
+		s := sc.queueTest(promptOf(100+i, 40), p)
+		names[s] = fmt.Sprintf("batch%d", i)
+	}
+	// A steady stream of online requests: one arrives before every step,
+	// so one always waits.
+	got := admittedOrder(sc, 16, names, func(step int) {
+		s := sc.queueTest(promptOf(step, 40), p)
+		s.job.prio = engine.PriorityOnline
+		names[s] = "online"
+	})
+	var batchAt []int
+	for i, name := range got {
+		if name != "online" {
+			batchAt = append(batchAt, i)
+			if want := fmt.Sprintf("batch%d", len(batchAt)-1); name != want {
+				t.Fatalf("admission %d is %s, want %s (batch lines keep their order)", i, name, want)
+			}
+		}
+	}
+	share := engine.PriorityShare
+	if want := []int{share, 2*share + 1, 3*share + 2}; !slices.Equal(batchAt, want) {
+		t.Fatalf("batch lines admitted at %v of %v, want at %v: one in %d admissions", batchAt, got, want, share+1)
 	}
 }

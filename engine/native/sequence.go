@@ -112,6 +112,9 @@ type job struct {
 	// was. Scheduler goroutine only.
 	onStart func()
 	started bool
+	// prio is engine.Request.Priority: the order of admission
+	// (orderWaiting).
+	prio engine.Priority
 }
 
 // start notes that one of j's sequences enters a step.

@@ -61,7 +61,7 @@ type Engine struct {
 	client    *http.Client    // sends attempts through attemptTransport
 	answers   *answerBudget   // bounds the answer bytes held, each and all
 	urlStub   string          // URL given to go-retryablehttp; the transport picks the replica
-	sem       chan struct{}   // the in-flight window
+	win       *window         // the in-flight window
 	inflight  atomic.Int64
 	active    atomic.Int64 // Do calls past enter, held ones included
 	retries   atomic.Int64 // attempts that repeated an earlier one (Stats)
@@ -130,7 +130,7 @@ func New(cfg Config) (*Engine, error) {
 		}},
 		urlStub: stub,
 		checks:  newChecks(len(bases)),
-		sem:     make(chan struct{}, cfg.MaxInFlight),
+		win:     newWindow(cfg.MaxInFlight),
 		jitter:  rand.Int64N,
 		ctx:     ctx,
 		cancel:  cancel,
@@ -350,14 +350,10 @@ func (e *Engine) send(ctx context.Context, req *engine.Request) (*engine.Respons
 	if _, err := e.pool.waitUp(ctx, e.ctx.Done(), errClosed); err != nil {
 		return nil, err
 	}
-	select {
-	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-e.ctx.Done():
-		return nil, errClosed
+	if err := e.win.acquire(ctx, e.ctx.Done(), req.Priority); err != nil {
+		return nil, err
 	}
-	defer func() { <-e.sem }()
+	defer e.win.release()
 	e.inflight.Add(1)
 	defer func() {
 		if e.inflight.Add(-1) == 0 {

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/batchd/batchd/engine/native"
-	"github.com/batchd/batchd/engine/native/weights"
 )
 
 // OfflineOptions configures BenchOffline: Requests completions of random
@@ -87,12 +86,10 @@ func BenchOffline(path string, o OfflineOptions) (*OfflineResult, error) {
 	if o.Requests < 1 || o.Output < 1 {
 		return nil, fmt.Errorf("bench: offline: requests and output tokens must be at least 1")
 	}
-	w, err := weights.Load(path)
+	vocab, err := vocabSize(path)
 	if err != nil {
 		return nil, err
 	}
-	vocab := w.Config.VocabSize
-	w.Close()
 	reqs := OfflineBatch(vocab, o)
 	cfg := engineConfig(path, o.Device, o.Threads, o.Kernels, o.KVCacheBytes, o.MaxSeqs, o.MaxBatchTokens)
 	ctx := context.Background()

@@ -46,12 +46,10 @@ type PrefixBenchResult struct {
 // (scheduler, paged KV cache, sampler) twice: with prefix caching and
 // without.
 func BenchPrefix(path string, o PrefixBenchOptions) (*PrefixBenchResult, error) {
-	w, err := weights.Load(path)
+	vocab, err := vocabSize(path)
 	if err != nil {
 		return nil, err
 	}
-	vocab := w.Config.VocabSize
-	w.Close()
 	res := &PrefixBenchResult{Model: path, Options: o}
 	for _, cache := range []bool{true, false} {
 		cfg := engineConfig(path, "", o.Threads, o.Kernels, o.KVCacheBytes, o.MaxSeqs, o.MaxBatchTokens)
@@ -108,6 +106,16 @@ func (r *PrefixBenchResult) String() string {
 			float64(r.Runs[1].Cache.PrefillTokens)/float64(r.Runs[0].Cache.PrefillTokens), r.Runs[1].Seconds/r.Runs[0].Seconds)
 	}
 	return b.String()
+}
+
+// vocabSize is the vocabulary size of the model at path.
+func vocabSize(path string) (int, error) {
+	w, err := weights.Load(path)
+	if err != nil {
+		return 0, err
+	}
+	defer w.Close()
+	return w.Config.VocabSize, nil
 }
 
 // openQuiet opens an engine on cfg whose logs go nowhere: a benchmark
