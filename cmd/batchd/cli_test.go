@@ -473,6 +473,12 @@ func TestCheckDetectsTamperedOutputs(t *testing.T) {
 	}
 	lines := strings.SplitAfter(string(intact), "\n")
 	errLines := strings.SplitAfter(string(intactErrs), "\n")
+	// A chat answer's line (lines are in the order answers came, so the
+	// batch's completions and embeddings may come first).
+	chatLine := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, `"content":"`) })
+	if chatLine < 0 {
+		t.Fatalf("no chat answer among the output lines:\n%s", intact)
+	}
 	var victim struct {
 		CustomID string `json:"custom_id"`
 	}
@@ -496,8 +502,8 @@ func TestCheckDetectsTamperedOutputs(t *testing.T) {
 			want: []string{"a success line in the wrong file"}},
 		{name: "a torn last line", output: string(intact[:len(intact)-10]), errs: string(intactErrs),
 			want: []string{"torn line"}},
-		{name: "invalid UTF-8 in a line", output: replaceLine(lines, 2, strings.Replace(lines[2], `"content":"`, "\"content\":\"\xff", 1)), errs: string(intactErrs),
-			want: []string{"tamper.output.jsonl:3: not valid UTF-8 (at byte"}},
+		{name: "invalid UTF-8 in a line", output: replaceLine(lines, chatLine, strings.Replace(lines[chatLine], `"content":"`, "\"content\":\"\xff", 1)), errs: string(intactErrs),
+			want: []string{fmt.Sprintf("tamper.output.jsonl:%d: not valid UTF-8 (at byte", chatLine+1)}},
 		{name: "a body that is not an object", output: replaceLine(lines, 3, withResponseBody(t, lines[3], `["not","an","object"]`)), errs: string(intactErrs),
 			want: []string{"tamper.output.jsonl:4: response.body is an array, not a JSON object"}},
 	}
