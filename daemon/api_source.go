@@ -12,6 +12,7 @@ import (
 
 	"github.com/batchd/batchd/filecontract"
 	"github.com/batchd/batchd/internal/fsx"
+	"github.com/batchd/batchd/pipeline"
 	"github.com/batchd/batchd/pipeline/ledger"
 	"github.com/batchd/batchd/store/folder"
 	"github.com/batchd/batchd/watcher"
@@ -169,6 +170,10 @@ func (s *apiSource) Close(context.Context) error {
 func (s *apiSource) Start(ctx context.Context, ev watcher.Event, _ Canceller) (*Started, error) {
 	st := &apiStore{Store: folder.New(ev.Name, ev.Path, s.outbox, s.done), id: ev.Name, final: s.finalPath(ev.Name)}
 	return folderJob(ctx, ev, st), nil
+}
+
+func (s *apiSource) options(_ context.Context, ev watcher.Event) (pipeline.Options, error) {
+	return optionsBeside(ev)
 }
 
 // Refuse implements Source. The API checks what it accepts when it is

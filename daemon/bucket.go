@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,6 +37,30 @@ func (br *bucketSource) Forget(ev watcher.Event)         { br.w.Forget(ev.Path) 
 func (br *bucketSource) Close(ctx context.Context) error { return br.w.Close(ctx) }
 func (br *bucketSource) retryWhen() string               { return "the next listing" }
 func (br *bucketSource) kind() string                    { return "bucket" }
+
+// options implements Source: inbox/NAME.options.json, read within
+// optionsReadTimeout (the run reads it again when it starts).
+func (br *bucketSource) options(ctx context.Context, ev watcher.Event) (pipeline.Options, error) {
+	ctx, cancel := context.WithTimeout(ctx, optionsReadTimeout)
+	defer cancel()
+	key := br.b.InboxKey(ev.Name + filecontract.SuffixOptions)
+	raw, _, err := br.b.Get(ctx, key, maxOptionsBytes)
+	switch {
+	case s3client.IsNotFound(err):
+		return pipeline.Options{}, nil
+	case err != nil:
+		return pipeline.Options{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	return pipeline.ParseOptions(raw, key)
+}
+
+// optionsReadTimeout bounds the read of a bucket input's options for its
+// place in the run queue; maxOptionsBytes bounds their size (as the
+// bucket store's own read does).
+const (
+	optionsReadTimeout = 10 * time.Second
+	maxOptionsBytes    = 16 << 20
+)
 
 // serveEvents takes MinIO webhook notifications (POST /v1/bucket-events):
 // new inputs start at once instead of at the next listing.

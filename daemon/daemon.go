@@ -95,6 +95,11 @@ type Daemon struct {
 type delivery struct {
 	src Source
 	ev  watcher.Event
+	// rank is the input's priority in the run queue (its options').
+	rank engine.Priority
+	// requeued: put back in the run queue after its run stopped; it goes
+	// first.
+	requeued bool
 }
 
 // New returns a daemon for cfg; it does no I/O.
@@ -372,9 +377,9 @@ func (d *Daemon) receive(ctx context.Context, src Source) {
 			case watcher.Cancel:
 				src.Cancel(ctx, ev, d.pipe)
 			case watcher.Input:
-				d.enqueue(delivery{src, ev})
+				d.enqueue(ctx, delivery{src: src, ev: ev})
 			case watcher.Refused:
-				d.refuse(delivery{src, ev})
+				d.refuse(delivery{src: src, ev: ev})
 			}
 		}
 	}
@@ -404,10 +409,30 @@ func (d *Daemon) refuse(dl delivery) {
 // enqueue queues an input for a batch runner. While draining it stays in
 // its source for the restart; while its name runs or waits already its
 // source delivers it again after Forget if it is still pending there.
-func (d *Daemon) enqueue(dl delivery) {
+func (d *Daemon) enqueue(ctx context.Context, dl delivery) {
+	if d.runs.busy(dl.ev.Name) {
+		return
+	}
+	dl.rank = d.rank(ctx, dl)
 	if d.runs.push(dl) {
 		d.pokeStatus()
 	}
+}
+
+// rank is input dl's priority in the run queue: that of its options over
+// the config's batch defaults. Options that cannot be read or are invalid
+// count as normal here; the run reads them again and fails the batch,
+// naming the field, if they are still invalid.
+func (d *Daemon) rank(ctx context.Context, dl delivery) engine.Priority {
+	o, err := dl.src.options(ctx, dl.ev)
+	if err != nil {
+		d.log.Debug("read options for the run queue", "name", dl.ev.Name, "error", err)
+	}
+	p, err := d.cfg.Batch.Merge(o).Rank()
+	if err != nil {
+		return engine.PriorityNormal
+	}
+	return p
 }
 
 func (d *Daemon) next() (delivery, bool) {

@@ -3,10 +3,17 @@ package daemon
 import (
 	"slices"
 	"sync"
+
+	"github.com/batchd/batchd/engine"
 )
 
 // runQueue is the daemon's queue of inputs waiting for a batch runner:
-// first come, first served, and one run of a name at a time. A name is
+// by priority (delivery.rank, the batch's options), first come first
+// served within one, and one run of a name at a time. As the engines do
+// with lines, after engine.PriorityShare runs in a row went to a higher
+// priority while a lower one waited, the next goes to the earliest of the
+// lower ones, so a stream of high-priority batches never starves the
+// others; an input put back (requeue) goes first. A name is
 // active from the moment it is queued (or claimed for a refusal) until its
 // run finished; an input delivered again while its name is active is
 // dropped (its source delivers it again after Forget if it is still
@@ -18,6 +25,7 @@ type runQueue struct {
 	queue   []delivery
 	active  map[string]bool     // names queued or running
 	again   map[string]delivery // refusals waiting for their name's run to finish
+	passed  int                 // runs in a row given over a lower priority waiting
 	closing bool
 }
 
@@ -59,7 +67,8 @@ func (q *runQueue) claim(dl delivery) bool {
 	return true
 }
 
-// next waits for the first queued input; false once the queue is closed.
+// next waits for the next input to run (see runQueue); false once the
+// queue is closed.
 func (q *runQueue) next() (delivery, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -69,15 +78,40 @@ func (q *runQueue) next() (delivery, bool) {
 	if q.closing {
 		return delivery{}, false
 	}
-	dl := q.queue[0]
-	q.queue = q.queue[1:]
+	i := q.pick()
+	dl := q.queue[i]
+	q.queue = slices.Delete(q.queue, i, i+1)
+	dl.requeued = false
 	return dl, true
+}
+
+// pick is the index of the queued input to run next. The caller holds mu.
+func (q *runQueue) pick() int {
+	if q.queue[0].requeued {
+		return 0
+	}
+	top, lowest := q.queue[0].rank, q.queue[0].rank
+	for _, dl := range q.queue {
+		top, lowest = max(top, dl.rank), min(lowest, dl.rank)
+	}
+	take := func(dl delivery) bool { return dl.rank == top }
+	if q.passed >= engine.PriorityShare && lowest < top {
+		take = func(dl delivery) bool { return dl.rank < top }
+	}
+	i := slices.IndexFunc(q.queue, take)
+	if q.queue[i].rank > lowest {
+		q.passed++
+	} else {
+		q.passed = 0
+	}
+	return i
 }
 
 // requeue puts dl, whose name stays active, back first in the queue.
 func (q *runQueue) requeue(dl delivery) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	dl.requeued = true
 	q.queue = append([]delivery{dl}, q.queue...)
 	q.cond.Signal()
 }
@@ -110,7 +144,7 @@ func (q *runQueue) close() (running int) {
 	return len(q.active) - len(q.queue)
 }
 
-// snapshot returns the queued inputs in order and the names running
+// snapshot returns the queued inputs in the order they came and the names running
 // (active and not queued), sorted.
 func (q *runQueue) snapshot() (queued []delivery, running []string) {
 	q.mu.Lock()

@@ -60,6 +60,10 @@ type Source interface {
 	retryWhen() string
 	// kind names the source in metrics: dir, bucket or api.
 	kind() string
+	// options reads input ev's NAME.options.json as it is now (zero
+	// Options when it has none), for the run queue's admission order; the
+	// run reads it again when it starts.
+	options(ctx context.Context, ev watcher.Event) (pipeline.Options, error)
 }
 
 // Started is an input a source prepared to run.
@@ -107,6 +111,16 @@ func (s *folderSource) Forget(ev watcher.Event)         { s.w.Forget(ev.Path) }
 func (s *folderSource) Close(ctx context.Context) error { return s.w.Close(ctx) }
 func (s *folderSource) retryWhen() string               { return "the next rescan" }
 func (s *folderSource) kind() string                    { return "dir" }
+
+func (s *folderSource) options(_ context.Context, ev watcher.Event) (pipeline.Options, error) {
+	return optionsBeside(ev)
+}
+
+// optionsBeside reads the NAME.options.json beside the folder input ev.
+func optionsBeside(ev watcher.Event) (pipeline.Options, error) {
+	o, _, err := pipeline.ReadOptionsFile(filepath.Join(filepath.Dir(ev.Path), ev.Name+filecontract.SuffixOptions))
+	return o, err
+}
 
 // Start implements Source: the input runs from the inbox, its outputs go
 // to the outbox.
