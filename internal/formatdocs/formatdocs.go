@@ -6,6 +6,8 @@
 package formatdocs
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,13 @@ import (
 // EdgeLLM is TensorRT Edge-LLM's input JSON description: the requests
 // document's format.
 const EdgeLLM = "tensorrt-edge-llm-input-json.txt"
+
+// BatchGen's and Doubleword's descriptions: OpenAI batch JSONL as each
+// uses it.
+const (
+	BatchGen   = "batchgen-input-format.txt"
+	Doubleword = "doubleword-jsonl.txt"
+)
 
 // Path returns the path of the description named file, and skips t when
 // BATCHD_FORMATS is not set.
@@ -62,4 +71,34 @@ func Objects(t testing.TB, path string) []string {
 // braces is how many more "{" than "}" line holds.
 func braces(line string) int {
 	return strings.Count(line, "{") - strings.Count(line, "}")
+}
+
+// BatchLines returns every batch line the description at path shows, as
+// written: one-line examples ({"custom_id": ... on one line) and
+// pretty-printed ones (an object over several lines with a custom_id and a
+// method), compacted to one line each. Results examples are left out.
+func BatchLines(t testing.TB, path string) []string {
+	t.Helper()
+	var out []string
+	for _, text := range Objects(t, path) {
+		if !strings.Contains(text, "\n") {
+			if strings.HasPrefix(text, `{"custom_id"`) {
+				out = append(out, text)
+			}
+			continue
+		}
+		var probe struct {
+			CustomID *string `json:"custom_id"`
+			Method   *string `json:"method"`
+		}
+		if json.Unmarshal([]byte(text), &probe) != nil || probe.CustomID == nil || probe.Method == nil {
+			continue // a results example, not a request
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, []byte(text)); err != nil {
+			t.Fatalf("%s: example %q: %v", path, text, err)
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
