@@ -117,15 +117,21 @@ func (d *Daemon) handleCreateBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req createRequest
-	var opts pipeline.Options
+	var body struct {
+		pipeline.Options
+		// output_expires_after is the request's own (req), checked with
+		// the API's errors; this shadows the options' field of that name.
+		OutputExpiresAfter json.RawMessage `json:"output_expires_after"`
+	}
 	if err := json.Unmarshal(raw, &req); err != nil {
 		writeAPIError(w, http.StatusBadRequest, "invalid_json", "", "the body is not a JSON object: %v", err)
 		return
 	}
-	if err := json.Unmarshal(raw, &opts); err != nil {
+	if err := json.Unmarshal(raw, &body); err != nil {
 		writeAPIError(w, http.StatusBadRequest, "invalid_value", "", "batch options: %v", err)
 		return
 	}
+	opts := body.Options
 	switch {
 	case req.InputFileID == "":
 		writeAPIError(w, http.StatusBadRequest, "missing_required_parameter", "input_file_id", "input_file_id is required")

@@ -475,7 +475,7 @@ func (d *Daemon) runBatches(ctx context.Context) {
 		ev := dl.ev
 		st, err := dl.src.Start(ctx, ev, d.pipe)
 		if err == nil && st != nil {
-			st.Job.Store = d.withOutputExpiry(dl.src, ev.Name, st.Job.Store)
+			st.Job.Store = d.withOutputExpiry(ctx, dl, st.Job.Store)
 			var b *ledger.Batch
 			b, err = d.pipe.Run(st.Ctx, st.Job)
 			err = st.Finish(err)

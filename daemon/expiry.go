@@ -42,8 +42,8 @@ import (
 
 // Expiry limits, OpenAI's: 3600 to 2592000 seconds.
 const (
-	minExpiry = time.Hour
-	maxExpiry = 30 * 24 * time.Hour
+	minExpiry = pipeline.MinExpiry
+	maxExpiry = pipeline.MaxExpiry
 )
 
 // expirySweep is how often expired files are removed from disk.
@@ -211,21 +211,26 @@ func (s *expiringStore) Publish(ctx context.Context, r pipeline.Results) error {
 	return s.Store.Publish(ctx, r)
 }
 
-// withOutputExpiry wraps the store of batch name, delivered by src, when
-// its results expire: an API batch's as it was created, any other's as
-// the config says.
-func (d *Daemon) withOutputExpiry(src Source, name string, st pipeline.Store) pipeline.Store {
-	after := d.cfg.Expiry.Outputs
-	if src.kind() == "api" {
+// withOutputExpiry wraps the store of input dl when its results expire:
+// an API batch's as it was created, any other's as its options'
+// output_expires_after says, else as the config's expiry.outputs.
+func (d *Daemon) withOutputExpiry(ctx context.Context, dl delivery, st pipeline.Store) pipeline.Store {
+	name, after := dl.ev.Name, d.cfg.Expiry.Outputs
+	if dl.src.kind() == "api" {
 		after = 0
 		if m, err := d.apiBatchMeta(name); err == nil {
 			after = time.Duration(m.OutputExpiresAfter) * time.Second
+		}
+	} else if o, err := dl.src.options(ctx, dl.ev); err == nil && o.OutputExpiresAfter != nil {
+		// Invalid options fail the run, which then publishes nothing to expire.
+		if own, err := o.OutputExpiresAfter.Duration(); err == nil {
+			after = own
 		}
 	}
 	if after <= 0 {
 		return st
 	}
-	return &expiringStore{Store: st, d: d, name: expiredName{Name: name, Bucket: src.kind() == "bucket"}, after: after}
+	return &expiringStore{Store: st, d: d, name: expiredName{Name: name, Bucket: dl.src.kind() == "bucket"}, after: after}
 }
 
 // expiryLoop removes expired files at start and every expirySweep.

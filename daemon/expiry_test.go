@@ -375,3 +375,45 @@ func TestExpiryOutlivesARestart(t *testing.T) {
 		t.Errorf("outbox output after expiry: %v, want gone", err)
 	}
 }
+
+// A dropped batch's options set its own output expiry (OpenAI's
+// output_expires_after), over the config's expiry.outputs or with none
+// configured; an out-of-range one fails the batch naming the field.
+func TestDroppedBatchOwnOutputExpiry(t *testing.T) {
+	e := newAPIEnv(t, openaitest.Options{}, func(c *daemon.Config) {
+		c.Expiry.Outputs = 10 * time.Hour
+	})
+	e.drop("own.options.json", `{"output_expires_after":{"anchor":"created_at","seconds":7200}}`)
+	e.drop("own.jsonl", chatBatch(2, "o")+"not json\n")
+	e.drop("plain.jsonl", chatBatch(1, "p"))
+	e.drop("bad.options.json", `{"output_expires_after":{"anchor":"created_at","seconds":60}}`)
+	e.drop("bad.jsonl", chatBatch(1, "b"))
+	for _, name := range []string{"own", "plain"} {
+		if o := e.waitEnded(name, "jsonl"); o.Status != "completed" {
+			t.Fatalf("%s: %+v", name, o)
+		}
+	}
+	if o := e.waitEnded("bad", "jsonl"); o.Status != "failed" || o.Errors == nil || len(o.Errors.Data) == 0 ||
+		!strings.Contains(o.Errors.Data[0].Message, "output_expires_after.seconds") {
+		t.Fatalf("bad: %+v, want failed naming output_expires_after.seconds", o)
+	}
+	gone := func(name string) bool {
+		_, err := os.Lstat(filepath.Join(e.dirs.Outbox, name+".output.jsonl"))
+		return os.IsNotExist(err)
+	}
+	// Three hours on, own's results are gone (2 hours), plain's stay (10).
+	e.expireAt(time.Now().Add(3 * time.Hour))
+	if !gone("own") {
+		t.Error("own's output outlived its own output_expires_after")
+	}
+	if _, err := os.Lstat(filepath.Join(e.dirs.Outbox, "own.errors.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("own's errors file after its expiry: %v, want gone", err)
+	}
+	if gone("plain") {
+		t.Error("plain's output went before the config's expiry.outputs")
+	}
+	e.expireAt(time.Now().Add(11 * time.Hour))
+	if !gone("plain") {
+		t.Error("plain's output outlived expiry.outputs")
+	}
+}

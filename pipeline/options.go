@@ -76,6 +76,37 @@ type Options struct {
 	// ResultShape, neither is part of the batch's identity.
 	Priority    string `json:"priority,omitempty" yaml:"priority"`
 	ServiceTier string `json:"service_tier,omitempty" yaml:"service_tier"`
+	// OutputExpiresAfter is OpenAI's output_expires_after for a batch
+	// dropped in the inbox or the bucket: its output and error files are
+	// removed that long after they were written, instead of after the
+	// config's expiry.outputs (an API batch takes it from POST
+	// /v1/batches). Not part of the batch's identity.
+	OutputExpiresAfter *ExpiresAfter `json:"output_expires_after,omitempty" yaml:"-"`
+}
+
+// ExpiresAfter is OpenAI's expiration policy: anchor "created_at", and
+// Seconds from 3600 (an hour) to 2592000 (30 days).
+type ExpiresAfter struct {
+	Anchor  string `json:"anchor"`
+	Seconds int64  `json:"seconds"`
+}
+
+// Expiry limits, OpenAI's.
+const (
+	MinExpiry = time.Hour
+	MaxExpiry = 30 * 24 * time.Hour
+)
+
+// Duration checks the policy and returns how long it keeps a file.
+func (e ExpiresAfter) Duration() (time.Duration, error) {
+	if e.Anchor != "created_at" {
+		return 0, fmt.Errorf("output_expires_after.anchor: must be \"created_at\", got %q", e.Anchor)
+	}
+	d := time.Duration(e.Seconds) * time.Second
+	if e.Seconds < int64(MinExpiry/time.Second) || e.Seconds > int64(MaxExpiry/time.Second) {
+		return 0, fmt.Errorf("output_expires_after.seconds: must be between 3600 (1 hour) and 2592000 (30 days), got %d", e.Seconds)
+	}
+	return d, nil
 }
 
 // Merge returns o with every field set in over replacing o's.
@@ -121,6 +152,7 @@ func (o Options) Merge(over Options) Options {
 	if over.Priority != "" || over.ServiceTier != "" {
 		o.Priority, o.ServiceTier = over.Priority, over.ServiceTier
 	}
+	setIf(&o.OutputExpiresAfter, over.OutputExpiresAfter)
 	return o
 }
 
@@ -272,6 +304,11 @@ func (o Options) Validate() error {
 	}
 	if _, err := o.Rank(); err != nil {
 		return err
+	}
+	if e := o.OutputExpiresAfter; e != nil {
+		if _, err := e.Duration(); err != nil {
+			return err
+		}
 	}
 	if o.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens: must be a positive integer, got %d", o.MaxTokens)

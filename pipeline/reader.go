@@ -40,6 +40,7 @@ func (p *Pipeline) identify(ctx context.Context, job Job, eff Options) (id strin
 	ident.ResultShape = "" // a presentation: the same results in another shape
 	// The order of the work, not the work.
 	ident.Priority, ident.ServiceTier = "", ""
+	ident.OutputExpiresAfter = nil // how long results are kept
 	optJSON, _ := json.Marshal(ident)
 	fmt.Fprintf(h, "batchd-v1\n%s\n%s\n", job.Format, optJSON)
 	chunks := newChunkHasher()
