@@ -53,7 +53,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // access guards the HTTP routes with the API keys. With no keys it lets
 // everything through (Validate allows that only on loopback or with
 // api.open). With keys, the API (/v1/) takes Authorization: Bearer KEY
-// only; the status page and /metrics take that header or the status-page
+// or x-api-key: KEY (Anthropic's clients) only; the status page and /metrics take that header or the status-page
 // cookie, which GET /?key=KEY sets for a browser. Keys and cookies are
 // compared in constant time through their SHA-256, and never logged.
 // A reload (SIGHUP) swaps the keys under running handlers (set).
@@ -119,8 +119,13 @@ func (a *access) api(h http.Handler) http.Handler {
 		}
 		tok, ok := bearer(r)
 		if !ok {
+			// Anthropic's clients send the key as x-api-key.
+			tok = r.Header.Get("X-Api-Key")
+			ok = tok != ""
+		}
+		if !ok {
 			writeAPIError(w, http.StatusUnauthorized, "missing_api_key", "",
-				"You didn't provide an API key. Provide it in the Authorization header as Bearer KEY.")
+				"You didn't provide an API key. Provide it in the Authorization header as Bearer KEY (or as x-api-key: KEY).")
 			return
 		}
 		if !match(k.keys, tok) {

@@ -397,6 +397,43 @@ func TestOpenAINodeSDK(t *testing.T) {
 	t.Logf("%s", bytes.TrimSpace(out))
 }
 
+// The official Anthropic npm SDK, unchanged, drives /v1/messages
+// (testdata/anthropic.mjs): a message, a stream, a 400 and a 401 in
+// Anthropic's error shape, the key sent as x-api-key. .ci/run installs it
+// into .cache/npm-anthropic.
+func TestAnthropicNodeSDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	modDir := os.Getenv("BATCHD_ANTHROPIC_NODE_DIR")
+	if modDir == "" {
+		modDir, _ = filepath.Abs("../.cache/npm-anthropic")
+	}
+	_, statErr := os.Stat(filepath.Join(modDir, "node_modules", "@anthropic-ai", "sdk", "package.json"))
+	if err != nil || statErr != nil {
+		msg := "the @anthropic-ai/sdk npm package or node is missing: run `npm install @anthropic-ai/sdk@1.16.0` in .cache/npm-anthropic (.ci/run does), or set BATCHD_ANTHROPIC_NODE_DIR"
+		if os.Getenv("BATCHD_REQUIRE_SDK") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	e := newAPIEnv(t, openaitest.Options{}, nil)
+	data, err := os.ReadFile("testdata/anthropic.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The script imports the SDK: run it from a copy beside node_modules.
+	dst := filepath.Join(modDir, "anthropic.mjs")
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, dst)
+	cmd.Env = append(os.Environ(), "ANTHROPIC_BASE_URL="+e.base, "ANTHROPIC_API_KEY="+e.key)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("anthropic sdk test: %v\n%s", err, out)
+	}
+	t.Logf("%s", bytes.TrimSpace(out))
+}
+
 // Retry runs only the failed requests again: completed ones are not redone.
 func TestAPIRetryRunsOnlyFailed(t *testing.T) {
 	var refuse atomic.Bool

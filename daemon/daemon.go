@@ -618,7 +618,7 @@ func (d *Daemon) serveHTTP() error {
 	api.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "unknown_url", "", "Unknown request URL: %s %s.", r.Method, r.URL.Path)
 	})
-	mux.Handle("/v1/", acc.api(d.intake(api)))
+	mux.Handle("/v1/", anthropicErrors(acc.api(d.intake(api))))
 	mux.Handle("GET "+LedgerBackupPath, acc.admin(http.HandlerFunc(d.handleLedgerBackup)))
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {

@@ -1,6 +1,9 @@
 package daemon_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -28,10 +31,39 @@ func TestAPIOnlineMessages(t *testing.T) {
 		len(msg.Content) != 1 || msg.Content[0].Type != "text" || msg.StopReason == "" || msg.Usage.InputTokens == 0 {
 		t.Fatalf("messages: %d %+v", st, msg)
 	}
+	// Errors come in Anthropic's shape, naming the field in the message,
+	// with OpenAI's param and code beside it.
+	type anthropicErr struct {
+		Type  string
+		Error struct{ Type, Message, Param, Code string }
+	}
 	bad := map[string]any{"max_tokens": 8, "messages": []any{map[string]any{"role": "user", "content": "x"}}, "tools": []any{map[string]any{"name": "t"}}}
-	var ae apiErr
-	if st := e.postJSON("/v1/messages", bad, &ae); st != 400 || ae.Error.Param == nil || *ae.Error.Param != "tools" {
+	var ae anthropicErr
+	if st := e.postJSON("/v1/messages", bad, &ae); st != 400 || ae.Type != "error" || ae.Error.Type != "invalid_request_error" ||
+		ae.Error.Param != "tools" || !strings.HasPrefix(ae.Error.Message, "tools") {
 		t.Errorf("tools: %d %+v", st, ae)
+	}
+	// Anthropic's clients send the key as x-api-key.
+	raw, _ := json.Marshal(body)
+	for key, want := range map[string]int{e.key: 200, "wrong": 401} {
+		req, _ := http.NewRequest("POST", e.base+"/v1/messages", bytes.NewReader(raw))
+		req.Header.Set("X-Api-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ae = anthropicErr{}
+		json.NewDecoder(resp.Body).Decode(&ae)
+		resp.Body.Close()
+		if resp.StatusCode != want || want == 401 && (ae.Type != "error" || ae.Error.Type != "authentication_error") {
+			t.Errorf("x-api-key %q: %d %+v, want %d", key, resp.StatusCode, ae, want)
+		}
+	}
+	// The other routes keep OpenAI's error shape.
+	var oe apiErr
+	if st := e.postJSON("/v1/chat/completions", map[string]any{"messages": []any{}, "tools": []any{map[string]any{"name": "t"}}}, &oe); st != 400 || oe.Error.Message == "" {
+		t.Errorf("chat error: %d %+v", st, oe)
 	}
 }
 
