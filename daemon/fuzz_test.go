@@ -54,6 +54,8 @@ var fuzzRoutes = []string{
 	"GET /v1/batches?",
 	"GET /v1/files/",
 	"GET /v1/batches/",
+	"POST /v1/responses",
+	"POST /v1/messages",
 }
 
 // fuzzBoundary is the multipart boundary of POST /v1/files bodies.
@@ -105,6 +107,12 @@ func FuzzAPI(f *testing.F) {
 		{5, `limit=2&after=batch_x`}, {5, `limit=-1`}, {5, `limit=99999999999999999999`}, {5, `after=%zz`},
 		{6, `file-nope`}, {6, `file-o0123`}, {6, `../ledger.db`},
 		{7, `batch_nope`}, {7, ``},
+		{8, `{"input":"hi","instructions":"Be brief.","max_output_tokens":4}`},
+		{8, `{"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":4,"stream":true}`},
+		{8, `{"input":"hi","tools":[{"type":"web_search"}]}`}, {8, `{"input":"hi","text":{"format":{"type":"json_schema"}}}`},
+		{9, `{"max_tokens":4,"system":"Be brief.","messages":[{"role":"user","content":"hi"}],"stop_sequences":["x"]}`},
+		{9, `{"max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true}`},
+		{9, `{"messages":[{"role":"user","content":"hi"}]}`}, {9, `{"max_tokens":4,"messages":[{"role":"tool","content":"x"}]}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.route), []byte(s.body))
@@ -271,15 +279,37 @@ func checkAPIAnswer(t *testing.T, route string, body []byte, status int, ctype s
 		if status != 200 {
 			fail("an event stream with a status other than 200")
 		}
-		for _, ev := range strings.Split(string(out), "\n\n") {
-			data, ok := strings.CutPrefix(strings.TrimSpace(ev), "data: ")
-			if !ok || data == "[DONE]" {
+		// Chat and completion chunks are data lines alone; the Responses
+		// API's and Anthropic's events are "event: NAME" then "data: ...".
+		for _, block := range strings.Split(strings.TrimSpace(string(out)), "\n\n") {
+			var name, data string
+			var hasData bool
+			for _, line := range strings.Split(block, "\n") {
+				switch k, v, _ := strings.Cut(line, ": "); k {
+				case "event":
+					name = v
+				case "data":
+					data, hasData = v, true
+				default:
+					fail("an event line that is neither event: nor data: %q", line)
+				}
+			}
+			if !hasData {
+				fail("an event without data: %q", block)
+			}
+			if data == "[DONE]" {
 				continue
 			}
-			if !json.Valid([]byte(data)) {
-				fail("an event that is not JSON: %s", data)
+			var ev struct {
+				Type string `json:"type"`
 			}
-			if strings.Contains(data, `"server_error"`) {
+			if json.Unmarshal([]byte(data), &ev) != nil {
+				fail("an event that is not a JSON object: %s", data)
+			}
+			if name != "" && ev.Type != name {
+				fail("event %q carries type %q", name, ev.Type)
+			}
+			if strings.Contains(data, `"server_error"`) || strings.Contains(data, `"api_error"`) || name == "response.failed" {
 				fail("the stream ends in a server error")
 			}
 		}
