@@ -9,6 +9,7 @@ import (
 	"github.com/batchd/batchd/engine/native/chat"
 	"github.com/batchd/batchd/engine/native/tokenizer"
 	"github.com/batchd/batchd/engine/native/weights"
+	"github.com/batchd/batchd/wire"
 )
 
 // PromptCounter counts the prompt tokens of requests offline with a model's
@@ -61,9 +62,23 @@ func templateOf(w *weights.Model, override string) (*chat.Template, error) {
 func (c *PromptCounter) Close() error { return c.w.Close() }
 
 // Count returns the prompt tokens of one request body for endpoint (as in
-// a batch line's url): the rendered messages of a chat request, every
-// prompt of a completions request, every input of an embeddings request.
+// a batch line's url): the rendered messages of a chat request (a
+// /v1/responses or /v1/messages body counts as the chat request it runs
+// as), every prompt of a completions request, every input of an
+// embeddings request.
 func (c *PromptCounter) Count(endpoint string, body json.RawMessage) (int, error) {
+	var inv *wire.Invalid
+	switch endpoint {
+	case engine.EndpointResponses:
+		body, inv = wire.ResponsesToChat(body)
+		endpoint = engine.EndpointChat
+	case wire.EndpointMessages:
+		body, inv = wire.MessagesToChat(body)
+		endpoint = engine.EndpointChat
+	}
+	if inv != nil {
+		return 0, fmt.Errorf("%s: %s", inv.Param, inv.Message)
+	}
 	if endpoint == engine.EndpointEmbeddings {
 		var b struct {
 			Input json.RawMessage `json:"input"`
