@@ -36,8 +36,9 @@ targets="
 ./pipeline/validate/ FuzzDocReader
 ./daemon/ FuzzAPI
 ./daemon/ FuzzLoadConfig
-./watcher/ FuzzSafeName
+./filecontract/ FuzzSafeName
 ./watcher/dir/ FuzzClassify
+./wire/ FuzzTranslations
 "
 
 # inputs counts the files in a corpus folder (0 when it does not exist).
@@ -76,6 +77,12 @@ while read -r pkg target; do
     exit 1
   done
   execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
+  # A target that is not in its package passes silently ("no test files",
+  # "no tests to fuzz"): the list above must name where each one lives.
+  if [ -z "$execs" ]; then
+    echo "fuzz target $target did not run in $pkg: is it defined there?" >&2
+    exit 1
+  fi
   summary+=$(printf '%-20s %-28s %12s %6ss' "$target" "$pkg" "${execs:-0}" "$(( $(date +%s) - start ))")$'\n'
 done <<< "$targets"
 echo

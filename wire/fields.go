@@ -176,6 +176,9 @@ func checkKeys(body []byte, check func(key string) *Invalid) *Invalid {
 		}
 		key, _ := tok.(string)
 		if e := check(key); e != nil {
+			if e.Param == "" { // the key "", which a JSON object may have
+				e = &Invalid{Code: e.Code, Param: "body", Message: `has the empty key "", which ` + e.Message}
+			}
 			return e
 		}
 		if err := skipValue(dec); err != nil {

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 )
 
 var lineCodes = map[string]bool{
@@ -21,6 +22,7 @@ var lineCodes = map[string]bool{
 var badRequestCodes = map[string]bool{
 	CodeMissingRequiredParameter: true, CodeInvalidType: true, CodeInvalidValue: true,
 	CodeUnsupportedValue: true, CodeMissingMaxTokens: true, CodeUnsupportedParameter: true,
+	wire.CodeUnsupportedContent: true, // a /v1/messages block batchd does not take
 }
 
 func FuzzCheck(f *testing.F) {
@@ -43,6 +45,14 @@ func FuzzCheck(f *testing.F) {
 		// pair, and an escaped backslash before a u (both valid).
 		batchLine(`\ud800`, C, chatOK), batchLine(`\udfff`, C, chatOK), batchLine(`x\udbff\u0041`, C, chatOK),
 		batchLine(`\ud83d\ude00`, C, chatOK), batchLine(`\\ud800`, C, chatOK), batchLine(`\ufffd`, C, chatOK),
+		// Responses and Anthropic Messages lines, translated to chat.
+		batchLine("r", engine.EndpointResponses, `{"input":"hi","instructions":"s","max_output_tokens":4,"text":{"format":{"type":"text"}},"reasoning":{"effort":"low"},"store":false}`),
+		batchLine("r", engine.EndpointResponses, `{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"message","role":"assistant","content":"b"}]}`),
+		batchLine("r", engine.EndpointResponses, `{"input":"x","previous_response_id":"r","tools":[]}`),
+		batchLine("m", wire.EndpointMessages, `{"max_tokens":4,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"stop_sequences":["z"]}`),
+		batchLine("m", wire.EndpointMessages, `{"messages":[{"role":"user","content":"a"}],"thinking":{"type":"enabled"}}`),
+		batchLine("m", wire.EndpointMessages, `{"":1,"max_tokens":4,"messages":[{"role":"user","content":"a"}]}`),
+		batchLine("r", engine.EndpointResponses, `{"":1,"input":"a"}`),
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
