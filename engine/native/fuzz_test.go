@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/batchd/batchd/engine"
+	"github.com/batchd/batchd/wire"
 )
 
 // fuzzEndpoints are the endpoints FuzzNativeRequest picks from.
-var fuzzEndpoints = []string{engine.EndpointChat, engine.EndpointCompletions, engine.EndpointEmbeddings}
+var fuzzEndpoints = []string{engine.EndpointChat, engine.EndpointCompletions, engine.EndpointEmbeddings, engine.EndpointResponses}
 
 // Caps on the work one fuzz input may ask of the engine, so that each run
 // is a few forward passes: a body over them is parsed as sent and then run
@@ -56,6 +57,10 @@ func FuzzNativeRequest(f *testing.F) {
 		{2, `{"input":"x","dimensions":0}`},
 		{2, `{"input":""}`},
 		{0, `{`}, {1, `null`}, {2, `[]`}, {0, ``},
+		{3, `{"input":"Say hello","instructions":"be brief","max_output_tokens":3,"temperature":0.5}`},
+		{3, `{"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":2,"reasoning":{"effort":"high"},"top_logprobs":2}`},
+		{3, `{"input":"x","max_output_tokens":2147483647,"n":9}`},
+		{3, `{"input":"x","text":{"format":{"type":"json_object"}}}`}, {3, `{"input":[]}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.endpoint), []byte(s.body))
@@ -77,7 +82,16 @@ func FuzzNativeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ep uint8, body []byte) {
 		endpoint := fuzzEndpoints[int(ep)%len(fuzzEndpoints)]
 		req := &engine.Request{CustomID: "fuzz", Endpoint: endpoint, Body: body}
-		if endpoint != engine.EndpointEmbeddings {
+		if endpoint == engine.EndpointResponses {
+			// The engine runs a Responses body as the chat request it
+			// translates to (a refusal is its 400); cap that request's length.
+			chat, inv := wire.ResponsesToChat(body)
+			if inv == nil {
+				if p, resp := parseRequest(&engine.Request{Endpoint: engine.EndpointChat, Body: chat}); resp == nil && (p.maxTokens > fuzzMaxTokens || p.n > fuzzMaxN) {
+					req.Body = capped(t, body)
+				}
+			}
+		} else if endpoint != engine.EndpointEmbeddings {
 			p, resp := parseRequest(req)
 			if resp != nil {
 				checkFuzzResponse(t, endpoint, body, resp)
@@ -107,7 +121,7 @@ func capped(t *testing.T, body []byte) []byte {
 	if err := json.Unmarshal(body, &m); err != nil {
 		t.Fatalf("parseRequest accepted %s, which is not a JSON object: %v", body, err)
 	}
-	for k, v := range map[string]string{"max_tokens": "4", "max_completion_tokens": "4", "n": "2"} {
+	for k, v := range map[string]string{"max_tokens": "4", "max_completion_tokens": "4", "max_output_tokens": "4", "n": "2"} {
 		if _, ok := m[k]; ok {
 			m[k] = json.RawMessage(v)
 		}
@@ -136,7 +150,7 @@ func checkFuzzResponse(t *testing.T, endpoint string, body []byte, resp *engine.
 	switch resp.StatusCode {
 	case 200:
 		want := map[string]string{engine.EndpointChat: "chat.completion", engine.EndpointCompletions: "text_completion",
-			engine.EndpointEmbeddings: "list"}[endpoint]
+			engine.EndpointEmbeddings: "list", engine.EndpointResponses: "response"}[endpoint]
 		if m.Object != want {
 			t.Fatalf("%s %s: 200 with object %q, want %q: %s", endpoint, body, m.Object, want, resp.Body)
 		}
