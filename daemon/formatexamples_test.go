@@ -38,9 +38,7 @@ func edgeLLMExamples(t *testing.T) []string {
 // exampleRequest is what a test needs of a document's request to say what
 // batchd must answer it with.
 type exampleRequest struct {
-	Messages []struct {
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
+	Messages          exampleMessages    `json:"messages"`
 	LoraName          string             `json:"lora_name"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	NumLogprobs       *int               `json:"num_logprobs"`
@@ -55,10 +53,18 @@ type exampleDoc struct {
 	Requests          []exampleRequest   `json:"requests"`
 }
 
-// mediaPart names the request's first content part that is not text
+// exampleMessages are an example's chat messages, as far as a test looks.
+type exampleMessages []struct {
+	Content json.RawMessage `json:"content"`
+}
+
+// mediaPart names the request's first content part that is not text.
+func (r exampleRequest) mediaPart() string { return r.Messages.mediaPart() }
+
+// mediaPart names the first content part that is not text
 // (messages[i].content[j]), or "" when every part is text.
-func (r exampleRequest) mediaPart() string {
-	for i, m := range r.Messages {
+func (ms exampleMessages) mediaPart() string {
+	for i, m := range ms {
 		var parts []struct {
 			Type string `json:"type"`
 		}

@@ -21,11 +21,9 @@ type exampleLine struct {
 	CustomID string `json:"custom_id"`
 	URL      string `json:"url"`
 	Body     struct {
-		Messages []struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-		MaxCompletionTokens *int `json:"max_completion_tokens"`
-		MaxTokens           *int `json:"max_tokens"`
+		Messages            exampleMessages `json:"messages"`
+		MaxCompletionTokens *int            `json:"max_completion_tokens"`
+		MaxTokens           *int            `json:"max_tokens"`
 	} `json:"body"`
 }
 
@@ -42,22 +40,7 @@ func (l exampleLine) limit() int {
 }
 
 // mediaPart names the line's first content part that is not text, or "".
-func (l exampleLine) mediaPart() string {
-	for i, m := range l.Body.Messages {
-		var parts []struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(m.Content, &parts) != nil {
-			continue
-		}
-		for j, p := range parts {
-			if p.Type != "text" {
-				return fmt.Sprintf("messages[%d].content[%d]", i, j)
-			}
-		}
-	}
-	return ""
-}
+func (l exampleLine) mediaPart() string { return l.Body.Messages.mediaPart() }
 
 // answerBody is the part of a chat, completion or embeddings answer this
 // test checks.
