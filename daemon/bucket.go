@@ -44,7 +44,7 @@ func (br *bucketSource) options(ctx context.Context, ev watcher.Event) (pipeline
 	ctx, cancel := context.WithTimeout(ctx, optionsReadTimeout)
 	defer cancel()
 	key := br.b.InboxKey(ev.Name + filecontract.SuffixOptions)
-	raw, _, err := br.b.Get(ctx, key, maxOptionsBytes)
+	raw, _, err := br.b.Get(ctx, key, bucket.MaxOptionsBytes)
 	switch {
 	case s3client.IsNotFound(err):
 		return pipeline.Options{}, nil
@@ -55,12 +55,8 @@ func (br *bucketSource) options(ctx context.Context, ev watcher.Event) (pipeline
 }
 
 // optionsReadTimeout bounds the read of a bucket input's options for its
-// place in the run queue; maxOptionsBytes bounds their size (as the
-// bucket store's own read does).
-const (
-	optionsReadTimeout = 10 * time.Second
-	maxOptionsBytes    = 16 << 20
-)
+// place in the run queue.
+const optionsReadTimeout = 10 * time.Second
 
 // serveEvents takes MinIO webhook notifications (POST /v1/bucket-events):
 // new inputs start at once instead of at the next listing.

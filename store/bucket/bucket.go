@@ -36,8 +36,9 @@ var _ pipeline.Store = (*Store)(nil)
 // without publishing, and the other daemon resumes from the checkpoints.
 var ErrLeaseLost = errors.New("lease lost to another daemon")
 
-// maxOptionsBytes bounds NAME.options.json read from the bucket.
-const maxOptionsBytes = 16 << 20
+// MaxOptionsBytes bounds NAME.options.json read from the bucket (here and
+// by the daemon, for an input's place in its run queue).
+const MaxOptionsBytes = 16 << 20
 
 // Config configures the stores of one bucket.
 type Config struct {
@@ -176,7 +177,7 @@ func (s *Store) open(ctx context.Context) (bool, error) {
 		}
 		return false, err
 	}
-	opts, optTag, err := b.Get(ctx, s.optKey, maxOptionsBytes)
+	opts, optTag, err := b.Get(ctx, s.optKey, MaxOptionsBytes)
 	switch {
 	case s3client.IsNotFound(err):
 	case err != nil:
